@@ -1,0 +1,338 @@
+//! The critical-path model: frames, segments, accounting.
+//!
+//! This module is pure data. It knows nothing of `tracing` or `tokio`, so the
+//! collector and the offline trace importers can use it with the `layer`
+//! feature turned off.
+//!
+//! A [`CriticalPath`] is an ordered list of [`Segment`]s. Each segment is a
+//! frame stack (root → leaf, as [`FrameId`]s into the path's own frame table)
+//! and a duration. The durations sum exactly to the request's latency (CPT:
+//! "the length of the critical path is the total latency"); time the path
+//! cannot explain in detail is still on the path, as a segment whose
+//! [`SegmentKind`] says why, and is totalled in [`Accounting`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where a node's code lives, when the instrumentation knows it
+/// (`tracing::Metadata::file` / `line`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Location {
+    /// Source file, as the compiler named it.
+    pub file: Arc<str>,
+    /// 1-based line number.
+    pub line: u32,
+}
+
+/// One entry of a frame stack: a named node of some service.
+///
+/// Frames with the same service, name and location are the same frame: a
+/// [`CriticalPath`] interns them in its frame table and profiles merge them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    /// The service the node ran in (`"A"`, `"frontend"`).
+    pub service: Arc<str>,
+    /// The node's name: the span name, task name, or RPC method.
+    pub name: Arc<str>,
+    /// Where the node's code is, if known.
+    pub location: Option<Location>,
+}
+
+impl Frame {
+    /// A frame with no source location.
+    pub fn new(service: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
+        Frame {
+            service: service.into(),
+            name: name.into(),
+            location: None,
+        }
+    }
+
+    /// The same frame with a source location.
+    #[must_use]
+    pub fn with_location(mut self, file: impl Into<Arc<str>>, line: u32) -> Self {
+        self.location = Some(Location {
+            file: file.into(),
+            line,
+        });
+        self
+    }
+}
+
+impl fmt::Display for Frame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name, self.service)
+    }
+}
+
+/// Index of a [`Frame`] in a [`CriticalPath`]'s frame table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FrameId(pub u32);
+
+/// Why a segment is on the path.
+///
+/// Every kind other than [`SegmentKind::Busy`] is time the path could not
+/// explain in detail; it is still on the path (totals stay exact) and is also
+/// summed in [`Accounting`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SegmentKind {
+    /// The leaf node was busy (entered / being polled): its own time.
+    #[default]
+    Busy,
+    /// The leaf node existed but had not been polled yet (created early,
+    /// polled late): queueing before its first poll.
+    Queueing,
+    /// The leaf node was waiting and no instrumented dependency ended inside
+    /// the wait: an in-process blind spot, kept on the node itself.
+    Unattributed,
+    /// The leaf is an RPC node: the caller observed more time than the callee
+    /// reported (network, serialization, queues outside the handler).
+    Network,
+    /// The leaf is an RPC node whose callee returned no usable path; the
+    /// whole call is one leaf naming the callee.
+    BlindSpot,
+}
+
+impl SegmentKind {
+    /// The name used in JSON and in profiles (`"busy"`, `"network"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SegmentKind::Busy => "busy",
+            SegmentKind::Queueing => "queueing",
+            SegmentKind::Unattributed => "unattributed",
+            SegmentKind::Network => "network",
+            SegmentKind::BlindSpot => "blind_spot",
+        }
+    }
+
+    /// Parse the name [`SegmentKind::as_str`] gives.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "busy" => SegmentKind::Busy,
+            "queueing" => SegmentKind::Queueing,
+            "unattributed" => SegmentKind::Unattributed,
+            "network" => SegmentKind::Network,
+            "blind_spot" => SegmentKind::BlindSpot,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for SegmentKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A stretch of the critical path: a frame stack (root → leaf) and a duration.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Segment {
+    /// Frame ids into the owning path's frame table, root first.
+    pub stack: Vec<FrameId>,
+    /// How long this stack was on the path.
+    pub duration: Duration,
+    /// Why it is on the path.
+    pub kind: SegmentKind,
+}
+
+/// Time the path could not explain in detail, always kept in the total.
+///
+/// Every field except [`Accounting::overcount`] and
+/// [`Accounting::truncated`] is also present on the path as segments of the
+/// matching [`SegmentKind`]; overcount is time a callee *claimed* beyond what
+/// the caller saw and was scaled away; truncated is time whose detail was
+/// folded into parent frames to fit a size limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Accounting {
+    /// Caller-observed minus callee-reported time, summed over RPCs.
+    pub network: Duration,
+    /// Callee-reported minus caller-observed time, summed; clamped away.
+    pub overcount: Duration,
+    /// Time in RPCs whose callee returned no usable path.
+    pub blind_spot: Duration,
+    /// Waits with no instrumented blocker.
+    pub unattributed: Duration,
+    /// Time between a node's creation and its first poll, on the path.
+    pub queueing: Duration,
+    /// Time whose frames were folded into parents to fit a size limit.
+    pub truncated: Duration,
+}
+
+impl Accounting {
+    /// Field-wise saturating sum.
+    pub fn add(&mut self, other: &Accounting) {
+        self.network = self.network.saturating_add(other.network);
+        self.overcount = self.overcount.saturating_add(other.overcount);
+        self.blind_spot = self.blind_spot.saturating_add(other.blind_spot);
+        self.unattributed = self.unattributed.saturating_add(other.unattributed);
+        self.queueing = self.queueing.saturating_add(other.queueing);
+        self.truncated = self.truncated.saturating_add(other.truncated);
+    }
+
+    /// True when every field is zero.
+    pub fn is_zero(&self) -> bool {
+        *self == Accounting::default()
+    }
+}
+
+/// A request's critical path: an interned frame table, the ordered segments,
+/// and the accounting.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CriticalPath {
+    frames: Vec<Frame>,
+    index: HashMap<Frame, FrameId>,
+    segments: Vec<Segment>,
+    /// What the path could not explain in detail.
+    pub accounting: Accounting,
+}
+
+impl CriticalPath {
+    /// An empty path.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Intern a frame, returning its id (the same id for an equal frame).
+    pub fn intern(&mut self, frame: Frame) -> FrameId {
+        if let Some(id) = self.index.get(&frame) {
+            return *id;
+        }
+        let id = FrameId(
+            u32::try_from(self.frames.len()).expect("more than u32::MAX frames; this is a bug"),
+        );
+        self.frames.push(frame.clone());
+        self.index.insert(frame, id);
+        id
+    }
+
+    /// The frame behind an id.
+    ///
+    /// # Panics
+    ///
+    /// If the id did not come from this path.
+    pub fn frame(&self, id: FrameId) -> &Frame {
+        &self.frames[id.0 as usize]
+    }
+
+    /// The frame table, indexed by [`FrameId`].
+    pub fn frames(&self) -> &[Frame] {
+        &self.frames
+    }
+
+    /// The segments in critical-path order (request start → response).
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// Append a segment. A zero-length segment is dropped; a segment whose
+    /// stack and kind equal the previous one's is merged into it.
+    ///
+    /// # Panics
+    ///
+    /// If a frame id did not come from this path's table.
+    pub fn push(&mut self, stack: Vec<FrameId>, duration: Duration, kind: SegmentKind) {
+        assert!(
+            stack.iter().all(|f| (f.0 as usize) < self.frames.len()),
+            "segment names a frame this path does not have; this is a bug"
+        );
+        if duration.is_zero() {
+            return;
+        }
+        if let Some(last) = self.segments.last_mut()
+            && last.kind == kind
+            && last.stack == stack
+        {
+            last.duration = last.duration.saturating_add(duration);
+            return;
+        }
+        self.segments.push(Segment {
+            stack,
+            duration,
+            kind,
+        });
+    }
+
+    /// Append a segment given by frames rather than ids (interning them).
+    pub fn push_frames(
+        &mut self,
+        stack: impl IntoIterator<Item = Frame>,
+        duration: Duration,
+        kind: SegmentKind,
+    ) {
+        let ids = stack.into_iter().map(|f| self.intern(f)).collect();
+        self.push(ids, duration, kind);
+    }
+
+    /// The sum of all segment durations: the request's latency.
+    pub fn total(&self) -> Duration {
+        self.segments
+            .iter()
+            .fold(Duration::ZERO, |acc, s| acc.saturating_add(s.duration))
+    }
+
+    /// The frames of a segment's stack, root first.
+    pub fn stack_frames<'a>(&'a self, seg: &'a Segment) -> impl Iterator<Item = &'a Frame> + 'a {
+        seg.stack.iter().map(move |id| self.frame(*id))
+    }
+
+    /// Drop frames no segment refers to and renumber the rest in first-use
+    /// order, so equal paths have equal tables.
+    pub fn compact(&mut self) {
+        let mut map: Vec<Option<FrameId>> = vec![None; self.frames.len()];
+        let mut frames = Vec::new();
+        for seg in &mut self.segments {
+            for id in &mut seg.stack {
+                let new = *map[id.0 as usize].get_or_insert_with(|| {
+                    frames.push(self.frames[id.0 as usize].clone());
+                    FrameId((frames.len() - 1) as u32)
+                });
+                *id = new;
+            }
+        }
+        self.index = frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.clone(), FrameId(i as u32)))
+            .collect();
+        self.frames = frames;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn push_merges_equal_neighbours_and_drops_empty() {
+        let mut p = CriticalPath::new();
+        let a1 = p.intern(Frame::new("A", "A1"));
+        let b1 = p.intern(Frame::new("B", "B1"));
+        p.push(vec![a1], ms(2), SegmentKind::Busy);
+        p.push(vec![a1], ms(3), SegmentKind::Busy);
+        p.push(vec![a1, b1], Duration::ZERO, SegmentKind::Busy);
+        p.push(vec![a1], ms(1), SegmentKind::Unattributed);
+        assert_eq!(p.segments().len(), 2);
+        assert_eq!(p.segments()[0].duration, ms(5));
+        assert_eq!(p.total(), ms(6));
+    }
+
+    #[test]
+    fn intern_is_stable_and_compact_renumbers() {
+        let mut p = CriticalPath::new();
+        let unused = p.intern(Frame::new("A", "unused"));
+        let a1 = p.intern(Frame::new("A", "A1"));
+        assert_eq!(p.intern(Frame::new("A", "A1")), a1);
+        assert_ne!(unused, a1);
+        p.push(vec![a1], ms(1), SegmentKind::Busy);
+        p.compact();
+        assert_eq!(p.frames().len(), 1);
+        assert_eq!(p.segments()[0].stack, vec![FrameId(0)]);
+        assert_eq!(&*p.frame(FrameId(0)).name, "A1");
+    }
+}

@@ -1,0 +1,442 @@
+//! [`Record`]: what the entry service emits when a traced request finishes,
+//! and its JSON Lines form.
+//!
+//! # JSON Lines form
+//!
+//! One JSON object per line:
+//!
+//! ```json
+//! {"service":"A","endpoint":"/a.A/Run","trigger":"sampled","latency_ns":35000000,
+//!  "start_unix_nanos":1700000000000000000,"request_id":"9f2c…","trace_id":"4bf92f…",
+//!  "labels":{"arm":"b"},
+//!  "path":[{"stack":["A1"],"ns":5000000},
+//!          {"stack":["A1",{"name":"B1","service":"B"}],"ns":20000000},
+//!          {"stack":["A1"],"ns":8000000},
+//!          {"stack":["A1","A2"],"ns":2000000,"kind":"unattributed"}],
+//!  "accounting":{"network_ns":0,"overcount_ns":0,"blind_spot_ns":0,
+//!                "unattributed_ns":2000000,"queueing_ns":0,"truncated_ns":0}}
+//! ```
+//!
+//! - `service`, `trigger`, `latency_ns` and `path` are required; `endpoint`,
+//!   `start_unix_nanos`, `request_id`, `trace_id`, `labels` and `accounting`
+//!   may be absent.
+//! - A stack entry is a frame. Written as a plain string it is the frame's
+//!   name, and its service is the service of the entry before it (the
+//!   record's `service` for the first entry). Written as an object it is
+//!   `{"name", "service", "file", "line"}` (all but `name` optional, with the
+//!   same inheritance for `service`). Writers use the string form whenever
+//!   service and location add nothing.
+//! - `kind` is absent for busy segments, else one of `queueing`,
+//!   `unattributed`, `network`, `blind_spot` (see [`SegmentKind`]).
+//! - `latency_ns` must equal the sum of the segments' `ns`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::path::{Accounting, CriticalPath, Frame, Location, SegmentKind};
+use crate::trigger::Trigger;
+
+/// User labels attached to a request (A/B arm, region, …), sorted by key.
+pub type Labels = BTreeMap<String, String>;
+
+/// One traced request, as the entry service emits it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The service that received the request.
+    pub service: String,
+    /// The endpoint (gRPC method, HTTP route), when known.
+    pub endpoint: Option<String>,
+    /// Why the request was traced.
+    pub trigger: Trigger,
+    /// End-to-end latency as the entry service saw it; equals `path.total()`.
+    pub latency: Duration,
+    /// Wall-clock start, nanoseconds since the Unix epoch, when known.
+    pub start_unix_nanos: Option<u64>,
+    /// This service's own id for the request, when it has one.
+    pub request_id: Option<String>,
+    /// The OpenTelemetry / W3C trace id (32 lowercase hex), when present.
+    pub trace_id: Option<String>,
+    /// User labels.
+    pub labels: Labels,
+    /// The critical path; its accounting is the record's accounting.
+    pub path: CriticalPath,
+}
+
+impl Record {
+    /// A record whose latency is the path's total.
+    pub fn new(service: impl Into<String>, trigger: Trigger, path: CriticalPath) -> Self {
+        Record {
+            service: service.into(),
+            endpoint: None,
+            trigger,
+            latency: path.total(),
+            start_unix_nanos: None,
+            request_id: None,
+            trace_id: None,
+            labels: Labels::new(),
+            path,
+        }
+    }
+
+    /// The record's accounting (the path's).
+    pub fn accounting(&self) -> &Accounting {
+        &self.path.accounting
+    }
+
+    /// Serialize as one JSON line (no trailing newline).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&self.to_wire()).expect("a record always serializes; this is a bug")
+    }
+
+    /// Parse one JSON line.
+    ///
+    /// # Errors
+    ///
+    /// If the text is not JSON, lacks a required field, names an unknown
+    /// trigger or segment kind, or its segments do not sum to `latency_ns`.
+    pub fn from_json(line: &str) -> Result<Record, RecordError> {
+        let wire: wire::Record<'_> =
+            serde_json::from_str(line).map_err(|e| RecordError::Json(e.to_string()))?;
+        Record::from_wire(wire)
+    }
+
+    fn to_wire(&self) -> wire::Record<'_> {
+        let path = self
+            .path
+            .segments()
+            .iter()
+            .map(|seg| {
+                let mut parent_service: &str = &self.service;
+                let stack = seg
+                    .stack
+                    .iter()
+                    .map(|id| {
+                        let f = self.path.frame(*id);
+                        let entry = if &*f.service == parent_service && f.location.is_none() {
+                            wire::Frame::Name(f.name.to_string().into())
+                        } else {
+                            wire::Frame::Full {
+                                name: f.name.to_string().into(),
+                                service: (&*f.service != parent_service)
+                                    .then(|| f.service.to_string().into()),
+                                file: f.location.as_ref().map(|l| l.file.to_string().into()),
+                                line: f.location.as_ref().map(|l| l.line),
+                            }
+                        };
+                        parent_service = &f.service;
+                        entry
+                    })
+                    .collect();
+                wire::Segment {
+                    stack,
+                    ns: duration_ns(seg.duration),
+                    kind: (seg.kind != SegmentKind::Busy).then(|| seg.kind.as_str().into()),
+                }
+            })
+            .collect();
+        let a = &self.path.accounting;
+        wire::Record {
+            service: self.service.as_str().into(),
+            endpoint: self.endpoint.as_deref().map(Into::into),
+            trigger: self.trigger.as_str().into(),
+            latency_ns: duration_ns(self.latency),
+            start_unix_nanos: self.start_unix_nanos,
+            request_id: self.request_id.as_deref().map(Into::into),
+            trace_id: self.trace_id.as_deref().map(Into::into),
+            labels: (!self.labels.is_empty()).then(|| self.labels.clone()),
+            path,
+            accounting: (!a.is_zero()).then(|| wire::Accounting {
+                network_ns: duration_ns(a.network),
+                overcount_ns: duration_ns(a.overcount),
+                blind_spot_ns: duration_ns(a.blind_spot),
+                unattributed_ns: duration_ns(a.unattributed),
+                queueing_ns: duration_ns(a.queueing),
+                truncated_ns: duration_ns(a.truncated),
+            }),
+        }
+    }
+
+    fn from_wire(w: wire::Record<'_>) -> Result<Record, RecordError> {
+        let trigger = Trigger::parse(&w.trigger)
+            .ok_or_else(|| RecordError::UnknownTrigger(w.trigger.to_string()))?;
+        let service: Arc<str> = Arc::from(&*w.service);
+        let mut path = CriticalPath::new();
+        let mut sum: u64 = 0;
+        for (i, seg) in w.path.into_iter().enumerate() {
+            if seg.stack.is_empty() {
+                return Err(RecordError::EmptyStack { segment: i });
+            }
+            let kind = match &seg.kind {
+                None => SegmentKind::Busy,
+                Some(k) => SegmentKind::parse(k).ok_or_else(|| RecordError::UnknownKind {
+                    segment: i,
+                    kind: k.to_string(),
+                })?,
+            };
+            let mut parent = service.clone();
+            let mut ids = Vec::with_capacity(seg.stack.len());
+            for f in seg.stack {
+                let frame = match f {
+                    wire::Frame::Name(name) => Frame {
+                        service: parent.clone(),
+                        name: Arc::from(&*name),
+                        location: None,
+                    },
+                    wire::Frame::Full {
+                        name,
+                        service,
+                        file,
+                        line,
+                    } => Frame {
+                        service: service.map_or_else(|| parent.clone(), |s| Arc::from(&*s)),
+                        name: Arc::from(&*name),
+                        location: file.map(|file| Location {
+                            file: Arc::from(&*file),
+                            line: line.unwrap_or(0),
+                        }),
+                    },
+                };
+                parent = frame.service.clone();
+                ids.push(path.intern(frame));
+            }
+            sum = sum
+                .checked_add(seg.ns)
+                .ok_or(RecordError::Overflow { segment: i })?;
+            path.push(ids, Duration::from_nanos(seg.ns), kind);
+        }
+        if sum != w.latency_ns {
+            return Err(RecordError::TotalMismatch {
+                latency_ns: w.latency_ns,
+                path_ns: sum,
+            });
+        }
+        if let Some(a) = w.accounting {
+            path.accounting = Accounting {
+                network: Duration::from_nanos(a.network_ns),
+                overcount: Duration::from_nanos(a.overcount_ns),
+                blind_spot: Duration::from_nanos(a.blind_spot_ns),
+                unattributed: Duration::from_nanos(a.unattributed_ns),
+                queueing: Duration::from_nanos(a.queueing_ns),
+                truncated: Duration::from_nanos(a.truncated_ns),
+            };
+        }
+        Ok(Record {
+            service: w.service.into_owned(),
+            endpoint: w.endpoint.map(|s| s.into_owned()),
+            trigger,
+            latency: Duration::from_nanos(w.latency_ns),
+            start_unix_nanos: w.start_unix_nanos,
+            request_id: w.request_id.map(|s| s.into_owned()),
+            trace_id: w.trace_id.map(|s| s.into_owned()),
+            labels: w.labels.unwrap_or_default(),
+            path,
+        })
+    }
+}
+
+/// Durations beyond `u64::MAX` nanoseconds (584 years) saturate.
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Why a JSON line is not a [`Record`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// Not JSON, or a field has the wrong type or is missing.
+    #[error("not a cpt record: {0}")]
+    Json(String),
+    /// `trigger` is neither `"sampled"` nor `"forced"`.
+    #[error("unknown trigger {0:?} (expected \"sampled\" or \"forced\")")]
+    UnknownTrigger(String),
+    /// A segment's `kind` is not one cpt writes.
+    #[error("segment {segment}: unknown kind {kind:?}")]
+    UnknownKind {
+        /// Index of the segment in `path`.
+        segment: usize,
+        /// The kind found.
+        kind: String,
+    },
+    /// A segment has an empty `stack`.
+    #[error("segment {segment}: empty stack")]
+    EmptyStack {
+        /// Index of the segment in `path`.
+        segment: usize,
+    },
+    /// Segment durations overflow `u64` nanoseconds.
+    #[error("segment {segment}: durations overflow u64 nanoseconds")]
+    Overflow {
+        /// Index of the segment in `path`.
+        segment: usize,
+    },
+    /// The segments do not sum to the latency.
+    #[error("path sums to {path_ns} ns but latency_ns is {latency_ns}")]
+    TotalMismatch {
+        /// The record's `latency_ns`.
+        latency_ns: u64,
+        /// The sum of its segments.
+        path_ns: u64,
+    },
+}
+
+/// Where finished records go.
+///
+/// Implementations must not block: they are called on the thread that
+/// finished the request. Queue, count and drop instead.
+pub trait RecordSink: Send + Sync + 'static {
+    /// Take one finished record.
+    fn emit(&self, record: Record);
+}
+
+impl<F> RecordSink for F
+where
+    F: Fn(Record) + Send + Sync + 'static,
+{
+    fn emit(&self, record: Record) {
+        self(record)
+    }
+}
+
+impl fmt::Display for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_json())
+    }
+}
+
+/// The serde shapes of the JSON Lines form, kept apart from the model.
+mod wire {
+    use std::borrow::Cow;
+
+    use super::Labels;
+    use serde::{Deserialize, Serialize};
+
+        #[derive(Serialize, Deserialize)]
+    pub(super) struct Record<'a> {
+        #[serde(borrow)]
+        pub(super) service: Cow<'a, str>,
+        #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+        pub(super) endpoint: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        pub(super) trigger: Cow<'a, str>,
+        pub(super) latency_ns: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub(super) start_unix_nanos: Option<u64>,
+        #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+        pub(super) request_id: Option<Cow<'a, str>>,
+        #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+        pub(super) trace_id: Option<Cow<'a, str>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub(super) labels: Option<Labels>,
+        #[serde(borrow)]
+        pub(super) path: Vec<Segment<'a>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub(super) accounting: Option<Accounting>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct Segment<'a> {
+        #[serde(borrow)]
+        pub(super) stack: Vec<Frame<'a>>,
+        pub(super) ns: u64,
+        #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+        pub(super) kind: Option<Cow<'a, str>>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    pub(super) enum Frame<'a> {
+        Name(#[serde(borrow)] Cow<'a, str>),
+        Full {
+            #[serde(borrow)]
+            name: Cow<'a, str>,
+            #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+            service: Option<Cow<'a, str>>,
+            #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+            file: Option<Cow<'a, str>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            line: Option<u32>,
+        },
+    }
+
+    #[derive(Serialize, Deserialize, Default)]
+    #[serde(default)]
+    pub(super) struct Accounting {
+        pub(super) network_ns: u64,
+        pub(super) overcount_ns: u64,
+        pub(super) blind_spot_ns: u64,
+        pub(super) unattributed_ns: u64,
+        pub(super) queueing_ns: u64,
+        pub(super) truncated_ns: u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn fig2a() -> Record {
+        let mut p = CriticalPath::new();
+        let a1 = Frame::new("A", "A1");
+        let b1 = Frame::new("B", "B1").with_location("b/src/lib.rs", 12);
+        p.push_frames([a1.clone()], ms(5), SegmentKind::Busy);
+        p.push_frames([a1.clone(), b1], ms(20), SegmentKind::Busy);
+        p.push_frames([a1.clone()], ms(8), SegmentKind::Busy);
+        p.push_frames([a1, Frame::new("A", "A2")], ms(2), SegmentKind::Unattributed);
+        p.accounting.unattributed = ms(2);
+        let mut r = Record::new("A", Trigger::Sampled, p);
+        r.endpoint = Some("/a.A/Run".into());
+        r.labels.insert("arm".into(), "b".into());
+        r.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
+        r
+    }
+
+    #[test]
+    fn json_round_trip_keeps_services_locations_and_kinds() {
+        let r = fig2a();
+        let line = r.to_json();
+        assert!(line.contains(r#"{"stack":["A1"],"ns":5000000}"#), "{line}");
+        assert!(
+            line.contains(r#"{"name":"B1","service":"B","file":"b/src/lib.rs","line":12}"#),
+            "{line}"
+        );
+        let back = Record::from_json(&line).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn json_minimal_record_is_accepted() {
+        let r = Record::from_json(
+            r#"{"service":"S","trigger":"forced","latency_ns":3,"path":[{"stack":["x","y"],"ns":3}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.trigger, Trigger::Forced);
+        assert_eq!(r.latency, Duration::from_nanos(3));
+        assert_eq!(&*r.path.frames()[1].service, "S");
+        assert!(r.labels.is_empty() && r.endpoint.is_none() && r.trace_id.is_none());
+    }
+
+    #[rustfmt::skip]
+    const BAD: &[(&str, &str)] = &[
+        ("not json", "not a cpt record"),
+        (r#"{"service":"S","trigger":"maybe","latency_ns":1,"path":[{"stack":["x"],"ns":1}]}"#, "unknown trigger"),
+        (r#"{"service":"S","trigger":"sampled","latency_ns":2,"path":[{"stack":["x"],"ns":1}]}"#, "sums to 1 ns but latency_ns is 2"),
+        (r#"{"service":"S","trigger":"sampled","latency_ns":1,"path":[{"stack":[],"ns":1}]}"#, "empty stack"),
+        (r#"{"service":"S","trigger":"sampled","latency_ns":1,"path":[{"stack":["x"],"ns":1,"kind":"nap"}]}"#, "unknown kind"),
+        (r#"{"service":"S","trigger":"sampled","latency_ns":0,"path":[{"stack":["x"],"ns":18446744073709551615},{"stack":["y"],"ns":1}]}"#, "overflow"),
+        (r#"{"trigger":"sampled","latency_ns":0,"path":[]}"#, "missing field `service`"),
+    ];
+
+    #[test]
+    fn json_bad_records_say_what_is_wrong() {
+        for (line, want) in BAD {
+            let err = Record::from_json(line).unwrap_err().to_string();
+            assert!(err.contains(want), "{line}: got {err:?}, want {want:?}");
+        }
+    }
+}
