@@ -1,3 +1,86 @@
-//! Tower middleware for tonic and http: propagate triggers downstream, return
-//! and merge callee critical paths (CPT "Propagation and merging").
+//! Tower middleware for tonic and http that carries critical path tracing
+//! across services (CPT "Propagation and merging" and "Triggering").
+//!
+//! A service author adds one layer to each server and one to each client:
+//!
+//! - [`ServerLayer`] ([`ServerLayer::grpc`] for
+//!   `tonic::transport::Server::builder().layer(...)`, [`ServerLayer::http`]
+//!   for axum / hyper) makes each request a root node named after its gRPC
+//!   method or HTTP route, decides its trigger, and returns its critical path
+//!   to trusted callers that asked (headers for complete responses, trailers
+//!   for streams). When the service is the request's entry point the SDK
+//!   emits the record.
+//! - [`ClientLayer`] ([`ClientLayer::grpc`] over a tonic `Channel`,
+//!   [`ClientLayer::http`] over a hyper-util client) makes each call of a
+//!   traced request an RPC node, propagates the trigger, and splices the
+//!   callee's returned path into the RPC node: network/undercount, overcount
+//!   and blind spots are accounted, never errors.
+//!
+//! # Trust and triggering
+//!
+//! Each service samples independently and propagates its decision in
+//! [`header::TRIGGER`]. A callee honours that trigger, and returns its path,
+//! only to callers its [`TrustPolicy`] accepts (default: none;
+//! [`SharedSecret`], [`PeerAllowList`], closures). Operators force a trace
+//! with [`header::FORCE`] and a credential checked by [`ForceAuth`] (an
+//! HMAC-SHA256 of the request id or a configured token, compared in constant
+//! time); an invalid one is ignored and counted in [`Stats`].
+//!
+//! # Streams
+//!
+//! A streaming response's segment ends at its last message (CPT's
+//! definition), or at its first with [`StreamEnd::FirstMessage`]; its path
+//! travels in the trailers. See [`server`] for how complete and streaming
+//! responses are told apart.
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `tonic` | yes | peer address from tonic's `TcpConnectInfo` for [`PeerAllowList`] |
+//! | `axum` | no | peer address from axum's `ConnectInfo`, root nodes named after `MatchedPath` |
+//! | `opentelemetry` | no | [`otel::TriggerPropagator`] and `HeaderMap` carriers |
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod client;
+mod credential;
+mod glue;
+pub mod header;
+#[cfg(feature = "opentelemetry")]
+pub mod otel;
+pub mod server;
+mod stats;
+mod trust;
+
+pub use client::{Client, ClientLayer};
+pub use credential::ForceAuth;
+pub use glue::SharedSampler;
+pub use server::{Server, ServerLayer, StreamEnd};
+pub use stats::Stats;
+pub use trust::{
+    Caller, DefaultTrust, LoopbackPeers, Or, PeerAllowList, SharedSecret, TrustPolicy,
+};
+
+/// Which protocol a layer speaks: how nodes are named and paths carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    Grpc,
+    Http,
+}
+
+impl Protocol {
+    /// The default root node name: the gRPC method path, or `METHOD route`.
+    pub(crate) fn endpoint(self, caller: &Caller<'_>) -> String {
+        match self {
+            Protocol::Grpc => caller.uri.path().to_owned(),
+            Protocol::Http => {
+                #[cfg(feature = "axum")]
+                if let Some(route) = caller.extensions.get::<axum::extract::MatchedPath>() {
+                    return format!("{} {}", caller.method, route.as_str());
+                }
+                format!("{} {}", caller.method, caller.uri.path())
+            }
+        }
+    }
+}

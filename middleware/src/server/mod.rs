@@ -1,0 +1,401 @@
+//! The server side: [`ServerLayer`] and [`Server`].
+//!
+//! For every request the server
+//!
+//! 1. decides the trigger: a trusted caller's propagated trigger, else an
+//!    operator's `x-cpt-force` with a valid credential ([`ForceAuth`]), else
+//!    the service's own sampler. Untraced requests pay for a header lookup
+//!    and the sampler, and nothing after that;
+//! 2. makes the request's root node, named after the gRPC method or HTTP
+//!    route, and runs the inner service inside it;
+//! 3. ends the root when the response is ready and, if a trusted caller asked
+//!    for it, returns the path: in the response headers when the whole body
+//!    was ready with the headers (unary calls, full HTTP bodies, trailers-only
+//!    gRPC errors), else in the trailers, with the root ending at the
+//!    stream's last message ([`StreamEnd`]);
+//! 4. when this service is the request's entry point (no trusted caller asked
+//!    for the path), the SDK emits the record through its sink, with the W3C
+//!    trace id from `traceparent` when present.
+//!
+//! # How "the whole body was ready" is decided
+//!
+//! When the inner service's future resolves, the server polls the response
+//! body (in the same task, without waiting) for up to
+//! [`EAGER_FRAMES`] frames. If the body ends (or yields its trailers) within
+//! them, the response is complete: the root ends now and the path goes into
+//! the headers; the frames are replayed unchanged. If the body is still
+//! pending, the response streams: the root ends with the stream. This needs no
+//! per-method configuration and matches tonic, whose unary responses are
+//! ready with their headers while streaming ones are produced as the body is
+//! polled.
+
+mod body;
+mod future;
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use cpt_sdk::{Labels, Trigger};
+use http::{HeaderValue, Request, Response};
+use tower_layer::Layer;
+use tower_service::Service;
+
+pub use body::ResponseBody;
+pub use future::ResponseFuture;
+
+use crate::credential::ForceAuth;
+use crate::glue;
+use crate::stats::{Counters, Stats};
+use crate::trust::{Caller, DefaultTrust, TrustPolicy};
+use crate::{Protocol, header};
+
+/// How many body frames the server polls ahead to tell a complete response
+/// from a streaming one.
+pub const EAGER_FRAMES: usize = 16;
+
+/// Where a streaming response's root node ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// At the stream's last message (CPT's definition): the callee's segment
+    /// covers producing the whole stream. The default.
+    #[default]
+    LastMessage,
+    /// At the stream's first message: the segment measures time to first
+    /// response; the path still travels in the trailers.
+    FirstMessage,
+}
+
+type EndpointFn = dyn Fn(&Caller<'_>) -> String + Send + Sync;
+type LabelsFn = dyn Fn(&Caller<'_>) -> Labels + Send + Sync;
+
+pub(crate) struct ServerConfig {
+    pub(crate) service: Arc<str>,
+    pub(crate) protocol: Protocol,
+    pub(crate) trust: Box<dyn TrustPolicy>,
+    pub(crate) force: ForceAuth,
+    pub(crate) sampler: glue::SharedSampler,
+    pub(crate) stream_end: StreamEnd,
+    pub(crate) max_path_bytes: usize,
+    pub(crate) endpoint: Option<Box<EndpointFn>>,
+    pub(crate) labels: Option<Box<LabelsFn>>,
+    pub(crate) counters: Arc<Counters>,
+}
+
+/// A tower [`Layer`] that makes each request a critical-path root node and
+/// returns its path to trusted callers.
+///
+/// # Examples
+///
+/// ```no_run
+/// use cpt_middleware::{ForceAuth, ServerLayer, SharedSecret};
+/// let layer = ServerLayer::grpc("B")
+///     .with_trust(SharedSecret::new("callers-secret"))
+///     .with_force_auth(ForceAuth::none().hmac_key("ops-key"));
+/// // tonic::transport::Server::builder().layer(layer).add_service(...)
+/// # let _ = layer;
+/// ```
+#[derive(Clone)]
+pub struct ServerLayer {
+    config: Arc<ServerConfig>,
+}
+
+impl ServerLayer {
+    /// A layer for a tonic (gRPC) server of service `service`: root nodes are
+    /// named after the gRPC method path (`/package.Service/Method`).
+    pub fn grpc(service: impl Into<Arc<str>>) -> Self {
+        Self::new(service.into(), Protocol::Grpc)
+    }
+
+    /// A layer for an HTTP server (axum, hyper) of service `service`: root
+    /// nodes are named `METHOD route`, with axum's `MatchedPath` as the route
+    /// when present (feature `axum`), else the URI path.
+    pub fn http(service: impl Into<Arc<str>>) -> Self {
+        Self::new(service.into(), Protocol::Http)
+    }
+
+    fn new(service: Arc<str>, protocol: Protocol) -> Self {
+        ServerLayer {
+            config: Arc::new(ServerConfig {
+                service,
+                protocol,
+                trust: Box::new(DefaultTrust),
+                force: ForceAuth::none(),
+                sampler: glue::default_sampler(),
+                stream_end: StreamEnd::default(),
+                max_path_bytes: glue::DEFAULT_MAX_PATH_BYTES,
+                endpoint: None,
+                labels: None,
+                counters: Counters::new(),
+            }),
+        }
+    }
+
+    fn config_mut(&mut self) -> &mut ServerConfig {
+        Arc::get_mut(&mut self.config)
+            .expect("configure a ServerLayer before cloning it or making services")
+    }
+
+    /// Which callers are trusted (default: none, [`DefaultTrust`]).
+    #[must_use]
+    pub fn with_trust(mut self, trust: impl TrustPolicy) -> Self {
+        self.config_mut().trust = Box::new(trust);
+        self
+    }
+
+    /// Which `x-cpt-force` credentials are accepted (default: none).
+    #[must_use]
+    pub fn with_force_auth(mut self, force: ForceAuth) -> Self {
+        self.config_mut().force = force;
+        self
+    }
+
+    /// The sampler deciding requests that arrive without a trusted trigger.
+    #[must_use]
+    pub fn with_sampler(mut self, sampler: impl Into<glue::SharedSampler>) -> Self {
+        self.config_mut().sampler = sampler.into();
+        self
+    }
+
+    /// Where a streaming response's segment ends (default: last message).
+    #[must_use]
+    pub fn with_stream_end(mut self, end: StreamEnd) -> Self {
+        self.config_mut().stream_end = end;
+        self
+    }
+
+    /// The size limit of a returned path in wire bytes; larger paths are
+    /// coarsened and marked truncated by the codec.
+    #[must_use]
+    pub fn with_max_path_bytes(mut self, max: usize) -> Self {
+        self.config_mut().max_path_bytes = max;
+        self
+    }
+
+    /// Name root nodes with this function instead of the method / route.
+    #[must_use]
+    pub fn with_endpoint_fn(
+        mut self,
+        f: impl Fn(&Caller<'_>) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.config_mut().endpoint = Some(Box::new(f));
+        self
+    }
+
+    /// Label traced requests (A/B arm, region, …); called only for traced
+    /// requests.
+    #[must_use]
+    pub fn on_labels(mut self, f: impl Fn(&Caller<'_>) -> Labels + Send + Sync + 'static) -> Self {
+        self.config_mut().labels = Some(Box::new(f));
+        self
+    }
+
+    /// What this layer's services ignored or withheld so far.
+    pub fn stats(&self) -> Stats {
+        self.config.counters.snapshot()
+    }
+}
+
+impl fmt::Debug for ServerLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerLayer")
+            .field("service", &self.config.service)
+            .field("protocol", &self.config.protocol)
+            .field("force", &self.config.force)
+            .field("stream_end", &self.config.stream_end)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Layer<S> for ServerLayer {
+    type Service = Server<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Server {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The service [`ServerLayer`] makes.
+#[derive(Clone)]
+pub struct Server<S> {
+    inner: S,
+    config: Arc<ServerConfig>,
+}
+
+impl<S> Server<S> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming the wrapper.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Server<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field("inner", &self.inner)
+            .field("service", &self.config.service)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for Server<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: http_body::Body,
+{
+    type Response = Response<ResponseBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ResB>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let config = &self.config;
+        let decision = decide(config, &req);
+        let Some(decision) = decision else {
+            return ResponseFuture::untraced(self.inner.call(req));
+        };
+        let caller = caller_of(&req);
+        let endpoint = match &config.endpoint {
+            Some(f) => f(&caller),
+            None => config.protocol.endpoint(&caller),
+        };
+        let labels = config
+            .labels
+            .as_ref()
+            .map(|f| f(&caller))
+            .unwrap_or_default();
+        let request_id = req
+            .headers()
+            .get(header::REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .unwrap_or_else(glue::new_request_id);
+        let trace_id = req
+            .headers()
+            .get(header::TRACEPARENT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(header::trace_id_from_traceparent)
+            .map(str::to_owned);
+        let root = glue::begin_root(glue::RootOptions {
+            service: config.service.clone(),
+            endpoint,
+            trigger: decision.trigger,
+            request_id,
+            trace_id,
+            labels,
+            emit_record: !decision.return_path,
+        });
+        let fut = {
+            let _entered = root.enter();
+            self.inner.call(req)
+        };
+        ResponseFuture::traced(
+            fut,
+            Box::new(Ending {
+                root,
+                config: config.clone(),
+                return_path: decision.return_path,
+            }),
+        )
+    }
+}
+
+struct Decision {
+    trigger: Trigger,
+    return_path: bool,
+}
+
+fn caller_of<B>(req: &Request<B>) -> Caller<'_> {
+    Caller {
+        method: req.method(),
+        uri: req.uri(),
+        headers: req.headers(),
+        extensions: req.extensions(),
+    }
+}
+
+/// The trigger decision (see the module docs); `None` is untraced.
+fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
+    let headers = req.headers();
+    let propagated = headers.get(header::TRIGGER);
+    let force = headers.get(header::FORCE);
+    if propagated.is_some() || force.is_some() {
+        if let Some(value) = propagated {
+            let trigger = value.to_str().ok().and_then(Trigger::parse);
+            if trigger.is_some() && config.trust.is_trusted(&caller_of(req)) {
+                let wants = headers.contains_key(header::WANT_PATH);
+                return trigger.map(|trigger| Decision {
+                    trigger,
+                    return_path: wants,
+                });
+            }
+            Counters::bump(&config.counters.trigger_untrusted);
+            if headers.contains_key(header::WANT_PATH) {
+                Counters::bump(&config.counters.path_withheld);
+            }
+        }
+        if let Some(credential) = force {
+            let request_id = headers
+                .get(header::REQUEST_ID)
+                .and_then(|v| v.to_str().ok());
+            if config.force.verify(request_id, credential.as_bytes()) {
+                return Some(Decision {
+                    trigger: Trigger::Forced,
+                    return_path: false,
+                });
+            }
+            config.counters.force_rejected();
+        }
+    }
+    glue::sample(&config.sampler).map(|trigger| Decision {
+        trigger,
+        return_path: false,
+    })
+}
+
+/// The open root node of a traced request, until its path is computed.
+pub(crate) struct Ending {
+    root: tracing::Span,
+    config: Arc<ServerConfig>,
+    return_path: bool,
+}
+
+impl Ending {
+    fn at_first_message(&self) -> bool {
+        self.config.stream_end == StreamEnd::FirstMessage
+    }
+
+    fn span(&self) -> &tracing::Span {
+        &self.root
+    }
+
+    /// End the root node now; the encoded path when it is to be returned.
+    fn finish(self: Box<Self>) -> Option<HeaderValue> {
+        let path = glue::finish_root(&self.root)?;
+        if !self.return_path {
+            return None;
+        }
+        let value = glue::encode_header(&path, self.config.max_path_bytes);
+        if value.is_some() {
+            Counters::bump(&self.config.counters.paths_returned);
+        }
+        value
+    }
+}
