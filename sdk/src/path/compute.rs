@@ -1,0 +1,1135 @@
+//! The backwards walk: from a request's node graph to its [`CriticalPath`]
+//! (CPT Fig. 2).
+//!
+//! This module is pure: it takes a [`Graph`] of [`Node`]s with their
+//! timelines (in [`Duration`]s since any common origin) and returns the path.
+//! The tracing layer builds the graph from spans; tests and offline tools can
+//! build it by hand.
+//!
+//! # How the walk works
+//!
+//! A node's timeline runs from its creation to its end. Before its first
+//! poll it is *queued*. After that, at every instant it is either *busy*
+//! (it is itself running: entered, and no child of it is entered inside it
+//! on the same thread) or *waiting*. Waits end with a [`Resumption`].
+//!
+//! The walk starts at the root's end with a cursor and moves it backwards,
+//! emitting segments that tile the request exactly:
+//!
+//! - **busy**: the node's own time is on the path (stack: the node).
+//! - **wait**: the *blocker* is the dependency whose end came last before the
+//!   cursor within the wait (an explicit [`Resumption::blocker`] wins; else
+//!   the child node that ended last inside the wait). The walk jumps into the
+//!   blocker, whose own critical path covers the time back to the blocker's
+//!   start, and then continues in the waiting node from there. Children that
+//!   ended before the wait began, or that were still running when it ended,
+//!   are off the path (CPT Fig. 2b, 2c).
+//! - a child polled *inside* the node's busy time on the same thread (a
+//!   `join!` branch, a `select!` arm) is running on the node's behalf: that
+//!   slice is the child's (CPU-bound `join!` children serialise, so all of
+//!   them are on the path).
+//! - a wait with no blocker is **unattributed** on the waiting node, except
+//!   while a blocker that the walk just left was *queued* (created, not yet
+//!   polled): that time is the blocker's **queueing**.
+//! - an RPC node with a callee outcome attached is replaced by the callee's
+//!   path via [`merge::splice`](super::merge::splice) (network/undercount,
+//!   overcount, blind spot).
+//!
+//! The segments sum to the root's latency exactly, whatever the input: times
+//! are clamped into the root's lifetime, every node is jumped into at most
+//! once, the walk is an explicit loop with a step budget (no recursion, so
+//! hostile depth cannot overflow the stack), and whatever the budget leaves
+//! is reported as unattributed time on the root.
+
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+use super::merge::{self, Callee};
+use super::{CriticalPath, Frame, FrameId, SegmentKind};
+
+/// Stacks deeper than this keep their root-most frames; the time of the
+/// folded frames is counted in [`Accounting::truncated`](super::Accounting::truncated).
+pub const MAX_STACK_DEPTH: usize = 128;
+
+/// A node of a request's graph: its index in the [`Graph`], plus one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(NonZeroU64);
+
+impl NodeId {
+    /// The id of the node at `index` in its graph.
+    pub fn from_index(index: usize) -> NodeId {
+        NodeId(NonZeroU64::new(index as u64 + 1).expect("index + 1 is never zero"))
+    }
+
+    /// The node's index in its graph.
+    pub fn index(self) -> usize {
+        (self.0.get() - 1) as usize
+    }
+}
+
+/// An interval during which a node was entered (being polled / running).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Busy {
+    /// When the node was entered.
+    pub start: Duration,
+    /// When it was exited.
+    pub end: Duration,
+    /// True when the node was entered inside its parent's busy interval on
+    /// the same thread (a future polled by its parent's poll): this time is
+    /// taken out of the parent's own busy time.
+    pub nested: bool,
+}
+
+/// A node continuing after a wait, and what it was blocked on.
+///
+/// `blocker: None` means nothing explicit is known: the walk then uses the
+/// child that ended last inside the wait, and if there is none the wait is
+/// unattributed. Framework helpers that know the dependency (the task graph:
+/// "which input completed last") set `blocker`; a resumption `at` the node's
+/// first poll says what the node was queued behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resumption {
+    /// When the node resumed.
+    pub at: Duration,
+    /// The dependency whose end came last before the resumption.
+    pub blocker: Option<NodeId>,
+}
+
+/// What came back from a callee for an RPC node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CalleeOutcome {
+    /// The callee's decoded critical path.
+    Path(CriticalPath),
+    /// No usable path came back; the call is one blind-spot leaf naming the
+    /// callee.
+    BlindSpot {
+        /// Who was called (a service name or an address).
+        callee: String,
+    },
+}
+
+/// One node of a request: a span, a task, an outbound RPC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// The node this one was created under (`None` for the root).
+    pub parent: Option<NodeId>,
+    /// The node's frame (service, name, location).
+    pub frame: Frame,
+    /// When the node was created.
+    pub created: Duration,
+    /// When it was first entered; `None` if it never ran.
+    pub first_poll: Option<Duration>,
+    /// When it ended (its last exit); `None` if it has not ended.
+    pub end: Option<Duration>,
+    /// When it was entered, in any order.
+    pub busy: Vec<Busy>,
+    /// Explicit resumptions (see [`Resumption`]).
+    pub resumptions: Vec<Resumption>,
+    /// The callee's outcome, for an RPC node.
+    pub callee: Option<CalleeOutcome>,
+}
+
+impl Node {
+    /// A node created at `created`, not yet run.
+    pub fn new(frame: Frame, created: Duration) -> Node {
+        Node {
+            parent: None,
+            frame,
+            created,
+            first_poll: None,
+            end: None,
+            busy: Vec::new(),
+            resumptions: Vec::new(),
+            callee: None,
+        }
+    }
+}
+
+/// The nodes of one request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Graph {
+    nodes: Vec<Node>,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Graph {
+        Graph::default()
+    }
+
+    /// Add a node, returning its id.
+    pub fn push(&mut self, node: Node) -> NodeId {
+        self.nodes.push(node);
+        NodeId::from_index(self.nodes.len() - 1)
+    }
+
+    /// The node behind an id, if the id is from this graph.
+    pub fn get(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(id.index())
+    }
+
+    /// The node behind an id, mutably.
+    pub fn get_mut(&mut self, id: NodeId) -> Option<&mut Node> {
+        self.nodes.get_mut(id.index())
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True when there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The nodes, indexed by [`NodeId::index`].
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+}
+
+/// Compute the critical path of the request rooted at `root`, which ended at
+/// `end`.
+///
+/// The segments sum exactly to `end - root.created` (zero if `end` is before
+/// the root's creation, or if `root` is not in the graph).
+pub fn compute(graph: &Graph, root: NodeId, end: Duration) -> CriticalPath {
+    let mut path = CriticalPath::new();
+    let Some(root_node) = graph.get(root) else {
+        return path;
+    };
+    let end_ns = ns(end);
+    let start_ns = ns(root_node.created).min(end_ns);
+    let prep = prepare(graph, root.index(), start_ns, end_ns);
+    let pieces = walk(&prep, root.index(), start_ns, end_ns);
+    emit(graph, &prep, root.index(), pieces, &mut path);
+    debug_assert_eq!(
+        path.total(),
+        Duration::from_nanos(end_ns - start_ns),
+        "critical path must sum to the root's latency; this is a bug"
+    );
+    path
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A node's timeline, clamped into the root's lifetime, in nanoseconds.
+#[derive(Debug, Default)]
+struct Prep {
+    created: u64,
+    first_poll: u64,
+    end: u64,
+    ended: bool,
+    /// Own busy time: entered minus nested children, sorted, disjoint.
+    own: Vec<(u64, u64)>,
+    /// Ends of children that ended, sorted by end.
+    child_ends: Vec<(u64, usize)>,
+    /// Busy intervals of children nested in this node, sorted by start.
+    nested: Vec<(u64, u64, usize)>,
+    /// Explicit resumptions with a blocker, sorted by time.
+    explicit: Vec<(u64, usize)>,
+    parent: Option<usize>,
+    callee: bool,
+}
+
+fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Vec<Prep> {
+    let clamp = |d: Duration| ns(d).clamp(start, stop);
+    let n = graph.nodes.len();
+    let mut prep: Vec<Prep> = Vec::with_capacity(n);
+    let mut busy: Vec<Vec<(u64, u64)>> = Vec::with_capacity(n);
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let created = clamp(node.created);
+        let (end, ended) = match node.end {
+            Some(e) if i != root => (clamp(e).max(created), true),
+            _ => (stop.max(created), i == root),
+        };
+        let first_poll = node
+            .first_poll
+            .map_or(end, |p| clamp(p).clamp(created, end));
+        let mut b: Vec<(u64, u64)> = node
+            .busy
+            .iter()
+            .map(|iv| (clamp(iv.start).max(first_poll), clamp(iv.end).min(end)))
+            .filter(|(s, e)| s < e)
+            .collect();
+        b.sort_unstable();
+        busy.push(union(b));
+        let parent = node
+            .parent
+            .map(NodeId::index)
+            .filter(|&p| p < n && p != i && i != root);
+        let mut explicit: Vec<(u64, usize)> = node
+            .resumptions
+            .iter()
+            .filter_map(|r| {
+                let b = r.blocker?.index();
+                (b < n && b != i).then(|| (clamp(r.at), b))
+            })
+            .collect();
+        explicit.sort_unstable();
+        prep.push(Prep {
+            created,
+            first_poll,
+            end,
+            ended,
+            explicit,
+            parent,
+            callee: node.callee.is_some(),
+            ..Prep::default()
+        });
+    }
+    let mut nested_of: Vec<Vec<(u64, u64)>> = vec![Vec::new(); n];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let Some(p) = prep[i].parent else { continue };
+        if prep[i].ended {
+            let e = prep[i].end;
+            prep[p].child_ends.push((e, i));
+        }
+        let fp = prep[i].first_poll;
+        let end = prep[i].end;
+        for iv in node.busy.iter().filter(|iv| iv.nested) {
+            let (s, e) = (clamp(iv.start).max(fp), clamp(iv.end).min(end));
+            if s < e {
+                prep[p].nested.push((s, e, i));
+                nested_of[p].push((s, e));
+            }
+        }
+    }
+    for (i, p) in prep.iter_mut().enumerate() {
+        p.child_ends.sort_unstable();
+        p.nested.sort_unstable();
+        let mut carve = std::mem::take(&mut nested_of[i]);
+        carve.sort_unstable();
+        p.own = subtract(&busy[i], &union(carve));
+    }
+    prep
+}
+
+/// Merge overlapping sorted intervals.
+fn union(sorted: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
+    for (s, e) in sorted {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+/// `a` minus `b`, both sorted and disjoint.
+fn subtract(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::with_capacity(a.len());
+    let mut j = 0;
+    for &(s, e) in a {
+        let mut s = s;
+        while j < b.len() && b[j].1 <= s {
+            j += 1;
+        }
+        let mut k = j;
+        while k < b.len() && b[k].0 < e {
+            if b[k].0 > s {
+                out.push((s, b[k].0));
+            }
+            s = s.max(b[k].1);
+            k += 1;
+        }
+        if s < e {
+            out.push((s, e));
+        }
+    }
+    out
+}
+
+/// What the walk found, latest first.
+#[derive(Debug)]
+enum Piece {
+    Seg {
+        node: usize,
+        dur: u64,
+        kind: SegmentKind,
+    },
+    Splice {
+        node: usize,
+        observed: u64,
+    },
+}
+
+#[derive(Debug)]
+struct WalkFrame {
+    node: usize,
+    /// The walk may not go below this in this node (inherited floor).
+    limit: u64,
+    /// A blocker the walk left while it was queued: `(node, created)`.
+    queued: Option<(usize, u64)>,
+}
+
+fn walk(prep: &[Prep], root: usize, start: u64, stop: u64) -> Vec<Piece> {
+    let mut pieces = Vec::new();
+    let mut visited = vec![false; prep.len()];
+    let mut on_stack = vec![false; prep.len()];
+    visited[root] = true;
+    on_stack[root] = true;
+    let mut stack = vec![WalkFrame {
+        node: root,
+        limit: start,
+        queued: None,
+    }];
+    let mut cursor = stop;
+    let work: usize = prep
+        .iter()
+        .map(|p| p.own.len() + p.nested.len() + p.child_ends.len() + p.explicit.len() + 2)
+        .sum();
+    let mut budget = work.saturating_mul(8).saturating_add(1024);
+
+    let seg = |pieces: &mut Vec<Piece>, node, lo: u64, hi: u64, kind| {
+        if hi > lo {
+            pieces.push(Piece::Seg {
+                node,
+                dur: hi - lo,
+                kind,
+            });
+        }
+    };
+
+    while let Some(top) = stack.last_mut() {
+        let n = top.node;
+        let p = &prep[n];
+        let floor = p.created.max(top.limit);
+        if cursor <= floor || budget == 0 {
+            if budget == 0 {
+                // Give up on detail; keep the total exact.
+                seg(&mut pieces, root, start, cursor, SegmentKind::Unattributed);
+                cursor = start;
+                break;
+            }
+            on_stack[n] = false;
+            stack.pop();
+            continue;
+        }
+        budget -= 1;
+        let t = cursor;
+
+        // Beyond the node's end (defensive; jumps clamp first).
+        if t > p.end {
+            let lo = p.end.max(floor);
+            seg(&mut pieces, n, lo, t, SegmentKind::Unattributed);
+            cursor = lo;
+            continue;
+        }
+
+        // Queued: created, not yet polled.
+        if t <= p.first_poll {
+            if let Some(&(_, b)) = latest_in(&p.explicit, floor, t, |e| e.0)
+                .filter(|&&(_, b)| eligible(b, &visited, &on_stack, prep))
+            {
+                let be = prep[b].end.min(t).max(floor);
+                seg(&mut pieces, n, be, t, SegmentKind::Queueing);
+                cursor = be;
+                jump(
+                    &mut stack,
+                    &mut pieces,
+                    &mut visited,
+                    &mut on_stack,
+                    prep,
+                    b,
+                    &mut cursor,
+                );
+                continue;
+            }
+            if stack.len() == 1 {
+                seg(&mut pieces, n, floor, t, SegmentKind::Queueing);
+                cursor = floor;
+            } else {
+                let q = (n, floor);
+                on_stack[n] = false;
+                stack.pop();
+                if let Some(parent) = stack.last_mut() {
+                    parent.queued = Some(q);
+                }
+            }
+            continue;
+        }
+
+        // Own busy time.
+        let k = p.own.partition_point(|iv| iv.0 < t);
+        let g0 = if k > 0 {
+            let (s, e) = p.own[k - 1];
+            if e >= t {
+                let lo = s.max(floor);
+                seg(&mut pieces, n, lo, t, SegmentKind::Busy);
+                cursor = lo;
+                continue;
+            }
+            e.max(p.first_poll)
+        } else {
+            p.first_poll
+        };
+
+        // Waiting since g0. Explicit blocker, or the child that ended last
+        // (only events above the floor can explain time above it).
+        let g0 = g0.max(floor);
+        let explicit = latest_in(&p.explicit, g0, t, |e| e.0)
+            .filter(|&&(_, b)| eligible(b, &visited, &on_stack, prep))
+            .copied();
+        let inferred = {
+            let hi = p.child_ends.partition_point(|e| e.0 <= t);
+            p.child_ends[..hi]
+                .iter()
+                .rev()
+                .take_while(|e| e.0 > g0)
+                .find(|e| eligible(e.1, &visited, &on_stack, prep))
+                .copied()
+        };
+        let blocker = match (explicit, inferred) {
+            (Some(x), Some(c)) => Some(if c.0 > x.0 { c } else { x }),
+            (x, c) => x.or(c),
+        };
+        if let Some((at, b)) = blocker
+            && at == t
+        {
+            let be = prep[b].end.min(t).max(floor);
+            unattributed(&mut pieces, top, n, be, t);
+            cursor = be;
+            jump(
+                &mut stack,
+                &mut pieces,
+                &mut visited,
+                &mut on_stack,
+                prep,
+                b,
+                &mut cursor,
+            );
+            continue;
+        }
+
+        // A child polled inside this node's poll, on its behalf.
+        let j = p.nested.partition_point(|iv| iv.0 < t);
+        if j > 0 {
+            let (s, e, c) = p.nested[j - 1];
+            if e >= t && !on_stack[c] {
+                on_stack[c] = true;
+                let limit = s.max(top.limit);
+                stack.push(WalkFrame {
+                    node: c,
+                    limit,
+                    queued: None,
+                });
+                continue;
+            }
+        }
+
+        // Unattributed down to the latest event before the cursor.
+        let nested_end = p.nested[..j]
+            .iter()
+            .map(|iv| iv.1)
+            .filter(|&e| e < t)
+            .max()
+            .unwrap_or(0);
+        let lo = g0
+            .max(blocker.map_or(0, |b| b.0))
+            .max(nested_end)
+            .max(floor);
+        unattributed(&mut pieces, top, n, lo, t);
+        cursor = lo;
+    }
+    if cursor > start {
+        seg(&mut pieces, root, start, cursor, SegmentKind::Unattributed);
+    }
+    pieces
+}
+
+fn eligible(b: usize, visited: &[bool], on_stack: &[bool], prep: &[Prep]) -> bool {
+    !visited[b] && !on_stack[b] && prep[b].ended
+}
+
+/// Emit a wait of `n` over `(lo, hi]`: the part after a queued blocker's
+/// creation is that blocker's queueing, the rest unattributed on `n`.
+fn unattributed(pieces: &mut Vec<Piece>, top: &mut WalkFrame, n: usize, lo: u64, hi: u64) {
+    if hi <= lo {
+        return;
+    }
+    let mut hi = hi;
+    if let Some((q, since)) = top.queued {
+        let mid = since.max(lo);
+        if hi > mid {
+            pieces.push(Piece::Seg {
+                node: q,
+                dur: hi - mid,
+                kind: SegmentKind::Queueing,
+            });
+            hi = mid;
+        }
+        if lo <= since {
+            top.queued = None;
+        }
+    }
+    if hi > lo {
+        pieces.push(Piece::Seg {
+            node: n,
+            dur: hi - lo,
+            kind: SegmentKind::Unattributed,
+        });
+    }
+}
+
+/// Jump into blocker `b` at the cursor (which is at or before `b`'s end).
+/// An RPC node with a callee outcome is not walked: the callee's path
+/// covers it (spliced later).
+fn jump(
+    stack: &mut Vec<WalkFrame>,
+    pieces: &mut Vec<Piece>,
+    visited: &mut [bool],
+    on_stack: &mut [bool],
+    prep: &[Prep],
+    b: usize,
+    cursor: &mut u64,
+) {
+    visited[b] = true;
+    let limit = stack.last().map_or(0, |f| f.limit);
+    if prep[b].callee {
+        let lo = prep[b].created.max(limit).min(*cursor);
+        if *cursor > lo {
+            pieces.push(Piece::Splice {
+                node: b,
+                observed: *cursor - lo,
+            });
+        }
+        *cursor = lo;
+        return;
+    }
+    on_stack[b] = true;
+    stack.push(WalkFrame {
+        node: b,
+        limit,
+        queued: None,
+    });
+}
+
+fn latest_le<T>(v: &[T], t: u64, key: impl Fn(&T) -> u64) -> Option<&T> {
+    let k = v.partition_point(|e| key(e) <= t);
+    k.checked_sub(1).map(|i| &v[i])
+}
+
+fn latest_in<T>(v: &[T], lo: u64, hi: u64, key: impl Fn(&T) -> u64) -> Option<&T> {
+    latest_le(v, hi, &key).filter(|e| key(e) > lo)
+}
+
+/// Turn pieces (latest first) into the path, resolving stacks and splicing
+/// callees.
+fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mut CriticalPath) {
+    let mut stacks = Stacks {
+        memo: vec![None; prep.len()],
+        deep: vec![false; prep.len()],
+    };
+    for piece in pieces.into_iter().rev() {
+        match piece {
+            Piece::Seg { node, dur, kind } => {
+                let d = Duration::from_nanos(dur);
+                let (stack, deep) = stacks.get(graph, prep, root, node, path);
+                match kind {
+                    SegmentKind::Queueing => {
+                        path.accounting.queueing = path.accounting.queueing.saturating_add(d)
+                    }
+                    SegmentKind::Unattributed => {
+                        path.accounting.unattributed =
+                            path.accounting.unattributed.saturating_add(d)
+                    }
+                    _ => {}
+                }
+                if deep {
+                    path.accounting.truncated = path.accounting.truncated.saturating_add(d);
+                }
+                path.push(stack, d, kind);
+            }
+            Piece::Splice { node, observed } => {
+                let (prefix, deep) = stacks.get(graph, prep, root, node, path);
+                let d = Duration::from_nanos(observed);
+                if deep {
+                    path.accounting.truncated = path.accounting.truncated.saturating_add(d);
+                }
+                let callee = match &graph.nodes[node].callee {
+                    Some(CalleeOutcome::Path(p)) => Callee::Path(p),
+                    Some(CalleeOutcome::BlindSpot { callee }) => Callee::BlindSpot { callee },
+                    None => {
+                        path.push(prefix, d, SegmentKind::Busy);
+                        continue;
+                    }
+                };
+                merge::splice(path, &prefix, d, callee);
+            }
+        }
+    }
+}
+
+/// Frame stacks of nodes, root first, memoised; built without recursion.
+struct Stacks {
+    memo: Vec<Option<Vec<FrameId>>>,
+    deep: Vec<bool>,
+}
+
+impl Stacks {
+    fn get(
+        &mut self,
+        graph: &Graph,
+        prep: &[Prep],
+        root: usize,
+        node: usize,
+        path: &mut CriticalPath,
+    ) -> (Vec<FrameId>, bool) {
+        if self.memo[root].is_none() {
+            self.memo[root] = Some(vec![path.intern(graph.nodes[root].frame.clone())]);
+        }
+        // Climb to a known ancestor; a chain longer than the graph is a cycle.
+        let mut chain = Vec::new();
+        let mut cur = node;
+        let mut known = None;
+        for _ in 0..=prep.len() {
+            if self.memo[cur].is_some() {
+                known = Some(cur);
+                break;
+            }
+            chain.push(cur);
+            match prep[cur].parent {
+                Some(p) => cur = p,
+                None => break,
+            }
+        }
+        // Unknown ancestry (not under the root, or a cycle): hang it under the root.
+        let mut base = known.unwrap_or(root);
+        for &c in chain.iter().rev() {
+            if c == root {
+                continue;
+            }
+            let parent = self.memo[base].as_ref().expect("base is memoised");
+            let (mut stack, mut deep) = (parent.clone(), self.deep[base]);
+            if stack.len() < MAX_STACK_DEPTH {
+                stack.push(path.intern(graph.nodes[c].frame.clone()));
+            } else {
+                deep = true;
+            }
+            self.memo[c] = Some(stack);
+            self.deep[c] = deep;
+            base = c;
+        }
+        (
+            self.memo[node].clone().expect("node is memoised"),
+            self.deep[node],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Build a node: `busy` as `(start_ms, end_ms, nested)`.
+    fn add(
+        g: &mut Graph,
+        parent: Option<NodeId>,
+        name: &str,
+        created: u64,
+        end: Option<u64>,
+        busy: &[(u64, u64, bool)],
+    ) -> NodeId {
+        let mut n = Node::new(Frame::new("A", name), ms(created));
+        n.parent = parent;
+        n.first_poll = busy.iter().map(|b| ms(b.0)).min();
+        n.end = end.map(ms);
+        n.busy = busy
+            .iter()
+            .map(|&(s, e, nested)| Busy {
+                start: ms(s),
+                end: ms(e),
+                nested,
+            })
+            .collect();
+        g.push(n)
+    }
+
+    /// `(stack joined by '/', ms, kind)` of each segment.
+    fn segs(p: &CriticalPath) -> Vec<(String, u64, SegmentKind)> {
+        p.segments()
+            .iter()
+            .map(|s| {
+                let names: Vec<&str> = p.stack_frames(s).map(|f| &*f.name).collect();
+                (names.join("/"), s.duration.as_millis() as u64, s.kind)
+            })
+            .collect()
+    }
+
+    fn check(p: &CriticalPath, expected: &[(&str, u64, SegmentKind)]) {
+        let got = segs(p);
+        let want: Vec<_> = expected
+            .iter()
+            .map(|(s, d, k)| (s.to_string(), *d, *k))
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    use SegmentKind::{Busy as B, Queueing as Q, Unattributed as U};
+
+    #[test]
+    fn cpt_fig2a_sequential() {
+        let mut g = Graph::new();
+        let a1 = add(
+            &mut g,
+            None,
+            "A1",
+            0,
+            None,
+            &[(0, 5, false), (25, 33, false), (35, 35, false)],
+        );
+        add(&mut g, Some(a1), "B1", 5, Some(25), &[(5, 25, false)]);
+        add(&mut g, Some(a1), "A2", 33, Some(35), &[(33, 35, false)]);
+        let p = compute(&g, a1, ms(35));
+        check(
+            &p,
+            &[
+                ("A1", 5, B),
+                ("A1/B1", 20, B),
+                ("A1", 8, B),
+                ("A1/A2", 2, B),
+            ],
+        );
+    }
+
+    #[test]
+    fn cpt_fig2b_parallel() {
+        let mut g = Graph::new();
+        let a1 = add(
+            &mut g,
+            None,
+            "A1",
+            0,
+            None,
+            &[(0, 5, false), (25, 33, false)],
+        );
+        add(&mut g, Some(a1), "B1", 5, Some(25), &[(5, 25, false)]);
+        add(&mut g, Some(a1), "A2", 5, Some(7), &[(5, 7, false)]);
+        let p = compute(&g, a1, ms(33));
+        check(&p, &[("A1", 5, B), ("A1/B1", 20, B), ("A1", 8, B)]);
+    }
+
+    #[test]
+    fn cpt_fig2c_overlap() {
+        let mut g = Graph::new();
+        // A1 computes 0..10 while B1 runs 3..17, waits, then computes 17..27.
+        let a1 = add(
+            &mut g,
+            None,
+            "A1",
+            0,
+            None,
+            &[(0, 10, false), (17, 27, false)],
+        );
+        add(&mut g, Some(a1), "B1", 3, Some(17), &[(3, 17, false)]);
+        let p = compute(&g, a1, ms(27));
+        check(&p, &[("A1", 3, B), ("A1/B1", 14, B), ("A1", 10, B)]);
+    }
+
+    #[test]
+    fn nested_io_join_waits_are_the_slow_childs() {
+        // P polls C1 and C2 inside its own polls; both sleep (unattributed).
+        let mut g = Graph::new();
+        let p = add(
+            &mut g,
+            None,
+            "P",
+            0,
+            None,
+            &[(0, 1, false), (20, 21, false), (30, 32, false)],
+        );
+        add(
+            &mut g,
+            Some(p),
+            "C1",
+            0,
+            Some(20),
+            &[(0, 1, true), (20, 21, true)],
+        );
+        add(
+            &mut g,
+            Some(p),
+            "C2",
+            0,
+            Some(31),
+            &[(0, 1, true), (20, 21, true), (30, 31, true)],
+        );
+        let path = compute(&g, p, ms(32));
+        check(
+            &path,
+            &[
+                ("P/C2", 1, B),
+                ("P/C2", 19, U),
+                ("P/C2", 1, B),
+                ("P/C2", 9, U),
+                ("P/C2", 1, B),
+                ("P", 1, B),
+            ],
+        );
+    }
+
+    #[test]
+    fn cpu_bound_join_children_are_serialised_on_the_path() {
+        let mut g = Graph::new();
+        let p = add(&mut g, None, "P", 0, None, &[(0, 20, false)]);
+        add(&mut g, Some(p), "C1", 0, Some(10), &[(0, 10, true)]);
+        add(&mut g, Some(p), "C2", 0, Some(20), &[(10, 20, true)]);
+        let path = compute(&g, p, ms(20));
+        check(&path, &[("P/C1", 10, B), ("P/C2", 10, B)]);
+    }
+
+    #[test]
+    fn pending_nested_poll_is_the_childs_time() {
+        // A select! loser polled for 2 ms inside P's poll, then dropped.
+        let mut g = Graph::new();
+        let p = add(
+            &mut g,
+            None,
+            "P",
+            0,
+            None,
+            &[(0, 4, false), (10, 11, false)],
+        );
+        add(&mut g, Some(p), "loser", 0, Some(3), &[(1, 3, true)]);
+        let path = compute(&g, p, ms(11));
+        check(
+            &path,
+            &[
+                ("P", 1, B),
+                ("P/loser", 2, B),
+                ("P", 1, B),
+                ("P", 6, U),
+                ("P", 1, B),
+            ],
+        );
+    }
+
+    #[test]
+    fn created_early_polled_late_is_queueing() {
+        let mut g = Graph::new();
+        let p = add(
+            &mut g,
+            None,
+            "P",
+            0,
+            None,
+            &[(0, 0, false), (10, 10, false), (15, 15, false)],
+        );
+        add(
+            &mut g,
+            Some(p),
+            "S",
+            0,
+            Some(15),
+            &[(10, 10, true), (15, 15, true)],
+        );
+        let path = compute(&g, p, ms(15));
+        check(&path, &[("P/S", 10, Q), ("P/S", 5, U)]);
+        assert_eq!(path.accounting.queueing, ms(10));
+        assert_eq!(path.accounting.unattributed, ms(5));
+    }
+
+    #[test]
+    fn never_awaited_child_is_off_the_path() {
+        let mut g = Graph::new();
+        let p = add(
+            &mut g,
+            None,
+            "P",
+            0,
+            None,
+            &[(0, 2, false), (10, 12, false)],
+        );
+        add(&mut g, Some(p), "fire", 1, None, &[(2, 40, false)]);
+        let path = compute(&g, p, ms(12));
+        check(&path, &[("P", 2, B), ("P", 8, U), ("P", 2, B)]);
+    }
+
+    #[test]
+    fn explicit_blocker_names_the_last_input() {
+        // Task graph: O waits for X (20 ms) and Y (2 ms); queued 1 ms after X.
+        let mut g = Graph::new();
+        let p = add(
+            &mut g,
+            None,
+            "P",
+            0,
+            None,
+            &[(0, 0, false), (25, 25, false)],
+        );
+        let x = add(&mut g, Some(p), "X", 0, Some(20), &[(0, 20, true)]);
+        let y = add(&mut g, Some(p), "Y", 0, Some(22), &[(20, 22, true)]);
+        let o = add(&mut g, Some(p), "O", 0, Some(25), &[(21, 25, true)]);
+        g.get_mut(o).unwrap().resumptions.push(Resumption {
+            at: ms(21),
+            blocker: Some(x),
+        });
+        let _ = y;
+        let path = compute(&g, p, ms(25));
+        check(&path, &[("P/X", 20, B), ("P/O", 1, Q), ("P/O", 4, B)]);
+    }
+
+    #[test]
+    fn callee_path_is_spliced_under_the_rpc_node() {
+        let mut g = Graph::new();
+        let a1 = add(
+            &mut g,
+            None,
+            "A1",
+            0,
+            None,
+            &[(0, 5, false), (25, 33, false)],
+        );
+        let rpc = add(
+            &mut g,
+            Some(a1),
+            "B1",
+            5,
+            Some(25),
+            &[(5, 6, true), (24, 25, true)],
+        );
+        let mut callee = CriticalPath::new();
+        callee.push_frames([Frame::new("B", "B1")], ms(4), B);
+        callee.push_frames([Frame::new("B", "B1"), Frame::new("B", "B2")], ms(12), B);
+        g.get_mut(rpc).unwrap().callee = Some(CalleeOutcome::Path(callee));
+        let path = compute(&g, a1, ms(33));
+        check(
+            &path,
+            &[
+                ("A1", 5, B),
+                ("A1/B1", 4, SegmentKind::Network),
+                ("A1/B1/B1", 4, B),
+                ("A1/B1/B1/B2", 12, B),
+                ("A1", 8, B),
+            ],
+        );
+        assert_eq!(path.accounting.network, ms(4));
+    }
+
+    #[test]
+    fn blind_spot_callee() {
+        let mut g = Graph::new();
+        let a1 = add(
+            &mut g,
+            None,
+            "A1",
+            0,
+            None,
+            &[(0, 5, false), (25, 33, false)],
+        );
+        let rpc = add(&mut g, Some(a1), "B1", 5, Some(25), &[(5, 25, false)]);
+        g.get_mut(rpc).unwrap().callee = Some(CalleeOutcome::BlindSpot { callee: "B".into() });
+        let path = compute(&g, a1, ms(33));
+        assert_eq!(path.total(), ms(33));
+        assert_eq!(path.accounting.blind_spot, ms(20));
+    }
+
+    #[test]
+    fn root_queueing_before_first_poll() {
+        let mut g = Graph::new();
+        let r = add(&mut g, None, "R", 0, None, &[(3, 10, false)]);
+        let path = compute(&g, r, ms(10));
+        check(&path, &[("R", 3, Q), ("R", 7, B)]);
+    }
+
+    #[test]
+    fn hostile_inputs_keep_the_sum_exact() {
+        #[rustfmt::skip]
+        let cases: Vec<(&str, Graph, NodeId, u64)> = vec![
+            ("blocker ends after resumption", {
+                let mut g = Graph::new();
+                let r = add(&mut g, None, "R", 0, None, &[(0, 2, false), (5, 9, false)]);
+                let c = add(&mut g, Some(r), "C", 1, Some(50), &[(1, 50, false)]);
+                g.get_mut(r).unwrap().resumptions.push(Resumption { at: ms(5), blocker: Some(c) });
+                g
+            }, NodeId::from_index(0), 9),
+            ("blocker starts before its parent", {
+                let mut g = Graph::new();
+                let r = add(&mut g, None, "R", 10, None, &[(10, 12, false), (20, 22, false)]);
+                let m = add(&mut g, Some(r), "M", 12, Some(20), &[(12, 13, false)]);
+                add(&mut g, Some(m), "early", 0, Some(19), &[(0, 19, false)]);
+                g
+            }, NodeId::from_index(0), 22),
+            ("parent cycle", {
+                let mut g = Graph::new();
+                let r = add(&mut g, None, "R", 0, None, &[(0, 1, false), (9, 10, false)]);
+                let a = add(&mut g, Some(r), "a", 1, Some(9), &[(1, 2, false), (8, 9, false)]);
+                let b = add(&mut g, Some(a), "b", 2, Some(8), &[(2, 8, false)]);
+                g.get_mut(a).unwrap().parent = Some(b);
+                g
+            }, NodeId::from_index(0), 10),
+            ("blocker cycle", {
+                let mut g = Graph::new();
+                let r = add(&mut g, None, "R", 0, None, &[(0, 1, false), (9, 10, false)]);
+                let a = add(&mut g, Some(r), "a", 1, Some(9), &[(1, 2, false), (8, 9, false)]);
+                let b = add(&mut g, Some(r), "b", 1, Some(8), &[(2, 3, false)]);
+                g.get_mut(a).unwrap().resumptions.push(Resumption { at: ms(8), blocker: Some(b) });
+                g.get_mut(b).unwrap().resumptions.push(Resumption { at: ms(2), blocker: Some(a) });
+                g.get_mut(r).unwrap().resumptions.push(Resumption { at: ms(9), blocker: Some(r) });
+                g
+            }, NodeId::from_index(0), 10),
+            ("times past the end and inverted", {
+                let mut g = Graph::new();
+                let r = add(&mut g, None, "R", 5, None, &[(9, 3, false), (100, 200, false)]);
+                add(&mut g, Some(r), "c", 50, Some(1), &[(60, 2, true)]);
+                g
+            }, NodeId::from_index(0), 20),
+            ("end before root creation", {
+                let mut g = Graph::new();
+                add(&mut g, None, "R", 50, None, &[(50, 60, false)]);
+                g
+            }, NodeId::from_index(0), 20),
+        ];
+        for (name, g, root, end) in cases {
+            let p = compute(&g, root, ms(end));
+            let start = g.get(root).unwrap().created.min(ms(end));
+            assert_eq!(p.total(), ms(end) - start, "{name}");
+        }
+    }
+
+    #[test]
+    fn absurd_depth_is_iterative_and_capped() {
+        // A chain 20 000 deep, each node blocked on its only child.
+        let depth = 20_000u64;
+        let mut g = Graph::new();
+        let mut parent = None;
+        for i in 0..depth {
+            let end = 2 * depth - i;
+            let id = add(
+                &mut g,
+                parent,
+                "n",
+                i,
+                if i == 0 { None } else { Some(end) },
+                &[(i, i + 1, false), (end - 1, end, false)],
+            );
+            parent = Some(id);
+        }
+        let p = compute(&g, NodeId::from_index(0), ms(2 * depth));
+        assert_eq!(p.total(), ms(2 * depth));
+        assert!(
+            p.segments()
+                .iter()
+                .all(|s| s.stack.len() <= MAX_STACK_DEPTH)
+        );
+        assert!(p.accounting.truncated > Duration::ZERO);
+    }
+
+    #[test]
+    fn missing_root_is_empty() {
+        let g = Graph::new();
+        assert_eq!(
+            compute(&g, NodeId::from_index(3), ms(1)).total(),
+            Duration::ZERO
+        );
+    }
+}
