@@ -27,6 +27,7 @@
 //! | `testing` | no | in-memory sink, manual clock, path expectations |
 #![deny(unsafe_code)]
 
+pub mod codec;
 pub mod path;
 pub mod record;
 pub mod trigger;

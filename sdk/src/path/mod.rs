@@ -11,6 +11,10 @@
 //! cannot explain in detail is still on the path, as a segment whose
 //! [`SegmentKind`] says why, and is totalled in [`Accounting`].
 
+pub mod coarsen;
+pub mod compute;
+pub mod merge;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;

@@ -1,0 +1,50 @@
+//! [`StringTable`]: the deduplicated strings of an encoded path.
+
+use std::collections::HashMap;
+
+/// Interns strings in first-use order and hands out their indices.
+///
+/// The order is deterministic (first use while walking the frame tree), so
+/// equal paths encode to equal bytes. Not `HashSet`-ordered, unlike
+/// pprof-rs's table (STYLE.md §6).
+#[derive(Debug, Default)]
+pub(crate) struct StringTable<'a> {
+    strings: Vec<&'a str>,
+    index: HashMap<&'a str, u32>,
+}
+
+impl<'a> StringTable<'a> {
+    /// The index of `s`, adding it if new.
+    pub(crate) fn intern(&mut self, s: &'a str) -> u32 {
+        if let Some(i) = self.index.get(s) {
+            return *i;
+        }
+        // The encoder caps tree entries far below u32::MAX / 3, and every
+        // string comes from a tree entry.
+        let i = u32::try_from(self.strings.len())
+            .expect("more than u32::MAX strings in one path; this is a bug");
+        self.strings.push(s);
+        self.index.insert(s, i);
+        i
+    }
+
+    /// The strings, by index.
+    pub(crate) fn into_strings(self) -> Vec<String> {
+        self.strings.into_iter().map(str::to_owned).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_table_is_first_use_ordered_and_deduplicated() {
+        let mut t = StringTable::default();
+        assert_eq!(t.intern("A"), 0);
+        assert_eq!(t.intern("A1"), 1);
+        assert_eq!(t.intern("A"), 0);
+        assert_eq!(t.intern(""), 2);
+        assert_eq!(t.into_strings(), vec!["A", "A1", ""]);
+    }
+}
