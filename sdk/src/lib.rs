@@ -28,10 +28,21 @@
 #![deny(unsafe_code)]
 
 pub mod codec;
+pub mod clock;
+#[cfg(feature = "layer")]
+pub mod layer;
 pub mod path;
 pub mod record;
+#[cfg(feature = "layer")]
+pub mod request;
 pub mod trigger;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use path::{Accounting, CriticalPath, Frame, FrameId, Location, Segment, SegmentKind};
 pub use record::{Labels, Record, RecordError, RecordSink};
 pub use trigger::Trigger;
+
+#[cfg(feature = "layer")]
+pub use layer::CriticalPathLayer;
+pub use path::compute::CalleeOutcome;

@@ -1,0 +1,354 @@
+//! Per-request and per-span state.
+//!
+//! # How the recording works
+//!
+//! A traced request is one [`Request`], shared by `Arc` between the spans
+//! that are its nodes. Each such span carries a [`NodeState`] in its registry
+//! extensions: the request and the node's index in the request's node table.
+//! Nothing is keyed by span id (the registry reuses ids after close).
+//!
+//! The node table lives behind the request's mutex. Enter and exit append to
+//! it (busy intervals); close stamps the node's end; the root's end (finish,
+//! or close) takes the table out, turns it into a [`Graph`] and runs
+//! [`compute`]. Events for a request that already finished find an empty
+//! table and do nothing.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tracing::Metadata;
+
+use crate::path::compute::{self, Busy, CalleeOutcome, Graph, Node, NodeId, Resumption};
+use crate::path::{CriticalPath, Frame};
+use crate::record::{Labels, Record};
+use crate::trigger::Trigger;
+
+/// Nodes per request beyond this are not recorded (their spans are ignored).
+pub(crate) const MAX_NODES: usize = 1 << 16;
+/// Busy intervals per node beyond this extend the last one.
+pub(crate) const MAX_BUSY: usize = 1 << 12;
+
+/// The extension a traced span carries: which request, which node.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeState {
+    pub(crate) request: Arc<Request>,
+    pub(crate) node: NodeId,
+}
+
+/// One traced request.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) trigger: Trigger,
+    pub(crate) service: Arc<str>,
+    pub(crate) endpoint: Option<String>,
+    pub(crate) trace_id: Option<String>,
+    pub(crate) request_id: Option<String>,
+    pub(crate) emit_record: bool,
+    pub(crate) start_unix_nanos: u64,
+    pub(crate) labels: Mutex<Labels>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    nodes: Vec<LiveNode>,
+    finished: bool,
+}
+
+#[derive(Debug)]
+struct LiveNode {
+    parent: Option<NodeId>,
+    meta: &'static Metadata<'static>,
+    name: Option<Arc<str>>,
+    created: Duration,
+    first_poll: Option<Duration>,
+    last_exit: Option<Duration>,
+    closed: Option<Duration>,
+    busy: Vec<Busy>,
+    /// The outermost enter in progress: start, thread, nested.
+    open: Option<(Duration, u32, bool)>,
+    depth: u32,
+    resumptions: Vec<Resumption>,
+    next_blocker: Option<NodeId>,
+    callee: Option<CalleeOutcome>,
+}
+
+impl LiveNode {
+    fn new(
+        parent: Option<NodeId>,
+        meta: &'static Metadata<'static>,
+        name: Option<Arc<str>>,
+        now: Duration,
+    ) -> LiveNode {
+        LiveNode {
+            parent,
+            meta,
+            name,
+            created: now,
+            first_poll: None,
+            last_exit: None,
+            closed: None,
+            busy: Vec::new(),
+            open: None,
+            depth: 0,
+            resumptions: Vec::new(),
+            next_blocker: None,
+            callee: None,
+        }
+    }
+}
+
+/// A small per-thread token telling threads apart (no `Thread` handle clone).
+pub(crate) fn thread_token() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    thread_local! {
+        static TOKEN: Cell<u32> = const { Cell::new(0) };
+    }
+    TOKEN.with(|t| {
+        let v = t.get();
+        if v != 0 {
+            return v;
+        }
+        let v = NEXT.fetch_add(1, Ordering::Relaxed).max(1);
+        t.set(v);
+        v
+    })
+}
+
+/// What the root's end produced.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) path: CriticalPath,
+    pub(crate) latency: Duration,
+}
+
+/// Everything `begin` knows about a request.
+#[derive(Debug)]
+pub(crate) struct RequestInit {
+    pub(crate) trigger: Trigger,
+    pub(crate) service: Arc<str>,
+    pub(crate) name: Option<Arc<str>>,
+    pub(crate) endpoint: Option<String>,
+    pub(crate) trace_id: Option<String>,
+    pub(crate) request_id: Option<String>,
+    pub(crate) emit_record: bool,
+    pub(crate) labels: Labels,
+    pub(crate) start_unix_nanos: u64,
+}
+
+impl Request {
+    /// A request whose root node is created now (and entered now if
+    /// `entered`).
+    pub(crate) fn new(
+        init: RequestInit,
+        meta: &'static Metadata<'static>,
+        now: Duration,
+        entered: bool,
+    ) -> Arc<Request> {
+        let mut root = LiveNode::new(None, meta, init.name, now);
+        if entered {
+            root.first_poll = Some(now);
+            root.open = Some((now, thread_token(), false));
+            root.depth = 1;
+        }
+        Arc::new(Request {
+            trigger: init.trigger,
+            service: init.service,
+            endpoint: init.endpoint,
+            trace_id: init.trace_id,
+            request_id: init.request_id,
+            emit_record: init.emit_record,
+            start_unix_nanos: init.start_unix_nanos,
+            labels: Mutex::new(init.labels),
+            state: Mutex::new(State {
+                nodes: vec![root],
+                finished: false,
+            }),
+        })
+    }
+
+    /// The root node's id.
+    pub(crate) fn root() -> NodeId {
+        NodeId::from_index(0)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; keep going.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn labels(&self) -> MutexGuard<'_, Labels> {
+        self.labels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Add a child node of `parent` created now.
+    pub(crate) fn add_child(
+        &self,
+        parent: NodeId,
+        meta: &'static Metadata<'static>,
+        name: Option<Arc<str>>,
+        now: Duration,
+    ) -> Option<NodeId> {
+        let mut st = self.state();
+        if st.finished || st.nodes.len() >= MAX_NODES {
+            return None;
+        }
+        st.nodes.push(LiveNode::new(Some(parent), meta, name, now));
+        Some(NodeId::from_index(st.nodes.len() - 1))
+    }
+
+    pub(crate) fn enter(&self, node: NodeId, now: Duration) {
+        let token = thread_token();
+        let mut st = self.state();
+        let parent_here = st
+            .nodes
+            .get(node.index())
+            .and_then(|n| n.parent)
+            .and_then(|p| st.nodes.get(p.index()))
+            .is_some_and(|p| p.open.is_some_and(|o| o.1 == token));
+        let Some(n) = st.nodes.get_mut(node.index()) else {
+            return;
+        };
+        n.depth += 1;
+        if n.depth > 1 {
+            return;
+        }
+        if n.first_poll.is_none() {
+            n.first_poll = Some(now);
+        }
+        if let Some(b) = n.next_blocker.take() {
+            n.resumptions.push(Resumption {
+                at: now,
+                blocker: Some(b),
+            });
+        }
+        n.open = Some((now, token, parent_here));
+    }
+
+    pub(crate) fn exit(&self, node: NodeId, now: Duration) {
+        let mut st = self.state();
+        let Some(n) = st.nodes.get_mut(node.index()) else {
+            return;
+        };
+        n.depth = n.depth.saturating_sub(1);
+        if n.depth > 0 {
+            return;
+        }
+        if let Some((start, _, nested)) = n.open.take() {
+            if n.busy.len() >= MAX_BUSY {
+                if let Some(last) = n.busy.last_mut() {
+                    last.end = now;
+                }
+            } else {
+                n.busy.push(Busy {
+                    start,
+                    end: now,
+                    nested,
+                });
+            }
+            n.last_exit = Some(now);
+        }
+    }
+
+    pub(crate) fn close(&self, node: NodeId, now: Duration) {
+        let mut st = self.state();
+        if let Some(n) = st.nodes.get_mut(node.index()) {
+            n.closed = Some(now);
+        }
+    }
+
+    /// The next time `node` resumes (or first runs), it was blocked on `blocker`.
+    pub(crate) fn note_blocker(&self, node: NodeId, blocker: NodeId) {
+        let mut st = self.state();
+        if let Some(n) = st.nodes.get_mut(node.index()) {
+            n.next_blocker = Some(blocker);
+        }
+    }
+
+    pub(crate) fn set_callee(&self, node: NodeId, outcome: CalleeOutcome) -> bool {
+        let mut st = self.state();
+        match st.nodes.get_mut(node.index()) {
+            Some(n) => {
+                n.callee = Some(outcome);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// True once the request finished.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.state().finished
+    }
+
+    /// Drop a request that never became visible.
+    pub(crate) fn abandon(&self) {
+        let mut st = self.state();
+        st.finished = true;
+        st.nodes.clear();
+    }
+
+    /// End the request now (once): compute its path.
+    pub(crate) fn finish(&self, now: Duration) -> Option<Outcome> {
+        let nodes = {
+            let mut st = self.state();
+            if st.finished {
+                return None;
+            }
+            st.finished = true;
+            std::mem::take(&mut st.nodes)
+        };
+        let mut graph = Graph::new();
+        for (i, n) in nodes.into_iter().enumerate() {
+            let name: Arc<str> = n.name.unwrap_or_else(|| Arc::from(n.meta.name()));
+            let mut frame = Frame {
+                service: self.service.clone(),
+                name,
+                location: None,
+            };
+            if let (Some(file), Some(line)) = (n.meta.file(), n.meta.line()) {
+                frame = frame.with_location(file, line);
+            }
+            let mut busy = n.busy;
+            if let Some((start, _, nested)) = n.open {
+                busy.push(Busy {
+                    start,
+                    end: now,
+                    nested,
+                });
+            }
+            let end = if i == 0 {
+                None
+            } else {
+                n.closed.map(|c| n.last_exit.unwrap_or(c))
+            };
+            graph.push(Node {
+                parent: n.parent,
+                frame,
+                created: n.created,
+                first_poll: n.first_poll,
+                end,
+                busy,
+                resumptions: n.resumptions,
+                callee: n.callee,
+            });
+        }
+        let path = compute::compute(&graph, Request::root(), now);
+        let latency = path.total();
+        Some(Outcome { path, latency })
+    }
+
+    /// The record of a finished request.
+    pub(crate) fn record(&self, outcome: &Outcome) -> Record {
+        let mut r = Record::new(self.service.to_string(), self.trigger, outcome.path.clone());
+        r.latency = outcome.latency;
+        r.endpoint = self.endpoint.clone();
+        r.start_unix_nanos = Some(self.start_unix_nanos);
+        r.request_id = self.request_id.clone();
+        r.trace_id = self.trace_id.clone();
+        r.labels = self.labels().clone();
+        r
+    }
+}
