@@ -1,1 +1,11 @@
 //! The CPT Figure 1 example system (services A, B, C) and the Figure 2 demo.
+//!
+//! - [`system`]: the three services, each a tonic server with the cpt server
+//!   layer and cpt client layers on its channels, plus one HTTP hop (B → C,
+//!   axum and a hyper-util client) and one server-streaming RPC (`C.Scan`).
+//! - [`proto`]: their messages and gRPC glue, written by hand.
+//! - `demo` (binary): starts all three on loopback, drives load, writes
+//!   records as JSON Lines.
+
+pub mod proto;
+pub mod system;

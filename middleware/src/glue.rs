@@ -1,31 +1,50 @@
-//! Everything the middleware asks of the SDK, in one place.
-//!
-//! TEMPORARY: stubs until the SDK's request API lands.
+//! Everything the middleware asks of the SDK, in one place: root and RPC
+//! nodes (`cpt_sdk::request`), sampling, and the path's wire form in headers
+//! (`cpt_sdk::codec` + base64, as tonic encodes `-bin` metadata).
 
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use cpt_sdk::{CriticalPath, Labels, Trigger};
+use base64::Engine as _;
+use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use cpt_sdk::codec::{self, DecodeLimits, EncodeOptions};
+use cpt_sdk::request::{self, RequestOptions};
+use cpt_sdk::trigger::{Sampler, SamplingContext};
+use cpt_sdk::{CalleeOutcome, CriticalPath, Labels, Trigger};
 use http::HeaderValue;
 
-/// Default size limit of a path in wire bytes.
-pub(crate) const DEFAULT_MAX_PATH_BYTES: usize = 16 * 1024;
+/// Default size limit of a returned path, in wire bytes (before base64): the
+/// codec's default, about 5.5 KiB of metadata after base64.
+pub(crate) const DEFAULT_ENCODE_MAX_BYTES: usize = 4096;
 
-/// A sampler shared by the services a layer makes.
-#[derive(Clone)]
-pub struct SharedSampler(Arc<dyn Fn() -> Option<Trigger> + Send + Sync>);
+/// Default size limit of an accepted callee path, in wire bytes.
+pub(crate) const DEFAULT_DECODE_MAX_BYTES: usize = 16 * 1024;
 
-impl std::fmt::Debug for SharedSampler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SharedSampler")
+/// tonic's binary metadata form: standard alphabet, written without padding,
+/// read with or without.
+const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_encode_padding(false)
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// The sampler a [`ServerLayer`](crate::ServerLayer) uses for requests that
+/// arrive without a trusted trigger.
+pub(crate) type SharedSampler = Option<Arc<dyn Sampler + Send + Sync>>;
+
+/// The server's own sampling decision: its configured sampler, else the
+/// installed `CriticalPathLayer`'s.
+pub(crate) fn sample(sampler: &SharedSampler, endpoint: &str) -> Option<Trigger> {
+    let cx = SamplingContext::new(Some(endpoint));
+    match sampler {
+        Some(s) => s.sample(&cx),
+        None => request::sample(&cx),
     }
-}
-
-pub(crate) fn default_sampler() -> SharedSampler {
-    SharedSampler(Arc::new(|| None))
-}
-
-pub(crate) fn sample(s: &SharedSampler) -> Option<Trigger> {
-    (s.0)()
 }
 
 pub(crate) struct RootOptions {
@@ -38,54 +57,125 @@ pub(crate) struct RootOptions {
     pub(crate) emit_record: bool,
 }
 
-pub(crate) fn begin_root(_opts: RootOptions) -> tracing::Span {
-    tracing::Span::none()
+/// Make the request's root node.
+pub(crate) fn begin_root(opts: RootOptions) -> tracing::Span {
+    let span = tracing::info_span!("cpt.server");
+    let mut ro = RequestOptions::new(Some(opts.trigger))
+        .with_service(opts.service)
+        .with_name(opts.endpoint.as_str())
+        .with_endpoint(opts.endpoint)
+        .with_request_id(opts.request_id)
+        .with_emit_record(opts.emit_record);
+    if let Some(trace_id) = opts.trace_id {
+        ro = ro.with_trace_id(trace_id);
+    }
+    for (k, v) in opts.labels {
+        ro = ro.with_label(k, v);
+    }
+    request::begin(&span, ro);
+    span
 }
 
-pub(crate) fn finish_root(_root: &tracing::Span) -> Option<CriticalPath> {
-    None
+/// End the root node now and compute its path (the SDK emits the record
+/// when this service is the entry point).
+pub(crate) fn finish_root(root: &tracing::Span) -> Option<CriticalPath> {
+    request::finish(root).map(|f| f.path)
 }
 
+/// The trigger of the traced request the current span belongs to.
 pub(crate) fn current_trigger() -> Option<Trigger> {
-    None
+    request::current_trigger()
 }
 
-pub(crate) fn begin_rpc(_callee: &str, _method: &str) -> tracing::Span {
-    tracing::Span::none()
+/// Make an RPC node, a child of the current node.
+pub(crate) fn begin_rpc(callee: &str, method: &str) -> tracing::Span {
+    let name = format!("{callee} {method}");
+    tracing::info_span!("cpt.client", cpt.name = %name)
 }
 
-pub(crate) enum CalleeOutcome {
-    Path(CriticalPath),
-    BlindSpot,
+/// Attach what the callee returned to the RPC node.
+pub(crate) fn set_callee(rpc: &tracing::Span, callee: &str, outcome: Option<CriticalPath>) {
+    let outcome = match outcome {
+        Some(path) => CalleeOutcome::Path(path),
+        None => CalleeOutcome::BlindSpot {
+            callee: callee.to_owned(),
+        },
+    };
+    request::set_callee(rpc, outcome);
 }
 
-pub(crate) fn set_callee(_rpc: &tracing::Span, _callee: &str, _outcome: CalleeOutcome) {}
-
+/// `x-cpt-want-path`'s value: the codec version this side reads.
 pub(crate) fn codec_version_header() -> HeaderValue {
-    HeaderValue::from_static("1")
+    HeaderValue::from(codec::VERSION)
 }
 
-pub(crate) fn encode_header(_path: &CriticalPath, _max: usize) -> Option<HeaderValue> {
-    None
+/// Encode a path for [`header::PATH`](crate::header::PATH).
+pub(crate) fn encode_header(path: &CriticalPath, max_bytes: usize) -> Option<HeaderValue> {
+    let bytes = codec::encode(path, &EncodeOptions::new().with_max_bytes(max_bytes));
+    HeaderValue::from_str(&BASE64.encode(bytes)).ok()
 }
 
+/// Why a callee's path header was not used.
 #[derive(Debug)]
-pub(crate) struct PathError;
+pub(crate) enum PathError {
+    Oversize { len: usize, max: usize },
+    Base64(base64::DecodeError),
+    Codec(codec::DecodeError),
+}
+
 impl PathError {
     pub(crate) fn is_oversize(&self) -> bool {
-        false
+        matches!(self, PathError::Oversize { .. })
     }
 }
+
 impl std::fmt::Display for PathError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("bad path")
+        match self {
+            PathError::Oversize { len, max } => {
+                write!(
+                    f,
+                    "x-cpt-path-bin of about {len} bytes, over the limit of {max}"
+                )
+            }
+            PathError::Base64(e) => write!(f, "x-cpt-path-bin is not base64: {e}"),
+            PathError::Codec(e) => write!(f, "{e}"),
+        }
     }
 }
 
-pub(crate) fn decode_header(_v: &HeaderValue, _max: usize) -> Result<CriticalPath, PathError> {
-    Err(PathError)
+/// Decode [`header::PATH`](crate::header::PATH), rejecting oversize values
+/// before decoding them.
+pub(crate) fn decode_header(
+    value: &HeaderValue,
+    max_bytes: usize,
+) -> Result<CriticalPath, PathError> {
+    let text = value.as_bytes();
+    // base64 of n bytes is at least 4n/3 characters.
+    let len = text.len() / 4 * 3;
+    if len > max_bytes {
+        return Err(PathError::Oversize {
+            len,
+            max: max_bytes,
+        });
+    }
+    let bytes = BASE64.decode(text).map_err(PathError::Base64)?;
+    codec::decode(&bytes, &DecodeLimits::new().with_max_bytes(max_bytes)).map_err(|e| {
+        if bytes.len() > max_bytes {
+            PathError::Oversize {
+                len: bytes.len(),
+                max: max_bytes,
+            }
+        } else {
+            PathError::Codec(e)
+        }
+    })
 }
 
+/// A process-unique request id: a random per-process prefix and a counter.
 pub(crate) fn new_request_id() -> String {
-    String::new()
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let prefix = *PREFIX.get_or_init(|| RandomState::new().hash_one(std::process::id()));
+    format!("{prefix:016x}{:016x}", NEXT.fetch_add(1, Relaxed))
 }

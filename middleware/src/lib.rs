@@ -55,7 +55,6 @@ mod trust;
 
 pub use client::{Client, ClientLayer};
 pub use credential::ForceAuth;
-pub use glue::SharedSampler;
 pub use server::{Server, ServerLayer, StreamEnd};
 pub use stats::Stats;
 pub use trust::{

@@ -85,7 +85,7 @@ impl ClientLayer {
                 callee,
                 protocol,
                 caller_secret: None,
-                max_path_bytes: glue::DEFAULT_MAX_PATH_BYTES,
+                max_path_bytes: glue::DEFAULT_DECODE_MAX_BYTES,
                 counters: Counters::new(),
             }),
         }
@@ -249,16 +249,16 @@ impl PendingCallee {
         let outcome = match value {
             None => {
                 Counters::bump(&config.counters.callee_path_missing);
-                glue::CalleeOutcome::BlindSpot
+                None
             }
             Some(value) => match glue::decode_header(&value, config.max_path_bytes) {
                 Ok(path) => {
                     Counters::bump(&config.counters.callee_path_merged);
-                    glue::CalleeOutcome::Path(path)
+                    Some(path)
                 }
                 Err(err) => {
                     config.counters.callee_invalid(err.is_oversize(), &err);
-                    glue::CalleeOutcome::BlindSpot
+                    None
                 }
             },
         };

@@ -36,6 +36,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use cpt_sdk::trigger::Sampler;
 use cpt_sdk::{Labels, Trigger};
 use http::{HeaderValue, Request, Response};
 use tower_layer::Layer;
@@ -121,9 +122,9 @@ impl ServerLayer {
                 protocol,
                 trust: Box::new(DefaultTrust),
                 force: ForceAuth::none(),
-                sampler: glue::default_sampler(),
+                sampler: None,
                 stream_end: StreamEnd::default(),
-                max_path_bytes: glue::DEFAULT_MAX_PATH_BYTES,
+                max_path_bytes: glue::DEFAULT_ENCODE_MAX_BYTES,
                 endpoint: None,
                 labels: None,
                 counters: Counters::new(),
@@ -150,10 +151,12 @@ impl ServerLayer {
         self
     }
 
-    /// The sampler deciding requests that arrive without a trusted trigger.
+    /// The sampler deciding requests that arrive without a trusted trigger
+    /// (default: the installed `CriticalPathLayer`'s sampler). Each service
+    /// in a process can sample at its own rate this way.
     #[must_use]
-    pub fn with_sampler(mut self, sampler: impl Into<glue::SharedSampler>) -> Self {
-        self.config_mut().sampler = sampler.into();
+    pub fn with_sampler(mut self, sampler: impl Sampler + Send + Sync + 'static) -> Self {
+        self.config_mut().sampler = Some(Arc::new(sampler));
         self
     }
 
@@ -364,7 +367,7 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
             config.counters.force_rejected();
         }
     }
-    glue::sample(&config.sampler).map(|trigger| Decision {
+    glue::sample(&config.sampler, req.uri().path()).map(|trigger| Decision {
         trigger,
         return_path: false,
     })
