@@ -1,0 +1,1 @@
+//! Heat map (placeholder while written).

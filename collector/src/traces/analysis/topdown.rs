@@ -1,0 +1,1 @@
+//! Top-down (placeholder while written).

@@ -1,0 +1,343 @@
+//! Jaeger query-API JSON (`GET /api/traces/{id}` and `/api/traces?…`
+//! responses): `{"data":[{traceID, processes, spans}, …], …}`.
+//!
+//! Also accepted: a bare array of trace objects, and a single trace object.
+//! Times are µs since the epoch. A span's parent is its first `CHILD_OF`
+//! reference in the same trace, else its first `FOLLOWS_FROM`. Its clock
+//! domain is its process's `hostname` (or `ip`) tag, else the process id.
+//!
+//! Reading is two-pass: the document is split into one raw JSON slice per
+//! trace (a cheap scan that survives a truncated file: every complete trace
+//! before the cut is kept and the cut one is reported), then each trace is
+//! parsed on its own, in parallel, so one trace with a wrong type is one
+//! rejected trace.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::model::{BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build};
+use super::tags::{TagValue, is_error_tag};
+
+/// Split a Jaeger document into one raw slice per trace.
+///
+/// Returns the slices read and, when the document is cut short or is not
+/// Jaeger JSON, the error (the slices before it are still returned).
+pub fn split(doc: &str) -> (Vec<&RawValue>, Option<TraceError>) {
+    let mut out = Vec::new();
+    let mut de = serde_json::Deserializer::from_str(doc);
+    let res = (&mut de).deserialize_any(DocVisitor { out: &mut out });
+    let res = res.and_then(|()| de.end());
+    if let Err(e) = &res
+        && out.is_empty()
+        && e.to_string().starts_with(SINGLE)
+    {
+        return match serde_json::from_str::<&RawValue>(doc) {
+            Ok(raw) => (vec![raw], None),
+            Err(e) => (
+                vec![],
+                Some(TraceError::new("#1", Reason::Json(e.to_string()))),
+            ),
+        };
+    }
+    let err = res.err().map(|e| {
+        TraceError::new(
+            format!("#{} (after {} complete traces)", out.len() + 1, out.len()),
+            Reason::Json(e.to_string()),
+        )
+    });
+    (out, err)
+}
+
+struct DocVisitor<'v, 'a> {
+    out: &'v mut Vec<&'a RawValue>,
+}
+
+impl<'de, 'v> Visitor<'de> for DocVisitor<'v, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(r#"a Jaeger document {"data":[…]}, an array of traces, or one trace"#)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        TracesSeed { out: self.out }.visit_seq(seq)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match &*key {
+                "data" => map.next_value_seed(TracesSeed { out: self.out })?,
+                // One trace object, not an envelope: `split` takes the whole
+                // document as the trace.
+                "traceID" | "spans" | "processes" => return Err(de::Error::custom(SINGLE)),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+const SINGLE: &str = "\u{0}single trace object";
+
+struct TracesSeed<'v, 'a> {
+    out: &'v mut Vec<&'a RawValue>,
+}
+
+impl<'de, 'v> DeserializeSeed<'de> for TracesSeed<'v, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, 'v> Visitor<'de> for TracesSeed<'v, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array of Jaeger traces")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(t) = seq.next_element::<&'de RawValue>()? {
+            self.out.push(t);
+        }
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        // `"data": null` — an empty answer.
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+struct JTrace<'a> {
+    #[serde(rename = "traceID", borrow)]
+    trace_id: Cow<'a, str>,
+    #[serde(borrow)]
+    spans: Vec<JSpan<'a>>,
+    #[serde(default, borrow)]
+    processes: HashMap<Cow<'a, str>, JProcess<'a>>,
+}
+
+#[derive(Deserialize)]
+struct JSpan<'a> {
+    #[serde(rename = "traceID", default, borrow)]
+    trace_id: Option<Cow<'a, str>>,
+    #[serde(rename = "spanID", borrow)]
+    span_id: Cow<'a, str>,
+    #[serde(rename = "operationName", borrow)]
+    operation: Cow<'a, str>,
+    #[serde(default, borrow)]
+    references: Option<Vec<JRef<'a>>>,
+    #[serde(rename = "startTime")]
+    start_us: i64,
+    #[serde(rename = "duration")]
+    duration_us: i64,
+    #[serde(default, borrow)]
+    tags: Option<Vec<JTag<'a>>>,
+    #[serde(rename = "processID", default, borrow)]
+    process_id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    process: Option<JProcess<'a>>,
+}
+
+#[derive(Deserialize)]
+struct JRef<'a> {
+    #[serde(rename = "refType", borrow)]
+    ref_type: Cow<'a, str>,
+    #[serde(rename = "traceID", default, borrow)]
+    trace_id: Option<Cow<'a, str>>,
+    #[serde(rename = "spanID", borrow)]
+    span_id: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct JTag<'a> {
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(borrow)]
+    value: TagValue<'a>,
+}
+
+#[derive(Deserialize)]
+struct JProcess<'a> {
+    #[serde(rename = "serviceName", borrow)]
+    service: Cow<'a, str>,
+    #[serde(default, borrow)]
+    tags: Option<Vec<JTag<'a>>>,
+}
+
+/// Parse and validate one trace slice from [`split`].
+///
+/// # Errors
+///
+/// The trace's JSON is not a Jaeger trace, or [`build`] rejects it.
+pub fn parse_trace(
+    raw: &RawValue,
+    names: &mut Interner,
+    opts: BuildOptions,
+) -> Result<Trace, TraceError> {
+    let t: JTrace<'_> = serde_json::from_str(raw.get())
+        .map_err(|e| TraceError::new(guess_trace_id(raw.get()), Reason::Json(e.to_string())))?;
+    // Process id -> (service, clock).
+    let mut procs: HashMap<&str, (std::sync::Arc<str>, std::sync::Arc<str>)> = HashMap::new();
+    for (pid, p) in &t.processes {
+        procs.insert(pid, process_names(pid, p, names));
+    }
+    let mut spans = Vec::with_capacity(t.spans.len());
+    for s in &t.spans {
+        let (service, clock) = match (&s.process, s.process_id.as_deref()) {
+            (Some(p), pid) => process_names(pid.unwrap_or(&p.service), p, names),
+            (None, Some(pid)) => match procs.get(pid) {
+                Some(v) => v.clone(),
+                None => {
+                    return Err(TraceError::new(
+                        &*t.trace_id,
+                        Reason::Json(format!("span {} names unknown process {pid:?}", s.span_id)),
+                    ));
+                }
+            },
+            (None, None) => {
+                return Err(TraceError::new(
+                    &*t.trace_id,
+                    Reason::Json(format!("span {} has no process", s.span_id)),
+                ));
+            }
+        };
+        let same_trace = |r: &&JRef<'_>| {
+            r.trace_id.as_deref().is_none_or(|id| id == &*t.trace_id)
+                || s.trace_id
+                    .as_deref()
+                    .is_some_and(|own| r.trace_id.as_deref() == Some(own))
+        };
+        let refs = s.references.as_deref().unwrap_or(&[]);
+        let parent = refs
+            .iter()
+            .filter(same_trace)
+            .find(|r| r.ref_type == "CHILD_OF")
+            .or_else(|| {
+                refs.iter()
+                    .filter(same_trace)
+                    .find(|r| r.ref_type == "FOLLOWS_FROM")
+            })
+            .map(|r| Box::<str>::from(&*r.span_id));
+        let mut kind = SpanKind::Unspecified;
+        let mut error = false;
+        for tag in s.tags.as_deref().unwrap_or(&[]) {
+            if tag.key == "span.kind" {
+                if let TagValue::Str(v) = &tag.value {
+                    kind = SpanKind::parse_lossy(v);
+                }
+            } else {
+                error |= is_error_tag(&tag.key, &tag.value);
+            }
+        }
+        spans.push(RawSpan {
+            id: Box::from(&*s.span_id),
+            parent_id: parent,
+            service,
+            operation: names.get(&s.operation),
+            start_ns: Some(s.start_us.saturating_mul(1000)),
+            duration_ns: Some(s.duration_us.saturating_mul(1000)),
+            kind,
+            clock,
+            error,
+        });
+    }
+    build(&t.trace_id, spans, opts)
+}
+
+fn process_names(
+    pid: &str,
+    p: &JProcess<'_>,
+    names: &mut Interner,
+) -> (std::sync::Arc<str>, std::sync::Arc<str>) {
+    let mut host = None;
+    for tag in p.tags.as_deref().unwrap_or(&[]) {
+        if let TagValue::Str(v) = &tag.value {
+            match &*tag.key {
+                "hostname" | "host.name" => host = Some(v.clone()),
+                "ip" if host.is_none() => host = Some(v.clone()),
+                _ => {}
+            }
+        }
+    }
+    let clock = match host {
+        Some(h) => names.get(&format!("host:{h}")),
+        None => names.get(&format!("process:{}:{pid}", p.service)),
+    };
+    (names.get(&p.service), clock)
+}
+
+/// Best-effort trace id of an unparseable trace slice, for the report.
+fn guess_trace_id(text: &str) -> String {
+    #[derive(Deserialize)]
+    struct Id<'a> {
+        #[serde(rename = "traceID", borrow)]
+        trace_id: Cow<'a, str>,
+    }
+    // The id may sit after the bad field; scan for it textually.
+    if let Some(i) = text.find("\"traceID\"") {
+        let rest = &text[i + 9..];
+        if let Some(q1) = rest.find('"') {
+            let rest = &rest[q1 + 1..];
+            if let Some(q2) = rest.find('"') {
+                return rest[..q2].to_string();
+            }
+        }
+    }
+    serde_json::from_str::<Id<'_>>(text)
+        .map(|i| i.trace_id.into_owned())
+        .unwrap_or_else(|_| "<unknown>".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO: &str = r#"{"data":[
+      {"traceID":"t1","processes":{"p1":{"serviceName":"A","tags":[{"key":"hostname","type":"string","value":"h1"}]}},
+       "spans":[{"traceID":"t1","spanID":"a","operationName":"GET","references":[],"startTime":10,"duration":5,
+                 "tags":[{"key":"span.kind","type":"string","value":"server"},{"key":"error","type":"bool","value":true}],"processID":"p1"}]},
+      {"traceID":"t2","processes":{"p1":{"serviceName":"A"}},
+       "spans":[{"traceID":"t2","spanID":"a","operationName":"GET","references":[],"startTime":10,"duration":"oops","processID":"p1"}]}
+    ],"total":0}"#;
+
+    #[test]
+    fn one_bad_trace_is_rejected_alone() {
+        let (raws, err) = split(TWO);
+        assert!(err.is_none());
+        assert_eq!(raws.len(), 2);
+        let mut names = Interner::default();
+        let t = parse_trace(raws[0], &mut names, BuildOptions::default()).unwrap();
+        let s = &t.spans[0];
+        assert_eq!(
+            (s.start_ns, s.duration_ns, s.kind, s.error),
+            (10_000, 5_000, SpanKind::Server, true)
+        );
+        let e = parse_trace(raws[1], &mut names, BuildOptions::default()).unwrap_err();
+        assert_eq!(e.trace_id, "t2");
+        assert!(e.to_string().contains("unreadable JSON"), "{e}");
+    }
+
+    #[test]
+    fn truncated_document_keeps_complete_traces() {
+        let cut = &TWO[..TWO.find("{\"traceID\":\"t2\"").unwrap() + 30];
+        let (raws, err) = split(cut);
+        assert_eq!(raws.len(), 1);
+        let e = err.unwrap().to_string();
+        assert!(
+            e.contains("after 1 complete traces") && e.contains("EOF"),
+            "{e}"
+        );
+    }
+}

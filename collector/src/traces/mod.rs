@@ -1,0 +1,579 @@
+//! Import distributed traces of services that do not use the SDK (Jaeger,
+//! Zipkin v2, OTLP JSON) and compute their critical paths after the fact
+//! (CRISP, Zhang et al., USENIX ATC 2022).
+//!
+//! The output is the same [`Record`] the SDK emits, one per selected root
+//! span, so every profile, histogram and diff of the collector works on
+//! imported traces unchanged. Frames name both the service and the
+//! operation (`Frame { service, name: operation }`).
+//!
+//! # Pipeline
+//!
+//! 1. **Read** ([`jaeger`], [`zipkin`], [`otlp`]): gzipped or plain files;
+//!    each trace is validated into the neutral [`model::Trace`]. A trace
+//!    that is malformed (truncated JSON, missing parents, cycles, duplicate
+//!    span ids, negative durations) is rejected with a [`TraceError`]
+//!    naming the trace and the reason, counted, and skipped.
+//! 2. **Repair** clock skew ([`skew`]): shift server spans by the Mystery
+//!    Machine's symmetric-delay estimate where a client/server pair shows
+//!    the skew, truncate children that stick out of their parent, drop
+//!    children wholly outside it.
+//! 3. **Walk** the critical path ([`crisp`], CRISP Listing 1 with the §5.2
+//!    overlap threshold), iteratively.
+//! 4. **Record**: segments in ns that sum exactly to the root's duration.
+//!
+//! # Accounting of repairs
+//!
+//! The record model's [`Accounting`](cpt_sdk::Accounting) has no field for
+//! clock-skew repair, so the repairs go into the record's labels, only when
+//! non-zero (values are decimal integers):
+//!
+//! | label | meaning |
+//! |---|---|
+//! | `skew.shifted_spans` | spans moved by a clock-domain offset |
+//! | `skew.max_shift_ns` | largest absolute offset applied |
+//! | `skew.truncated_spans` / `skew.truncated_ns` | spans cut to fit their parent, and the time cut |
+//! | `skew.dropped_spans` / `skew.dropped_ns` | spans dropped (wholly outside their parent), and the dropped subtree roots' time |
+//! | `skew.overlaps` / `skew.overlap_ns` | sibling overlaps read as sequential (§5.2), and the time clipped |
+//!
+//! Client spans' own time around their server span is
+//! [`SegmentKind::Network`](cpt_sdk::SegmentKind) and is summed in
+//! `Accounting::network`.
+//!
+//! Traces are processed in parallel (rayon): files across threads when
+//! there are several, traces across threads within a single file.
+
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cpt_sdk::Record;
+use rayon::prelude::*;
+
+pub mod analysis;
+pub mod crisp;
+pub mod jaeger;
+pub mod model;
+pub mod otlp;
+pub mod skew;
+mod tags;
+pub mod zipkin;
+
+pub use crisp::{OverlapThreshold, Piece};
+pub use model::{BuildOptions, Reason, Span, SpanKind, Trace, TraceError};
+pub use skew::{Adjustments, RepairOptions};
+
+/// The trace file formats `cpt traces` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// Jaeger query-API JSON.
+    Jaeger,
+    /// Zipkin v2 JSON.
+    Zipkin,
+    /// OTLP JSON (collector file exporter; one document or one per line).
+    Otlp,
+}
+
+impl FromStr for Format {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "jaeger" => Ok(Format::Jaeger),
+            "zipkin" => Ok(Format::Zipkin),
+            "otlp" | "otel" | "opentelemetry" => Ok(Format::Otlp),
+            _ => Err(format!(
+                "unknown trace format {s:?} (expected jaeger, zipkin or otlp)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Format::Jaeger => "jaeger",
+            Format::Zipkin => "zipkin",
+            Format::Otlp => "otlp",
+        })
+    }
+}
+
+/// An endpoint to analyse: a span with this service and (when given) this
+/// operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Service name.
+    pub service: String,
+    /// Operation name; `None` matches any operation of the service.
+    pub operation: Option<String>,
+}
+
+impl FromStr for Endpoint {
+    type Err = String;
+
+    /// `SERVICE` or `SERVICE:OPERATION` (split at the first `:`, so
+    /// operations may contain colons).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (service, operation) = match s.split_once(':') {
+            Some((svc, op)) => (svc, Some(op.to_string())),
+            None => (s, None),
+        };
+        if service.is_empty() {
+            return Err(format!(
+                "endpoint {s:?}: empty service (expected SERVICE[:OPERATION])"
+            ));
+        }
+        Ok(Endpoint {
+            service: service.to_string(),
+            operation,
+        })
+    }
+}
+
+/// Which spans a record is made for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum RootSelector {
+    /// Every root span of every trace.
+    #[default]
+    AllRoots,
+    /// Every span matching one of the endpoints that has no matching
+    /// ancestor (the outermost call of the endpoint), anywhere in the trace.
+    Endpoints(Vec<Endpoint>),
+}
+
+/// How to import.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Validation choices.
+    pub build: BuildOptions,
+    /// Clock-skew repair choices.
+    pub repair: RepairOptions,
+    /// Happens-before overlap allowance.
+    pub overlap: OverlapThreshold,
+    /// Which spans get records.
+    pub roots: RootSelector,
+}
+
+/// Structural facts about one analysed trace (CRISP §6.2 histograms),
+/// measured under the selected root after repair.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// Spans under the root (itself included), as read.
+    pub spans: u32,
+    /// Depth of the deepest span (the root is 1).
+    pub depth: u32,
+    /// The largest number of children of one parent active at once.
+    pub concurrency: u32,
+    /// Distinct spans with time on the critical path.
+    pub path_spans: u32,
+}
+
+/// One analysed root: its record and shape.
+#[derive(Clone, Debug)]
+pub struct Analyzed {
+    /// The record (critical path, accounting, labels).
+    pub record: Record,
+    /// Structure of the trace under the root.
+    pub shape: Shape,
+}
+
+/// Counters of one import.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImportStats {
+    /// Files read.
+    pub files: u64,
+    /// Traces read (accepted + rejected).
+    pub traces: u64,
+    /// Traces rejected.
+    pub rejected: u64,
+    /// Spans in accepted traces.
+    pub spans: u64,
+    /// Records made.
+    pub records: u64,
+    /// Exact duplicate span records dropped.
+    pub duplicates_dropped: u64,
+    /// Orphan spans kept as roots.
+    pub orphans: u64,
+    /// Sum of all repairs.
+    pub adjustments: Adjustments,
+}
+
+/// The result of an import.
+#[derive(Debug, Default)]
+pub struct Import {
+    /// One entry per selected root, in file and trace order.
+    pub analyzed: Vec<Analyzed>,
+    /// Rejected traces (and unreadable files), with reasons.
+    pub errors: Vec<TraceError>,
+    /// Counters.
+    pub stats: ImportStats,
+}
+
+impl Import {
+    fn merge(&mut self, mut other: Import) {
+        self.analyzed.append(&mut other.analyzed);
+        self.errors.append(&mut other.errors);
+        let (s, o) = (&mut self.stats, &other.stats);
+        s.files += o.files;
+        s.traces += o.traces;
+        s.rejected += o.rejected;
+        s.spans += o.spans;
+        s.records += o.records;
+        s.duplicates_dropped += o.duplicates_dropped;
+        s.orphans += o.orphans;
+        s.adjustments.add(&o.adjustments);
+    }
+
+    /// The records, in order.
+    pub fn records(&self) -> impl Iterator<Item = &Record> {
+        self.analyzed.iter().map(|a| &a.record)
+    }
+}
+
+/// Called with the number of traces finished so far (for progress bars).
+pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
+
+/// Read, repair and walk every trace of the files.
+///
+/// Files are decompressed when they start with the gzip magic. A file that
+/// cannot be read is reported in [`Import::errors`] (trace id `file:PATH`)
+/// and the run goes on.
+pub fn import_files(
+    paths: &[PathBuf],
+    format: Format,
+    opts: &ImportOptions,
+    progress: Progress<'_>,
+) -> Import {
+    let done = AtomicU64::new(0);
+    let tick = |n: u64| progress(done.fetch_add(n, Ordering::Relaxed) + n);
+    let one = |p: &PathBuf, inner_parallel: bool| match read_text(p) {
+        Ok(text) => {
+            let mut imp = import_text(&text, format, opts, inner_parallel, &tick);
+            imp.stats.files = 1;
+            imp
+        }
+        Err(e) => Import {
+            errors: vec![TraceError::new(
+                format!("file:{}", p.display()),
+                Reason::Json(e),
+            )],
+            stats: ImportStats {
+                files: 1,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    };
+    // Several files: one file per thread (bounded memory); one file: its
+    // traces across threads.
+    let parts: Vec<Import> = if paths.len() >= rayon::current_num_threads() {
+        paths
+            .par_iter()
+            .with_max_len(1)
+            .map(|p| one(p, false))
+            .collect()
+    } else {
+        paths.iter().map(|p| one(p, true)).collect()
+    };
+    let mut all = Import::default();
+    for p in parts {
+        all.merge(p);
+    }
+    all
+}
+
+/// Read a file as UTF-8 text, gunzipping when it starts with the gzip magic.
+///
+/// # Errors
+///
+/// I/O errors, a corrupt gzip stream, or text that is not UTF-8, as a
+/// message naming the file.
+pub fn read_text(path: &Path) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = if bytes.starts_with(&[0x1f, 0x8b]) {
+        // ISIZE (last 4 bytes) is the uncompressed size mod 2^32: a good hint.
+        let hint = bytes
+            .len()
+            .checked_sub(4)
+            .map(|i| u32::from_le_bytes(bytes[i..].try_into().expect("4 bytes")) as usize)
+            .unwrap_or(0);
+        let mut out = Vec::with_capacity(hint.min(1 << 30));
+        flate2::read::MultiGzDecoder::new(&bytes[..])
+            .read_to_end(&mut out)
+            .map_err(|e| format!("{}: gzip: {e}", path.display()))?;
+        out
+    } else {
+        bytes
+    };
+    String::from_utf8(bytes).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))
+}
+
+/// Import one document's text (see [`import_files`]).
+pub fn import_text(
+    text: &str,
+    format: Format,
+    opts: &ImportOptions,
+    parallel: bool,
+    progress: Progress<'_>,
+) -> Import {
+    match format {
+        Format::Jaeger => {
+            let (raws, err) = jaeger::split(text);
+            let mut imp = run(
+                &raws,
+                |raw, names| jaeger::parse_trace(raw, names, opts.build),
+                opts,
+                parallel,
+                progress,
+            );
+            if let Some(e) = err {
+                imp.stats.traces += 1;
+                imp.stats.rejected += 1;
+                imp.errors.push(e);
+            }
+            imp
+        }
+        Format::Zipkin => {
+            let (traces, errs) = zipkin::read(text, opts.build);
+            finish_prebuilt(traces, errs, opts, parallel, progress)
+        }
+        Format::Otlp => {
+            let (traces, errs) = otlp::read(text, opts.build);
+            finish_prebuilt(traces, errs, opts, parallel, progress)
+        }
+    }
+}
+
+fn finish_prebuilt(
+    traces: Vec<Result<Trace, TraceError>>,
+    errs: Vec<TraceError>,
+    opts: &ImportOptions,
+    parallel: bool,
+    progress: Progress<'_>,
+) -> Import {
+    let mut imp = run(&traces, |t, _| t.clone(), opts, parallel, progress);
+    imp.stats.rejected += errs.len() as u64;
+    imp.stats.traces += errs.len() as u64;
+    imp.errors.extend(errs);
+    imp
+}
+
+/// Thread-local state of the trace workers.
+#[derive(Debug, Default)]
+struct Worker {
+    names: model::Interner,
+    scratch: crisp::Scratch,
+    pieces: Vec<Piece>,
+}
+
+fn run<T: Sync>(
+    items: &[T],
+    parse: impl Fn(&T, &mut model::Interner) -> Result<Trace, TraceError> + Sync,
+    opts: &ImportOptions,
+    parallel: bool,
+    progress: Progress<'_>,
+) -> Import {
+    const CHUNK: usize = 256;
+    let work = |w: &mut Worker, chunk: &[T]| {
+        let mut imp = Import::default();
+        for item in chunk {
+            imp.stats.traces += 1;
+            match parse(item, &mut w.names) {
+                Ok(trace) => {
+                    imp.stats.spans += trace.spans.len() as u64;
+                    imp.stats.duplicates_dropped += trace.duplicates_dropped as u64;
+                    imp.stats.orphans += trace.orphans as u64;
+                    for a in analyze(&trace, opts, &mut w.scratch, &mut w.pieces) {
+                        imp.stats.records += 1;
+                        imp.stats.adjustments.add(&adjustments_of(&a.record));
+                        imp.analyzed.push(a);
+                    }
+                }
+                Err(e) => {
+                    imp.stats.rejected += 1;
+                    imp.errors.push(e);
+                }
+            }
+        }
+        progress(chunk.len() as u64);
+        imp
+    };
+    let parts: Vec<Import> = if parallel {
+        items
+            .par_chunks(CHUNK)
+            .map_init(Worker::default, work)
+            .collect()
+    } else {
+        let mut w = Worker::default();
+        items.chunks(CHUNK).map(|c| work(&mut w, c)).collect()
+    };
+    let mut all = Import::default();
+    for p in parts {
+        all.merge(p);
+    }
+    all
+}
+
+/// Read the `skew.*` labels of a record back into [`Adjustments`].
+pub fn adjustments_of(r: &Record) -> Adjustments {
+    let get = |k: &str| {
+        r.labels
+            .get(k)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Adjustments {
+        shifted_spans: get("skew.shifted_spans"),
+        max_shift_ns: get("skew.max_shift_ns"),
+        truncated_spans: get("skew.truncated_spans"),
+        truncated_ns: get("skew.truncated_ns"),
+        dropped_spans: get("skew.dropped_spans"),
+        dropped_ns: get("skew.dropped_ns"),
+        overlap_ns: get("skew.overlap_ns"),
+        overlaps: get("skew.overlaps"),
+    }
+}
+
+/// The spans of a trace that get a record under `sel`.
+pub fn select_roots(trace: &Trace, sel: &RootSelector) -> Vec<u32> {
+    match sel {
+        RootSelector::AllRoots => trace.roots().collect(),
+        RootSelector::Endpoints(eps) => {
+            let matches = |i: usize| {
+                let s = &trace.spans[i];
+                eps.iter().any(|e| {
+                    *e.service == *s.service
+                        && e.operation.as_deref().is_none_or(|o| o == &*s.operation)
+                })
+            };
+            // `under[i]`: some ancestor (or i itself) matched.
+            let mut under = vec![false; trace.spans.len()];
+            let mut out = Vec::new();
+            for i in 0..trace.spans.len() {
+                let parent_under = trace.spans[i].parent.is_some_and(|p| under[p as usize]);
+                if !parent_under && matches(i) {
+                    out.push(i as u32);
+                }
+                under[i] = parent_under || matches(i);
+            }
+            out
+        }
+    }
+}
+
+/// Repair a trace and walk the critical path of every selected root.
+///
+/// The repair is done relative to each selected root: spans outside the
+/// root's subtree are not looked at, and the root keeps its own times.
+pub fn analyze(
+    trace: &Trace,
+    opts: &ImportOptions,
+    scratch: &mut crisp::Scratch,
+    pieces: &mut Vec<Piece>,
+) -> Vec<Analyzed> {
+    let roots = select_roots(trace, &opts.roots);
+    if roots.is_empty() {
+        return Vec::new();
+    }
+    let rep = skew::repair(trace, &opts.repair, &roots);
+    roots
+        .into_iter()
+        .map(|root| analyze_root(trace, &rep, root, opts, scratch, pieces))
+        .collect()
+}
+
+fn analyze_root(
+    trace: &Trace,
+    rep: &skew::Repaired,
+    root: u32,
+    opts: &ImportOptions,
+    scratch: &mut crisp::Scratch,
+    pieces: &mut Vec<Piece>,
+) -> Analyzed {
+    pieces.clear();
+    let walk = crisp::walk(trace, rep, root, &opts.overlap, scratch, pieces);
+    // Adjustments under this root only.
+    let n = trace.spans.len();
+    let mut inside = vec![false; n];
+    inside[root as usize] = true;
+    let mut adj = skew::Adjustments {
+        overlaps: walk.overlaps,
+        overlap_ns: walk.overlap_ns,
+        ..Default::default()
+    };
+    let mut depth = vec![0u32; n];
+    depth[root as usize] = 1;
+    let mut shape = Shape {
+        spans: 1,
+        depth: 1,
+        ..Default::default()
+    };
+    for i in (root as usize + 1)..n {
+        let Some(p) = trace.spans[i].parent else {
+            continue;
+        };
+        if !inside[p as usize] {
+            continue;
+        }
+        inside[i] = true;
+        shape.spans += 1;
+        depth[i] = depth[p as usize] + 1;
+        shape.depth = shape.depth.max(depth[i]);
+        if rep.shift[i] != 0 {
+            adj.shifted_spans += 1;
+            adj.max_shift_ns = adj.max_shift_ns.max(rep.shift[i].unsigned_abs());
+        }
+        if !rep.kept[i] {
+            adj.dropped_spans += 1;
+            if rep.kept[p as usize] {
+                // Root of the dropped subtree: its whole (shifted) duration.
+                adj.dropped_ns += trace.spans[i].duration_ns as u64;
+            }
+            continue;
+        }
+        let cut = trace.spans[i].duration_ns - (rep.end[i] - rep.start[i]);
+        if cut != 0 {
+            adj.truncated_spans += 1;
+            adj.truncated_ns += cut as u64;
+        }
+    }
+    shape.concurrency = max_concurrency(trace, rep, &inside);
+    let mut seen = vec![false; n];
+    for p in pieces.iter() {
+        if !seen[p.span as usize] {
+            seen[p.span as usize] = true;
+            shape.path_spans += 1;
+        }
+    }
+    let record = crisp::to_record(trace, rep, root, pieces, &adj);
+    Analyzed { record, shape }
+}
+
+fn max_concurrency(trace: &Trace, rep: &skew::Repaired, inside: &[bool]) -> u32 {
+    let mut best = 0u32;
+    let mut ev: Vec<(i64, i32)> = Vec::new();
+    for (i, &ins) in inside.iter().enumerate() {
+        if !ins || !rep.kept[i] {
+            continue;
+        }
+        ev.clear();
+        for &c in trace.children(i as u32) {
+            let c = c as usize;
+            if rep.kept[c] && rep.end[c] > rep.start[c] {
+                ev.push((rep.start[c], 1));
+                ev.push((rep.end[c], -1));
+            }
+        }
+        // Ends sort before starts at equal times: touching is not concurrent.
+        ev.sort_unstable();
+        let mut cur = 0i32;
+        for &(_, d) in &ev {
+            cur += d;
+            best = best.max(cur as u32);
+        }
+    }
+    best
+}

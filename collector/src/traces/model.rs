@@ -1,0 +1,604 @@
+//! A neutral span model that every reader (Jaeger, Zipkin, OTLP) produces,
+//! and the validation that turns a reader's raw spans into a [`Trace`].
+//!
+//! Readers know their format's quirks (Zipkin's shared client/server ids,
+//! Jaeger's `processes` table, OTLP's resources); this module knows what a
+//! usable trace is: unique span ids, parents that exist, no cycles,
+//! non-negative durations. A trace that breaks one of those rules is
+//! rejected whole with a [`TraceError`] naming the span, so the caller can
+//! count it, report it and go on with the next trace.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// What role a span plays in an RPC (OpenTelemetry / Zipkin `kind`, Jaeger
+/// `span.kind` tag).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SpanKind {
+    /// Not recorded.
+    #[default]
+    Unspecified,
+    /// In-process work.
+    Internal,
+    /// The caller's side of an RPC.
+    Client,
+    /// The callee's side of an RPC.
+    Server,
+    /// A message sent to a queue.
+    Producer,
+    /// A message taken from a queue.
+    Consumer,
+}
+
+impl SpanKind {
+    /// Parse the names the formats use (`"server"`, `"SERVER"`,
+    /// `"SPAN_KIND_SERVER"`), case-insensitively; unknown names are
+    /// [`SpanKind::Unspecified`].
+    pub fn parse_lossy(s: &str) -> SpanKind {
+        let s = s.strip_prefix("SPAN_KIND_").unwrap_or(s);
+        if s.eq_ignore_ascii_case("server") {
+            SpanKind::Server
+        } else if s.eq_ignore_ascii_case("client") {
+            SpanKind::Client
+        } else if s.eq_ignore_ascii_case("producer") {
+            SpanKind::Producer
+        } else if s.eq_ignore_ascii_case("consumer") {
+            SpanKind::Consumer
+        } else if s.eq_ignore_ascii_case("internal") {
+            SpanKind::Internal
+        } else {
+            SpanKind::Unspecified
+        }
+    }
+}
+
+/// One span of a validated [`Trace`]. Times are nanoseconds since the Unix
+/// epoch as the span's own host recorded them (before any clock-skew repair).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// The span id as the file spelled it.
+    pub span_id: Box<str>,
+    /// Index of the parent span in [`Trace::spans`], `None` for a root.
+    pub parent: Option<u32>,
+    /// The service (Jaeger process `serviceName`, Zipkin
+    /// `localEndpoint.serviceName`, OTLP `service.name`).
+    pub service: Arc<str>,
+    /// The operation (span name).
+    pub operation: Arc<str>,
+    /// Start, ns since the Unix epoch, on the span's own clock.
+    pub start_ns: i64,
+    /// Duration in ns (never negative).
+    pub duration_ns: i64,
+    /// RPC role.
+    pub kind: SpanKind,
+    /// The clock domain (host) the times come from: an index into the
+    /// trace's own numbering. Two spans with equal `clock` share a clock, so
+    /// no skew can exist between them.
+    pub clock: u32,
+    /// The span is marked as failed (error tag, HTTP ≥ 400, gRPC status).
+    pub error: bool,
+}
+
+impl Span {
+    /// End, ns since the Unix epoch.
+    pub fn end_ns(&self) -> i64 {
+        self.start_ns.saturating_add(self.duration_ns)
+    }
+}
+
+/// A validated trace: spans with resolved parents, in an order where every
+/// parent comes before its children.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trace {
+    /// The trace id as the file spelled it.
+    pub trace_id: Box<str>,
+    /// The spans, parents before children.
+    pub spans: Vec<Span>,
+    /// Children of span `i` are `children[child_start[i]..child_start[i + 1]]`.
+    child_start: Vec<u32>,
+    children: Vec<u32>,
+    /// Spans whose parent is missing and that were kept as roots
+    /// (see [`BuildOptions::orphans_as_roots`]).
+    pub orphans: usize,
+    /// Exact duplicate span records that were dropped.
+    pub duplicates_dropped: usize,
+}
+
+impl Trace {
+    /// The children of span `i`, in file order.
+    pub fn children(&self, i: u32) -> &[u32] {
+        let i = i as usize;
+        &self.children[self.child_start[i] as usize..self.child_start[i + 1] as usize]
+    }
+
+    /// Indices of the root spans (no parent).
+    pub fn roots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.spans
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.parent.is_none())
+            .map(|(i, _)| i as u32)
+    }
+
+    /// Depth of every span (roots are 1), iteratively.
+    pub fn depths(&self) -> Vec<u32> {
+        // Parents come before children, so one forward pass suffices.
+        let mut depth = vec![1u32; self.spans.len()];
+        for (i, s) in self.spans.iter().enumerate() {
+            if let Some(p) = s.parent {
+                depth[i] = depth[p as usize] + 1;
+            }
+        }
+        depth
+    }
+}
+
+/// A span as a reader found it, before validation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawSpan {
+    /// The span id (unique within the trace after the reader's own
+    /// disambiguation, e.g. Zipkin's shared client/server ids).
+    pub id: Box<str>,
+    /// The parent's id, if any.
+    pub parent_id: Option<Box<str>>,
+    /// Service name.
+    pub service: Arc<str>,
+    /// Operation name.
+    pub operation: Arc<str>,
+    /// Start, ns since the Unix epoch; `None` when the record has no
+    /// timestamp (Zipkin late parts).
+    pub start_ns: Option<i64>,
+    /// Duration in ns; `None` when the record has none (Zipkin).
+    pub duration_ns: Option<i64>,
+    /// RPC role.
+    pub kind: SpanKind,
+    /// Clock domain key (host name, IP, or process id).
+    pub clock: Arc<str>,
+    /// Marked as failed.
+    pub error: bool,
+}
+
+/// Validation choices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BuildOptions {
+    /// Keep spans whose parent is not in the trace as extra roots instead of
+    /// rejecting the trace (the Jaeger UI's behaviour). Off by default: a
+    /// missing parent usually means lost spans and a wrong critical path.
+    pub orphans_as_roots: bool,
+}
+
+/// Why a trace was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("trace {trace_id}: {reason}")]
+pub struct TraceError {
+    /// The trace id, or a placeholder naming the file position when the
+    /// trace could not be read far enough to know it.
+    pub trace_id: String,
+    /// What was wrong.
+    pub reason: Reason,
+}
+
+/// What was wrong with a rejected trace.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Reason {
+    /// The JSON could not be read (truncated, wrong types).
+    #[error("unreadable JSON: {0}")]
+    Json(String),
+    /// The trace has no spans.
+    #[error("no spans")]
+    Empty,
+    /// A span names a parent the trace does not contain.
+    #[error("span {span} references missing parent {parent}")]
+    MissingParent {
+        /// The span.
+        span: String,
+        /// The parent id it names.
+        parent: String,
+    },
+    /// Following parent references from a span comes back to it.
+    #[error("span {span} is in a cycle of parent references")]
+    Cycle {
+        /// A span on the cycle.
+        span: String,
+    },
+    /// Two different spans share an id.
+    #[error("duplicate span id {span} (records differ)")]
+    DuplicateSpanId {
+        /// The id.
+        span: String,
+    },
+    /// A span's duration is negative.
+    #[error("span {span} has a negative duration ({duration_ns} ns)")]
+    NegativeDuration {
+        /// The span.
+        span: String,
+        /// The duration found.
+        duration_ns: i64,
+    },
+    /// A span has no timestamp and nothing to place it by.
+    #[error("span {span} has no timestamp")]
+    MissingTimestamp {
+        /// The span.
+        span: String,
+    },
+}
+
+impl TraceError {
+    /// An error for a trace.
+    pub fn new(trace_id: impl Into<String>, reason: Reason) -> Self {
+        TraceError {
+            trace_id: trace_id.into(),
+            reason,
+        }
+    }
+}
+
+/// Validate raw spans into a [`Trace`].
+///
+/// - exact duplicates (same id and same fields) are dropped and counted;
+///   differing records with one id reject the trace;
+/// - a parent id that is absent rejects the trace (or makes the span a root,
+///   see [`BuildOptions`]);
+/// - a span without a timestamp is placed over its timed children, or, when
+///   it has none, as a zero-length span at its parent's start;
+///   a missing duration is zero (Zipkin);
+/// - cycles and negative durations reject the trace.
+///
+/// # Errors
+///
+/// The first problem found, naming the span.
+pub fn build(
+    trace_id: &str,
+    mut raw: Vec<RawSpan>,
+    opts: BuildOptions,
+) -> Result<Trace, TraceError> {
+    let err = |reason| TraceError::new(trace_id, reason);
+    if raw.is_empty() {
+        return Err(err(Reason::Empty));
+    }
+    // Ids → index; drop exact duplicates.
+    let mut index: HashMap<&str, u32> = HashMap::with_capacity(raw.len());
+    let mut keep = vec![true; raw.len()];
+    let mut duplicates_dropped = 0;
+    for (i, s) in raw.iter().enumerate() {
+        match index.get(&*s.id) {
+            Some(&j) => {
+                if raw[j as usize] == *s {
+                    keep[i] = false;
+                    duplicates_dropped += 1;
+                } else {
+                    return Err(err(Reason::DuplicateSpanId {
+                        span: s.id.to_string(),
+                    }));
+                }
+            }
+            None => {
+                index.insert(&s.id, i as u32);
+            }
+        }
+    }
+    for (i, s) in raw.iter().enumerate() {
+        if let Some(d) = s.duration_ns
+            && d < 0
+            && keep[i]
+        {
+            return Err(err(Reason::NegativeDuration {
+                span: s.id.to_string(),
+                duration_ns: d,
+            }));
+        }
+    }
+    // Resolve parents (indices into `raw`).
+    let n = raw.len();
+    let mut parent: Vec<Option<u32>> = vec![None; n];
+    let mut orphans = 0;
+    for (i, s) in raw.iter().enumerate() {
+        if !keep[i] {
+            continue;
+        }
+        if let Some(p) = &s.parent_id {
+            match index.get(&**p) {
+                Some(&j) => parent[i] = Some(j),
+                None if opts.orphans_as_roots => orphans += 1,
+                None => {
+                    return Err(err(Reason::MissingParent {
+                        span: s.id.to_string(),
+                        parent: p.to_string(),
+                    }));
+                }
+            }
+        }
+    }
+    drop(index);
+    // Cycle check and a parents-first order (iterative; a node's parent chain
+    // is walked once overall thanks to the `state` marks).
+    const NEW: u8 = 0;
+    const ON_WALK: u8 = 1;
+    const DONE: u8 = 2;
+    let mut state = vec![NEW; n];
+    let mut order: Vec<u32> = Vec::with_capacity(n);
+    let mut walk: Vec<u32> = Vec::new();
+    for start in 0..n {
+        if !keep[start] || state[start] != NEW {
+            continue;
+        }
+        walk.clear();
+        let mut cur = start as u32;
+        loop {
+            match state[cur as usize] {
+                DONE => break,
+                ON_WALK => {
+                    return Err(err(Reason::Cycle {
+                        span: raw[cur as usize].id.to_string(),
+                    }));
+                }
+                _ => {}
+            }
+            state[cur as usize] = ON_WALK;
+            walk.push(cur);
+            match parent[cur as usize] {
+                Some(p) => cur = p,
+                None => break,
+            }
+        }
+        for &w in walk.iter().rev() {
+            state[w as usize] = DONE;
+            order.push(w);
+        }
+    }
+    // Renumber in `order`.
+    let mut new_of = vec![u32::MAX; n];
+    for (k, &i) in order.iter().enumerate() {
+        new_of[i as usize] = k as u32;
+    }
+    // Place untimed spans: over their timed descendants (children come after
+    // parents, so walk `order` backwards), else at the parent's start.
+    let mut lo: Vec<Option<i64>> = vec![None; n];
+    let mut hi: Vec<Option<i64>> = vec![None; n];
+    for &i in order.iter().rev() {
+        let s = &raw[i as usize];
+        let (l, h) = match s.start_ns {
+            Some(st) => (
+                Some(st),
+                Some(st.saturating_add(s.duration_ns.unwrap_or(0))),
+            ),
+            None => (lo[i as usize], hi[i as usize]),
+        };
+        if let Some(p) = parent[i as usize] {
+            let p = p as usize;
+            if let (Some(l), Some(h)) = (l, h) {
+                lo[p] = Some(lo[p].map_or(l, |x| x.min(l)));
+                hi[p] = Some(hi[p].map_or(h, |x| x.max(h)));
+            }
+        }
+        lo[i as usize] = l;
+        hi[i as usize] = h;
+    }
+    let mut spans: Vec<Span> = Vec::with_capacity(order.len());
+    let mut clocks: HashMap<Arc<str>, u32> = HashMap::new();
+    for &i in &order {
+        let i = i as usize;
+        let p = parent[i].map(|p| new_of[p as usize]);
+        let (start_ns, duration_ns) = match (raw[i].start_ns, lo[i], hi[i]) {
+            (Some(st), _, _) => (st, raw[i].duration_ns.unwrap_or(0)),
+            (None, Some(l), Some(h)) => (l, h - l),
+            (None, _, _) => match p {
+                Some(p) => (spans[p as usize].start_ns, 0),
+                None => {
+                    return Err(err(Reason::MissingTimestamp {
+                        span: raw[i].id.to_string(),
+                    }));
+                }
+            },
+        };
+        let next = clocks.len() as u32;
+        let clock = *clocks.entry(raw[i].clock.clone()).or_insert(next);
+        let r = &mut raw[i];
+        spans.push(Span {
+            span_id: std::mem::take(&mut r.id),
+            parent: p,
+            service: r.service.clone(),
+            operation: r.operation.clone(),
+            start_ns,
+            duration_ns,
+            kind: r.kind,
+            clock,
+            error: r.error,
+        });
+    }
+    // Children in CSR form, in file order within each parent.
+    let m = spans.len();
+    let mut count = vec![0u32; m + 1];
+    for s in &spans {
+        if let Some(p) = s.parent {
+            count[p as usize + 1] += 1;
+        }
+    }
+    for k in 0..m {
+        count[k + 1] += count[k];
+    }
+    let child_start = count.clone();
+    let mut fill = count;
+    let mut children = vec![0u32; child_start[m] as usize];
+    // File order: iterate the original indices.
+    for (i, k) in keep.iter().enumerate() {
+        if !k {
+            continue;
+        }
+        let me = new_of[i];
+        if let Some(p) = spans[me as usize].parent {
+            children[fill[p as usize] as usize] = me;
+            fill[p as usize] += 1;
+        }
+    }
+    Ok(Trace {
+        trace_id: trace_id.into(),
+        spans,
+        child_start,
+        children,
+        orphans,
+        duplicates_dropped,
+    })
+}
+
+impl fmt::Display for SpanKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SpanKind::Unspecified => "unspecified",
+            SpanKind::Internal => "internal",
+            SpanKind::Client => "client",
+            SpanKind::Server => "server",
+            SpanKind::Producer => "producer",
+            SpanKind::Consumer => "consumer",
+        })
+    }
+}
+
+/// Interns service / operation / clock names so that a file's many spans
+/// share one allocation per distinct string.
+#[derive(Debug, Default)]
+pub struct Interner {
+    map: HashMap<Box<str>, Arc<str>>,
+}
+
+impl Interner {
+    /// The shared copy of `s`.
+    pub fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.map.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.map.insert(s.into(), a.clone());
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(id: &str, parent: Option<&str>, start: Option<i64>, dur: Option<i64>) -> RawSpan {
+        RawSpan {
+            id: id.into(),
+            parent_id: parent.map(Into::into),
+            service: Arc::from("s"),
+            operation: Arc::from(id),
+            start_ns: start,
+            duration_ns: dur,
+            kind: SpanKind::Unspecified,
+            clock: Arc::from("h"),
+            error: false,
+        }
+    }
+
+    #[test]
+    fn parents_come_first_and_children_keep_file_order() {
+        let t = build(
+            "t",
+            vec![
+                raw("c2", Some("b"), Some(5), Some(1)),
+                raw("b", Some("a"), Some(1), Some(8)),
+                raw("a", None, Some(0), Some(10)),
+                raw("c1", Some("b"), Some(2), Some(1)),
+            ],
+            BuildOptions::default(),
+        )
+        .unwrap();
+        for (i, s) in t.spans.iter().enumerate() {
+            if let Some(p) = s.parent {
+                assert!((p as usize) < i);
+            }
+        }
+        let b = t.spans.iter().position(|s| &*s.span_id == "b").unwrap() as u32;
+        let names: Vec<_> = t
+            .children(b)
+            .iter()
+            .map(|&c| &*t.spans[c as usize].span_id)
+            .collect();
+        assert_eq!(names, ["c2", "c1"]);
+        assert_eq!(t.roots().count(), 1);
+    }
+
+    #[rustfmt::skip]
+    const BAD: &[(&str, &str)] = &[
+        ("missing", "references missing parent zz"),
+        ("cycle", "cycle of parent references"),
+        ("dup", "duplicate span id b"),
+        ("negative", "negative duration"),
+    ];
+
+    #[test]
+    fn malformed_traces_are_rejected_with_a_reason() {
+        for (case, want) in BAD {
+            let spans = match *case {
+                "missing" => vec![
+                    raw("a", None, Some(0), Some(1)),
+                    raw("b", Some("zz"), Some(0), Some(1)),
+                ],
+                "cycle" => vec![
+                    raw("a", None, Some(0), Some(9)),
+                    raw("b", Some("c"), Some(0), Some(1)),
+                    raw("c", Some("b"), Some(0), Some(1)),
+                ],
+                "dup" => vec![
+                    raw("a", None, Some(0), Some(9)),
+                    raw("b", Some("a"), Some(0), Some(1)),
+                    raw("b", Some("a"), Some(0), Some(2)),
+                ],
+                _ => vec![raw("a", None, Some(0), Some(-1))],
+            };
+            let e = build("t1", spans, BuildOptions::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(want) && e.starts_with("trace t1:"),
+                "{case}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn exact_duplicates_are_dropped_and_orphans_can_be_roots() {
+        let t = build(
+            "t",
+            vec![
+                raw("a", None, Some(0), Some(9)),
+                raw("a", None, Some(0), Some(9)),
+                raw("o", Some("x"), Some(1), Some(1)),
+            ],
+            BuildOptions {
+                orphans_as_roots: true,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                t.spans.len(),
+                t.duplicates_dropped,
+                t.orphans,
+                t.roots().count()
+            ),
+            (2, 1, 1, 2)
+        );
+    }
+
+    #[test]
+    fn untimed_spans_cover_their_children_or_sit_at_the_parent_start() {
+        let t = build(
+            "t",
+            vec![
+                raw("a", None, Some(0), Some(100)),
+                raw("u", Some("a"), None, None),
+                raw("c", Some("u"), Some(10), Some(20)),
+                raw("leaf", Some("a"), None, None),
+            ],
+            BuildOptions::default(),
+        )
+        .unwrap();
+        let get = |id: &str| t.spans.iter().find(|s| &*s.span_id == id).unwrap();
+        assert_eq!((get("u").start_ns, get("u").duration_ns), (10, 20));
+        assert_eq!((get("leaf").start_ns, get("leaf").duration_ns), (0, 0));
+    }
+}

@@ -1,0 +1,364 @@
+//! OTLP JSON (`ExportTraceServiceRequest` in the protobuf JSON mapping), as
+//! the OpenTelemetry collector's file exporter writes it: one document, or
+//! one document per line.
+//!
+//! `resourceSpans[].resource.attributes` gives `service.name` and the clock
+//! domain (`host.name`, else `service.instance.id`, else the service);
+//! `scopeSpans[]` (or the older `instrumentationLibrarySpans[]`)`.spans[]`
+//! gives the spans: hex `traceId` / `spanId` / `parentSpanId` (empty =
+//! root), `name`, `kind` (number or `SPAN_KIND_*`), `startTimeUnixNano` /
+//! `endTimeUnixNano` (decimal strings or numbers), `attributes`, `status`.
+//! Spans of one trace may be spread over resources and lines.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+use serde_json::value::RawValue;
+
+use super::model::{BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build};
+use super::tags::{TagValue, is_error_tag};
+use super::zipkin::guess;
+
+#[derive(Deserialize)]
+struct Doc<'a> {
+    #[serde(rename = "resourceSpans", default, borrow)]
+    resource_spans: Vec<ResourceSpans<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ResourceSpans<'a> {
+    #[serde(default, borrow)]
+    resource: Option<Resource<'a>>,
+    #[serde(rename = "scopeSpans", default, borrow)]
+    scope_spans: Vec<ScopeSpans<'a>>,
+    #[serde(rename = "instrumentationLibrarySpans", default, borrow)]
+    library_spans: Vec<ScopeSpans<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Resource<'a> {
+    #[serde(default, borrow)]
+    attributes: Vec<KeyValue<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ScopeSpans<'a> {
+    #[serde(default, borrow)]
+    spans: Vec<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct KeyValue<'a> {
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(default, borrow)]
+    value: Option<AnyValue<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AnyValue<'a> {
+    #[serde(rename = "stringValue", default, borrow)]
+    string: Option<Cow<'a, str>>,
+    #[serde(rename = "intValue", default)]
+    int: Option<Nanos>,
+    #[serde(rename = "boolValue", default)]
+    boolean: Option<bool>,
+    #[serde(rename = "doubleValue", default)]
+    double: Option<f64>,
+}
+
+impl<'a> AnyValue<'a> {
+    fn tag(&self) -> TagValue<'a> {
+        if let Some(s) = &self.string {
+            TagValue::Str(s.clone())
+        } else if let Some(b) = self.boolean {
+            TagValue::Bool(b)
+        } else if let Some(i) = self.int {
+            TagValue::Num(i.0 as f64)
+        } else if let Some(d) = self.double {
+            TagValue::Num(d)
+        } else {
+            TagValue::Other
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct OSpan<'a> {
+    #[serde(rename = "traceId", borrow)]
+    trace_id: Cow<'a, str>,
+    #[serde(rename = "spanId", borrow)]
+    span_id: Cow<'a, str>,
+    #[serde(rename = "parentSpanId", default, borrow)]
+    parent: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Cow<'a, str>,
+    #[serde(default)]
+    kind: Option<Kind>,
+    #[serde(rename = "startTimeUnixNano")]
+    start: Nanos,
+    #[serde(rename = "endTimeUnixNano")]
+    end: Nanos,
+    #[serde(default, borrow)]
+    attributes: Vec<KeyValue<'a>>,
+    #[serde(default)]
+    status: Option<Status>,
+}
+
+#[derive(Deserialize)]
+struct Status {
+    #[serde(default)]
+    code: Option<Kind>,
+}
+
+/// An int64 that protobuf JSON writes as a decimal string or a number.
+#[derive(Clone, Copy, Debug)]
+struct Nanos(i64);
+
+impl<'de> Deserialize<'de> for Nanos {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Nanos;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an integer or a decimal string")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Nanos, E> {
+                Ok(Nanos(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Nanos, E> {
+                i64::try_from(v)
+                    .map(Nanos)
+                    .map_err(|_| E::custom("integer out of range"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Nanos, E> {
+                v.parse()
+                    .map(Nanos)
+                    .map_err(|_| E::custom(format!("not an integer: {v:?}")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// An enum that protobuf JSON writes as a number or a name.
+#[derive(Clone, Debug)]
+enum Kind {
+    Num(i64),
+    Name(String),
+}
+
+impl<'de> Deserialize<'de> for Kind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Kind;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an enum number or name")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Kind, E> {
+                Ok(Kind::Num(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Kind, E> {
+                Ok(Kind::Num(v as i64))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Kind, E> {
+                Ok(Kind::Name(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn span_kind(k: &Option<Kind>) -> SpanKind {
+    match k {
+        Some(Kind::Num(1)) => SpanKind::Internal,
+        Some(Kind::Num(2)) => SpanKind::Server,
+        Some(Kind::Num(3)) => SpanKind::Client,
+        Some(Kind::Num(4)) => SpanKind::Producer,
+        Some(Kind::Num(5)) => SpanKind::Consumer,
+        Some(Kind::Name(n)) => SpanKind::parse_lossy(n),
+        _ => SpanKind::Unspecified,
+    }
+}
+
+fn status_error(s: &Option<Status>) -> bool {
+    match s.as_ref().and_then(|s| s.code.as_ref()) {
+        Some(Kind::Num(2)) => true,
+        Some(Kind::Name(n)) => n.ends_with("ERROR"),
+        _ => false,
+    }
+}
+
+/// Read an OTLP JSON file (one document, or one per line) into validated
+/// traces (in order of first appearance) and file-level errors.
+pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, Vec<TraceError>) {
+    let mut errors = Vec::new();
+    let mut docs: Vec<Doc<'_>> = Vec::new();
+    let first_line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let json_lines =
+        serde_json::from_str::<Doc<'_>>(first_line).is_ok() && text.trim() != first_line.trim();
+    if json_lines {
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Doc<'_>>(line) {
+                Ok(d) => docs.push(d),
+                Err(e) => errors.push(TraceError::new(
+                    format!("line {}", n + 1),
+                    Reason::Json(e.to_string()),
+                )),
+            }
+        }
+    } else {
+        match serde_json::from_str::<Doc<'_>>(text) {
+            Ok(d) => docs.push(d),
+            Err(e) => errors.push(TraceError::new(
+                "#1",
+                Reason::Json(format!("not OTLP JSON: {e}")),
+            )),
+        }
+    }
+    let mut names = Interner::default();
+    let mut order: Vec<String> = Vec::new();
+    let mut by_trace: HashMap<String, Vec<RawSpan>> = HashMap::new();
+    let mut bad: HashMap<String, String> = HashMap::new();
+    for doc in &docs {
+        for rs in &doc.resource_spans {
+            let mut service: Option<&str> = None;
+            let mut host: Option<&str> = None;
+            let mut instance: Option<&str> = None;
+            for kv in rs.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]) {
+                let s = kv.value.as_ref().and_then(|v| v.string.as_deref());
+                match &*kv.key {
+                    "service.name" => service = s,
+                    "host.name" => host = s,
+                    "service.instance.id" => instance = s,
+                    _ => {}
+                }
+            }
+            let service_name = service.unwrap_or("unknown_service");
+            let svc: Arc<str> = names.get(service_name);
+            let clock: Arc<str> = match (host, instance) {
+                (Some(h), _) => names.get(&format!("host:{h}")),
+                (None, Some(i)) => names.get(&format!("instance:{i}")),
+                _ => names.get(&format!("service:{service_name}")),
+            };
+            for ss in rs.scope_spans.iter().chain(&rs.library_spans) {
+                for raw in &ss.spans {
+                    let parsed = serde_json::from_str::<OSpan<'_>>(raw.get());
+                    let (tid, res) = match parsed {
+                        Ok(s) => (s.trace_id.to_ascii_lowercase(), Ok(s)),
+                        Err(e) => match guess(raw.get(), "\"traceId\"") {
+                            Some(t) => (t.to_ascii_lowercase(), Err(e.to_string())),
+                            None => {
+                                errors.push(TraceError::new(
+                                    "<unknown>",
+                                    Reason::Json(e.to_string()),
+                                ));
+                                continue;
+                            }
+                        },
+                    };
+                    let v = by_trace.entry(tid.clone()).or_insert_with(|| {
+                        order.push(tid.clone());
+                        Vec::new()
+                    });
+                    match res {
+                        Ok(s) => {
+                            let error = status_error(&s.status)
+                                || s.attributes.iter().any(|kv| {
+                                    kv.value
+                                        .as_ref()
+                                        .is_some_and(|v| is_error_tag(&kv.key, &v.tag()))
+                                });
+                            v.push(RawSpan {
+                                id: s.span_id.to_ascii_lowercase().into(),
+                                parent_id: s
+                                    .parent
+                                    .as_deref()
+                                    .filter(|p| !p.is_empty())
+                                    .map(|p| p.to_ascii_lowercase().into()),
+                                service: svc.clone(),
+                                operation: names.get(&s.name),
+                                start_ns: Some(s.start.0),
+                                duration_ns: Some(s.end.0.saturating_sub(s.start.0)),
+                                kind: span_kind(&s.kind),
+                                clock: clock.clone(),
+                                error,
+                            });
+                        }
+                        Err(e) => {
+                            bad.entry(tid).or_insert(e);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let out = order
+        .into_iter()
+        .map(|tid| {
+            let spans = by_trace.remove(&tid).unwrap_or_default();
+            match bad.remove(&tid) {
+                Some(e) => Err(TraceError::new(tid, Reason::Json(e))),
+                None => build(&tid, spans, opts),
+            }
+        })
+        .collect();
+    (out, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(spans: &str) -> String {
+        format!(
+            r#"{{"resourceSpans":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"svc"}}}},{{"key":"host.name","value":{{"stringValue":"h"}}}}]}},"scopeSpans":[{{"scope":{{"name":"x"}},"spans":[{spans}]}}]}}]}}"#
+        )
+    }
+
+    #[test]
+    fn documents_and_json_lines_merge_spans_of_one_trace() {
+        let a = doc(
+            r#"{"traceId":"AB","spanId":"01","parentSpanId":"","name":"root","kind":2,"startTimeUnixNano":"1000","endTimeUnixNano":"2000"}"#,
+        );
+        let b = doc(
+            r#"{"traceId":"ab","spanId":"02","parentSpanId":"01","name":"child","kind":"SPAN_KIND_CLIENT","startTimeUnixNano":1100,"endTimeUnixNano":1900,"status":{"code":2}}"#,
+        );
+        let text = format!("{a}\n{b}\n");
+        let (traces, errs) = read(&text, BuildOptions::default());
+        assert!(errs.is_empty(), "{errs:?}");
+        let t = traces.into_iter().next().unwrap().unwrap();
+        assert_eq!(t.spans.len(), 2);
+        assert_eq!(
+            (t.spans[1].kind, t.spans[1].error, t.spans[1].duration_ns),
+            (SpanKind::Client, true, 800)
+        );
+        assert_eq!(&*t.spans[0].service, "svc");
+        // The same as one pretty document.
+        let (traces, _) = read(&a, BuildOptions::default());
+        assert_eq!(traces[0].as_ref().unwrap().spans[0].kind, SpanKind::Server);
+    }
+
+    #[test]
+    fn negative_durations_reject_the_trace() {
+        let a = doc(
+            r#"{"traceId":"ab","spanId":"01","name":"root","startTimeUnixNano":"2000","endTimeUnixNano":"1000"}"#,
+        );
+        let (traces, _) = read(&a, BuildOptions::default());
+        assert!(
+            traces[0]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("negative duration")
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! Invariants on the DeathStarBench sets (TraceWeaver media and hotel).
+
+use std::collections::HashMap;
+
+use cpt_collector::traces::model::Trace;
+use cpt_collector::traces::{
+    Format, ImportOptions, adjustments_of, crisp, jaeger, read_text, skew,
+};
+
+use crate::support::{import, testdata};
+
+fn media(load: u32) -> std::path::PathBuf {
+    testdata(&format!(
+        "traces/traceweaver-media/media_load{load}.jaeger.json.gz"
+    ))
+}
+
+fn hotel(load: u32) -> std::path::PathBuf {
+    testdata(&format!(
+        "traces/traceweaver-hotel/hotel_load{load}.jaeger.json.gz"
+    ))
+}
+
+/// Root span durations per trace id, read with plain serde_json (not our
+/// reader), in ns.
+fn root_durations(path: &std::path::Path) -> HashMap<String, u64> {
+    let text = read_text(path).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut out = HashMap::new();
+    for t in v["data"].as_array().unwrap() {
+        for s in t["spans"].as_array().unwrap() {
+            if s["references"].as_array().unwrap().is_empty() {
+                let id = format!("{:0>32}", t["traceID"].as_str().unwrap());
+                out.insert(id, s["duration"].as_u64().unwrap() * 1000);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn dsb_media_and_hotel_paths_sum_to_the_root_latency() {
+    for (path, traces) in [(media(25), 1000), (hotel(25), 1000)] {
+        let imp = import(&[path.clone()], Format::Jaeger, &ImportOptions::default());
+        assert!(
+            imp.errors.is_empty(),
+            "{:?}",
+            &imp.errors[..imp.errors.len().min(3)]
+        );
+        assert_eq!(imp.analyzed.len(), traces);
+        let roots = root_durations(&path);
+        for a in &imp.analyzed {
+            let r = &a.record;
+            let want = roots[r.trace_id.as_deref().unwrap()];
+            assert_eq!(r.latency.as_nanos() as u64, want, "{:?}", r.trace_id);
+            assert_eq!(r.path.total(), r.latency);
+            assert!(r.path.segments().iter().all(|s| !s.duration.is_zero()));
+        }
+    }
+}
+
+/// Every nanosecond the repair moved or cut is in the record's labels:
+/// Σ (raw − repaired duration) over kept spans = `skew.truncated_ns`,
+/// Σ durations of dropped subtree roots = `skew.dropped_ns`, and every kept
+/// span lies inside its parent after repair.
+#[test]
+fn dsb_every_adjusted_nanosecond_is_accounted() {
+    let opts = ImportOptions::default();
+    let mut total_cut = 0u64;
+    let mut total_child_time = 0u64;
+    for path in [media(75), hotel(75)] {
+        let text = read_text(&path).unwrap();
+        let (raws, err) = jaeger::split(&text);
+        assert!(err.is_none());
+        let mut names = Default::default();
+        let mut scratch = crisp::Scratch::default();
+        let mut pieces = Vec::new();
+        for raw in raws {
+            let t: Trace = jaeger::parse_trace(raw, &mut names, opts.build).unwrap();
+            let roots: Vec<u32> = t.roots().collect();
+            let rep = skew::repair(&t, &opts.repair, &roots);
+            let (mut cut, mut dropped, mut dropped_spans) = (0u64, 0u64, 0u64);
+            for (i, s) in t.spans.iter().enumerate() {
+                let Some(p) = s.parent else { continue };
+                total_child_time += s.duration_ns as u64;
+                if !rep.kept[i] {
+                    dropped_spans += 1;
+                    if rep.kept[p as usize] {
+                        dropped += s.duration_ns as u64;
+                    }
+                    continue;
+                }
+                let p = p as usize;
+                assert!(
+                    rep.start[p] <= rep.start[i] && rep.end[i] <= rep.end[p],
+                    "{}: span {}",
+                    t.trace_id,
+                    s.span_id
+                );
+                cut += (s.duration_ns - (rep.end[i] - rep.start[i])) as u64;
+            }
+            total_cut += cut + dropped;
+            let a = cpt_collector::traces::analyze(&t, &opts, &mut scratch, &mut pieces);
+            let adj = adjustments_of(&a[0].record);
+            assert_eq!(
+                (adj.truncated_ns, adj.dropped_ns, adj.dropped_spans),
+                (cut, dropped, dropped_spans),
+                "{}",
+                t.trace_id
+            );
+            assert_eq!(
+                a[0].record.path.total().as_nanos() as i64,
+                rep.end[roots[0] as usize] - rep.start[roots[0] as usize]
+            );
+        }
+    }
+    // CRISP §5.2: "The total time truncation ... was under 5%".
+    let share = total_cut as f64 / total_child_time as f64;
+    assert!(
+        share < 0.05,
+        "repair cut {:.2}% of child time",
+        share * 100.0
+    );
+}
+
+#[test]
+fn dsb_media_concurrency_and_hotel_sequence() {
+    let imp = import(&[media(100)], Format::Jaeger, &ImportOptions::default());
+    // README: every media trace has overlapping children, at most 4 at once.
+    assert!(
+        imp.analyzed
+            .iter()
+            .all(|a| (2..=4).contains(&a.shape.concurrency))
+    );
+    assert!(imp.analyzed.iter().all(|a| a.shape.spans == 27));
+    // The critical path leaves some concurrent branches off.
+    assert!(imp.analyzed.iter().all(|a| a.shape.path_spans < 27));
+    let imp = import(&[hotel(100)], Format::Jaeger, &ImportOptions::default());
+    // Hotel: strictly sequential calls, client + server spans: after the
+    // symmetric-delay shift, every one of the 11 spans is on the path in
+    // nearly every trace.
+    let all = imp
+        .analyzed
+        .iter()
+        .filter(|a| a.shape.path_spans == 11)
+        .count();
+    assert!(
+        all * 100 >= imp.analyzed.len() * 95,
+        "{all} of {}",
+        imp.analyzed.len()
+    );
+    assert!(
+        imp.analyzed
+            .iter()
+            .all(|a| a.shape.concurrency == 1 && a.shape.depth == 5)
+    );
+    let net: u128 = imp
+        .analyzed
+        .iter()
+        .map(|a| a.record.path.accounting.network.as_nanos())
+        .sum();
+    assert!(net > 0, "client spans' own time is network time");
+}
