@@ -35,6 +35,8 @@ pub mod path;
 pub mod record;
 #[cfg(feature = "layer")]
 pub mod request;
+#[cfg(feature = "layer")]
+pub mod task;
 pub mod trigger;
 #[cfg(feature = "testing")]
 pub mod testing;

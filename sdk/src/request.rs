@@ -329,3 +329,37 @@ pub fn note_blocker(span: &Span, blocker: &Span) -> bool {
     })
     .is_some()
 }
+
+/// The current node stops being busy: it is waiting (for threads it
+/// joins). Pairs with [`wait_end`].
+pub(crate) fn wait_begin() {
+    with_current_layer(|layer, s| s.request.exit(s.node, layer.shared.clock.now()));
+}
+
+/// The current node is busy again after [`wait_begin`].
+pub(crate) fn wait_end() {
+    with_current_layer(|layer, s| s.request.enter(s.node, layer.shared.clock.now()));
+}
+
+fn with_current_layer(f: impl FnOnce(&CriticalPathLayer, NodeState)) {
+    let mut f = Some(f);
+    tracing::dispatcher::get_default(|d| {
+        let Some(layer) = d.downcast_ref::<CriticalPathLayer>() else {
+            return;
+        };
+        let cur = d.current_span();
+        let Some(id) = cur.id() else { return };
+        if let (Some(state), Some(f)) = (layer.node(d, id), f.take()) {
+            f(layer, state);
+        }
+    });
+}
+
+/// The future of the node `span` was dropped before it completed.
+pub(crate) fn cancelled(span: &Span) {
+    with_layer(span, |layer, d, id| {
+        let s = layer.node(d, id)?;
+        s.request.cancel(s.node);
+        Some(())
+    });
+}

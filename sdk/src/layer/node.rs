@@ -54,6 +54,8 @@ pub(crate) struct Request {
 #[derive(Debug)]
 struct State {
     nodes: Vec<LiveNode>,
+    /// Exit counter: orders exits at equal clock readings.
+    seq: u64,
     finished: bool,
 }
 
@@ -65,6 +67,8 @@ struct LiveNode {
     created: Duration,
     first_poll: Option<Duration>,
     last_exit: Option<Duration>,
+    exit_seq: u64,
+    cancelled: bool,
     closed: Option<Duration>,
     busy: Vec<Busy>,
     /// The outermost enter in progress: start, thread, nested.
@@ -89,6 +93,8 @@ impl LiveNode {
             created: now,
             first_poll: None,
             last_exit: None,
+            exit_seq: 0,
+            cancelled: false,
             closed: None,
             busy: Vec::new(),
             open: None,
@@ -164,6 +170,7 @@ impl Request {
             labels: Mutex::new(init.labels),
             state: Mutex::new(State {
                 nodes: vec![root],
+                seq: 0,
                 finished: false,
             }),
         })
@@ -229,6 +236,8 @@ impl Request {
 
     pub(crate) fn exit(&self, node: NodeId, now: Duration) {
         let mut st = self.state();
+        st.seq += 1;
+        let seq = st.seq;
         let Some(n) = st.nodes.get_mut(node.index()) else {
             return;
         };
@@ -249,6 +258,7 @@ impl Request {
                 });
             }
             n.last_exit = Some(now);
+            n.exit_seq = seq;
         }
     }
 
@@ -256,6 +266,15 @@ impl Request {
         let mut st = self.state();
         if let Some(n) = st.nodes.get_mut(node.index()) {
             n.closed = Some(now);
+        }
+    }
+
+    /// The node's future was dropped before completing: it can never be a
+    /// blocker.
+    pub(crate) fn cancel(&self, node: NodeId) {
+        let mut st = self.state();
+        if let Some(n) = st.nodes.get_mut(node.index()) {
+            n.cancelled = true;
         }
     }
 
@@ -319,7 +338,7 @@ impl Request {
                     nested,
                 });
             }
-            let end = if i == 0 {
+            let end = if i == 0 || n.cancelled {
                 None
             } else {
                 n.closed.map(|c| n.last_exit.unwrap_or(c))
@@ -330,6 +349,7 @@ impl Request {
                 created: n.created,
                 first_poll: n.first_poll,
                 end,
+                end_seq: n.exit_seq,
                 busy,
                 resumptions: n.resumptions,
                 callee: n.callee,

@@ -121,6 +121,10 @@ pub struct Node {
     pub first_poll: Option<Duration>,
     /// When it ended (its last exit); `None` if it has not ended.
     pub end: Option<Duration>,
+    /// Orders nodes whose `end`s are equal (a later event has a larger
+    /// number): with a coarse or paused clock, a `select!` winner and the
+    /// loser polled just before it end at the same instant.
+    pub end_seq: u64,
     /// When it was entered, in any order.
     pub busy: Vec<Busy>,
     /// Explicit resumptions (see [`Resumption`]).
@@ -138,6 +142,7 @@ impl Node {
             created,
             first_poll: None,
             end: None,
+            end_seq: 0,
             busy: Vec::new(),
             resumptions: Vec::new(),
             callee: None,
@@ -225,8 +230,8 @@ struct Prep {
     ended: bool,
     /// Own busy time: entered minus nested children, sorted, disjoint.
     own: Vec<(u64, u64)>,
-    /// Ends of children that ended, sorted by end.
-    child_ends: Vec<(u64, usize)>,
+    /// Ends of children that ended, sorted by end then sequence.
+    child_ends: Vec<(u64, u64, usize)>,
     /// Busy intervals of children nested in this node, sorted by start.
     nested: Vec<(u64, u64, usize)>,
     /// Explicit resumptions with a blocker, sorted by time.
@@ -286,7 +291,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Vec<Prep> {
         let Some(p) = prep[i].parent else { continue };
         if prep[i].ended {
             let e = prep[i].end;
-            prep[p].child_ends.push((e, i));
+            prep[p].child_ends.push((e, node.end_seq, i));
         }
         let fp = prep[i].first_poll;
         let end = prep[i].end;
@@ -481,8 +486,8 @@ fn walk(prep: &[Prep], root: usize, start: u64, stop: u64) -> Vec<Piece> {
                 .iter()
                 .rev()
                 .take_while(|e| e.0 > g0)
-                .find(|e| eligible(e.1, &visited, &on_stack, prep))
-                .copied()
+                .find(|e| eligible(e.2, &visited, &on_stack, prep))
+                .map(|e| (e.0, e.2))
         };
         let blocker = match (explicit, inferred) {
             (Some(x), Some(c)) => Some(if c.0 > x.0 { c } else { x }),

@@ -19,8 +19,16 @@ pub struct Traced {
 
 impl Traced {
     pub fn new() -> Traced {
+        Traced::with_clock(ManualClock::with_tokio())
+    }
+
+    /// Outside a runtime: only the manual clock moves.
+    pub fn manual() -> Traced {
+        Traced::with_clock(ManualClock::new())
+    }
+
+    fn with_clock(clock: ManualClock) -> Traced {
         let sink = RecordingSink::new();
-        let clock = ManualClock::with_tokio();
         let (layer, handle) = CriticalPathLayer::builder()
             .with_service("A")
             .with_sink(sink.clone())
