@@ -1,1 +1,190 @@
-//! Shared helpers for the end-to-end tests in `tests/`.
+//! Shared helpers for the end-to-end tests in `tests/`: a recording sink, a
+//! per-test subscriber and runtime, servers on 127.0.0.1, and readable views
+//! of critical paths for assertions.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use cpt_sdk::layer::CriticalPathLayer;
+use cpt_sdk::{Record, SegmentKind};
+use tonic::body::Body;
+use tonic::service::Routes;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Endpoint};
+use tower::{Layer, Service};
+use tracing_subscriber::prelude::*;
+
+pub use cpt_examples::proto;
+
+/// A sink keeping every record it is given.
+#[derive(Clone, Debug, Default)]
+pub struct Recorder(Arc<Mutex<Vec<Record>>>);
+
+impl Recorder {
+    /// The records so far.
+    pub fn records(&self) -> Vec<Record> {
+        self.0.lock().expect("recorder poisoned").clone()
+    }
+
+    /// Wait (up to 2 s) until at least `n` records arrived, then return all.
+    pub async fn wait_for(&self, n: usize) -> Vec<Record> {
+        for _ in 0..200 {
+            if self.0.lock().expect("recorder poisoned").len() >= n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Let anything that should not be there show up too.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.records()
+    }
+}
+
+impl cpt_sdk::RecordSink for Recorder {
+    fn emit(&self, record: Record) {
+        self.0.lock().expect("recorder poisoned").push(record);
+    }
+}
+
+/// Run `f` on a current-thread runtime with a subscriber that has a
+/// `CriticalPathLayer` recording into the recorder it is given. Servers and
+/// clients spawned by `f` run on this thread, under this subscriber.
+pub fn run<F, Fut>(f: F) -> Fut::Output
+where
+    F: FnOnce(Recorder) -> Fut,
+    Fut: Future,
+{
+    let recorder = Recorder::default();
+    let (layer, _handle) = CriticalPathLayer::builder()
+        .with_service("test")
+        .with_sink(recorder.clone())
+        .build();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime");
+    rt.block_on(f(recorder))
+}
+
+/// Serve a tonic service on 127.0.0.1 behind `layer` (use
+/// `tower::layer::util::Identity` for none); returns its address.
+pub async fn serve_grpc<L, S, ResBody>(layer: L, svc: S) -> SocketAddr
+where
+    S: Service<
+            http::Request<Body>,
+            Response = http::Response<Body>,
+            Error = std::convert::Infallible,
+        > + tonic::server::NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+    L: Layer<Routes> + Clone + Send + 'static,
+    L::Service:
+        Service<http::Request<Body>, Response = http::Response<ResBody>> + Clone + Send + 'static,
+    <L::Service as Service<http::Request<Body>>>::Future: Send,
+    <L::Service as Service<http::Request<Body>>>::Error:
+        Into<Box<dyn std::error::Error + Send + Sync>> + Send,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1");
+    let addr = listener.local_addr().expect("local addr");
+    let server = tonic::transport::Server::builder()
+        .layer(layer)
+        .add_service(svc)
+        .serve_with_incoming(TcpIncoming::from(listener));
+    tokio::spawn(async move {
+        if let Err(e) = server.await {
+            eprintln!("test server on {addr} stopped: {e}");
+        }
+    });
+    addr
+}
+
+/// A lazily connecting channel to `addr`.
+pub fn channel(addr: SocketAddr) -> Channel {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .expect("a socket address is a valid URI")
+        .connect_lazy()
+}
+
+/// A segment as `(["service:name", …], duration, kind)`.
+pub type SegmentView = (Vec<String>, Duration, SegmentKind);
+
+/// The record's path as [`SegmentView`]s.
+pub fn segments(record: &Record) -> Vec<SegmentView> {
+    record
+        .path
+        .segments()
+        .iter()
+        .map(|s| {
+            let stack = record
+                .path
+                .stack_frames(s)
+                .map(|f| format!("{}:{}", f.service, f.name))
+                .collect();
+            (stack, s.duration, s.kind)
+        })
+        .collect()
+}
+
+/// The record's path, one segment a line, for assertion messages.
+pub fn render(record: &Record) -> String {
+    let mut out = format!(
+        "{} {:?} latency {:?} accounting {:?}\n",
+        record.service, record.endpoint, record.latency, record.path.accounting
+    );
+    for (stack, d, kind) in segments(record) {
+        out.push_str(&format!(
+            "  {:>12?} {:<12} {}\n",
+            d,
+            kind.as_str(),
+            stack.join(" > ")
+        ));
+    }
+    out
+}
+
+/// Sum of the durations of segments matching `pred`.
+pub fn time_where(record: &Record, pred: impl Fn(&SegmentView) -> bool) -> Duration {
+    segments(record)
+        .iter()
+        .filter(|s| pred(s))
+        .map(|s| s.1)
+        .sum()
+}
+
+/// Whether a stack has a frame `service:name`.
+pub fn has(stack: &[String], frame: &str) -> bool {
+    stack.iter().any(|f| f == frame)
+}
+
+/// Whether a stack has any frame of `service`.
+pub fn has_service(stack: &[String], service: &str) -> bool {
+    stack
+        .iter()
+        .any(|f| f.split_once(':').is_some_and(|(s, _)| s == service))
+}
+
+/// Sleep inside a span named `name`: simulated I/O the path attributes to
+/// that span.
+pub async fn io(name: &'static str, d: Duration) {
+    use tracing::Instrument;
+    tokio::time::sleep(d)
+        .instrument(tracing::info_span!("io", cpt.name = name))
+        .await;
+}
+
+/// A sampler tracing every request.
+pub fn always(_: &cpt_sdk::trigger::SamplingContext<'_>) -> Option<cpt_sdk::Trigger> {
+    Some(cpt_sdk::Trigger::Sampled)
+}
