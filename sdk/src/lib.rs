@@ -29,12 +29,14 @@
 
 pub mod codec;
 pub mod clock;
+pub mod export;
 #[cfg(feature = "layer")]
 pub mod layer;
 pub mod path;
 pub mod record;
 #[cfg(feature = "layer")]
 pub mod request;
+pub mod sink;
 #[cfg(feature = "layer")]
 pub mod task;
 pub mod trigger;
