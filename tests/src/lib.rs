@@ -43,6 +43,15 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// Give stray records a moment to arrive, then return all (for tests
+    /// asserting that none came).
+    pub async fn settled(&self) -> Vec<Record> {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        self.records()
+    }
+}
+
 impl cpt_sdk::RecordSink for Recorder {
     fn emit(&self, record: Record) {
         self.0.lock().expect("recorder poisoned").push(record);
@@ -188,3 +197,6 @@ pub async fn io(name: &'static str, d: Duration) {
 pub fn always(_: &cpt_sdk::trigger::SamplingContext<'_>) -> Option<cpt_sdk::Trigger> {
     Some(cpt_sdk::Trigger::Sampled)
 }
+
+/// tonic's prost codec, for tests that call `tonic::client::Grpc` directly.
+pub type Codec<Req, Res> = tonic_prost::ProstCodec<Req, Res>;

@@ -42,16 +42,17 @@ async fn call_through_a(
     layer: ClientLayer,
 ) -> Record {
     let c = GrpcClient::new(tower::Layer::layer(&layer, channel(c_addr)));
-    let a_svc = GrpcServer::<ServiceA>::new().unary(method::A_RUN, move |_: Request<RunRequest>| {
-        let mut c = c.clone();
-        async move {
-            let reply: C1Reply = c
-                .unary(method::C_C1, C1Request { key: 3 })
-                .instrument(tracing::info_span!("A1"))
-                .await?;
-            Ok(Response::new(RunReply { value: reply.value }))
-        }
-    });
+    let a_svc =
+        GrpcServer::<ServiceA>::new().unary(method::A_RUN, move |_: Request<RunRequest>| {
+            let mut c = c.clone();
+            async move {
+                let reply: C1Reply = c
+                    .unary(method::C_C1, C1Request { key: 3 })
+                    .instrument(tracing::info_span!("A1"))
+                    .await?;
+                Ok(Response::new(RunReply { value: reply.value }))
+            }
+        });
     let a_addr = serve_grpc(ServerLayer::grpc("A").with_sampler(always), a_svc).await;
     let reply: RunReply = GrpcClient::new(channel(a_addr))
         .unary(method::A_RUN, RunRequest::default())
@@ -61,7 +62,12 @@ async fn call_through_a(
     let records = recorder.wait_for(1).await;
     assert_eq!(records.len(), 1, "{records:#?}");
     let r = records.into_iter().next().unwrap();
-    assert_eq!(r.path.total(), r.latency, "merged total is exact\n{}", render(&r));
+    assert_eq!(
+        r.path.total(),
+        r.latency,
+        "merged total is exact\n{}",
+        render(&r)
+    );
     r
 }
 
@@ -84,15 +90,24 @@ fn blind_spot_naming_c(r: &Record) -> Duration {
         .collect();
     assert!(!blind.is_empty(), "a blind spot\n{shown}");
     for (stack, _, _) in &blind {
-        assert!(has(stack, "A:C /cpt.example.C/C1"), "under the RPC frame\n{shown}");
+        assert!(
+            has(stack, "A:C /cpt.example.C/C1"),
+            "under the RPC frame\n{shown}"
+        );
         let leaf = stack.last().unwrap();
-        assert!(leaf.contains('C'), "blind spot names the callee C: {leaf}\n{shown}");
+        assert!(
+            leaf.contains('C'),
+            "blind spot names the callee C: {leaf}\n{shown}"
+        );
     }
     assert!(
         !segments(r).iter().any(|(s, _, _)| has(s, "C:C1")),
         "no detail from C\n{shown}"
     );
-    assert_eq!(r.path.accounting.blind_spot, time_where(r, |(_, _, k)| *k == SegmentKind::BlindSpot));
+    assert_eq!(
+        r.path.accounting.blind_spot,
+        time_where(r, |(_, _, k)| *k == SegmentKind::BlindSpot)
+    );
     r.path.accounting.blind_spot
 }
 
@@ -103,7 +118,11 @@ fn blind_spot_callee_without_middleware() {
         let layer = client_layer();
         let r = call_through_a(&recorder, c_addr, layer.clone()).await;
         let blind = blind_spot_naming_c(&r);
-        assert!(blind >= Duration::from_millis(10), "the whole call\n{}", render(&r));
+        assert!(
+            blind >= Duration::from_millis(10),
+            "the whole call\n{}",
+            render(&r)
+        );
         assert_eq!(layer.stats().callee_path_missing, 1);
     });
 }
@@ -116,7 +135,10 @@ fn callee_path_is_merged_exactly() {
         let r = call_through_a(&recorder, c_addr, layer.clone()).await;
         let shown = render(&r);
         let c_time = time_where(&r, |(s, _, _)| has(s, "C:C1"));
-        assert!(c_time >= Duration::from_millis(10), "C's C1 under the RPC frame\n{shown}");
+        assert!(
+            c_time >= Duration::from_millis(10),
+            "C's C1 under the RPC frame\n{shown}"
+        );
         assert_eq!(r.path.accounting.blind_spot, Duration::ZERO, "{shown}");
         assert_eq!(r.path.accounting.overcount, Duration::ZERO, "{shown}");
         assert_eq!(layer.stats().callee_path_merged, 1);
@@ -166,25 +188,41 @@ fn undercount_delay_outside_callee_handler_is_network() {
         let network = time_where(&r, |(s, _, k)| {
             *k == SegmentKind::Network && s.last().is_some_and(|f| f == "A:C /cpt.example.C/C1")
         });
-        assert!(network >= delay, "network segment of at least the delay\n{shown}");
-        assert!(network < delay + Duration::from_millis(30), "about the delay\n{shown}");
-        assert_eq!(r.path.accounting.network, time_where(&r, |(_, _, k)| *k == SegmentKind::Network));
-        assert!(time_where(&r, |(s, _, _)| has(s, "C:C1")) >= Duration::from_millis(10), "{shown}");
+        assert!(
+            network >= delay,
+            "network segment of at least the delay\n{shown}"
+        );
+        assert!(
+            network < delay + Duration::from_millis(30),
+            "about the delay\n{shown}"
+        );
+        assert_eq!(
+            r.path.accounting.network,
+            time_where(&r, |(_, _, k)| *k == SegmentKind::Network)
+        );
+        assert!(
+            time_where(&r, |(s, _, _)| has(s, "C:C1")) >= Duration::from_millis(10),
+            "{shown}"
+        );
     });
 }
 
 /// Serve C without middleware, adding `value` as the path header to every
 /// response: a callee that claims something.
 async fn serve_claiming_c(value: http::HeaderValue) -> SocketAddr {
-    let layer = tower::util::MapResponseLayer::new(move |mut resp: http::Response<tonic::body::Body>| {
-        resp.headers_mut().insert(header::PATH, value.clone());
-        resp
-    });
+    let layer =
+        tower::util::MapResponseLayer::new(move |mut resp: http::Response<tonic::body::Body>| {
+            resp.headers_mut().insert(header::PATH, value.clone());
+            resp
+        });
     serve_grpc(layer, c_service()).await
 }
 
 fn encoded(path: &CriticalPath) -> http::HeaderValue {
-    let bytes = cpt_sdk::codec::encode(path, &cpt_sdk::codec::EncodeOptions::new().with_max_bytes(1 << 20));
+    let bytes = cpt_sdk::codec::encode(
+        path,
+        &cpt_sdk::codec::EncodeOptions::new().with_max_bytes(1 << 20),
+    );
     let text = base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes);
     http::HeaderValue::from_str(&text).unwrap()
 }
@@ -204,17 +242,29 @@ fn overcount_is_clamped_and_counted() {
         let shown = render(&r);
         assert!(r.latency < Duration::from_secs(1), "{shown}");
         let c_time = time_where(&r, |(s, _, _)| has(s, "C:C1"));
-        assert!(c_time > Duration::ZERO && c_time < r.latency, "scaled into the call\n{shown}");
+        assert!(
+            c_time > Duration::ZERO && c_time < r.latency,
+            "scaled into the call\n{shown}"
+        );
         let over = r.path.accounting.overcount;
-        assert!(over > claimed - Duration::from_secs(1) && over < claimed, "excess counted: {over:?}\n{shown}");
+        assert!(
+            over > claimed - Duration::from_secs(1) && over < claimed,
+            "excess counted: {over:?}\n{shown}"
+        );
     });
 }
 
 #[test]
 fn malformed_path_metadata_becomes_blind_spot() {
     for (name, value) in [
-        ("not base64", http::HeaderValue::from_static("!!not*base64!!")),
-        ("not a path", http::HeaderValue::from_static("AAECAwQFBgcICQoLDA0ODw")),
+        (
+            "not base64",
+            http::HeaderValue::from_static("!!not*base64!!"),
+        ),
+        (
+            "not a path",
+            http::HeaderValue::from_static("AAECAwQFBgcICQoLDA0ODw"),
+        ),
     ] {
         run(|recorder| async move {
             let c_addr = serve_claiming_c(value).await;
@@ -232,7 +282,10 @@ fn oversize_path_metadata_becomes_blind_spot() {
         let mut big = CriticalPath::new();
         for i in 0..300 {
             big.push_frames(
-                [Frame::new("C", "/cpt.example.C/C1"), Frame::new("C", format!("step-{i}"))],
+                [
+                    Frame::new("C", "/cpt.example.C/C1"),
+                    Frame::new("C", format!("step-{i}")),
+                ],
                 Duration::from_micros(10),
                 SegmentKind::Busy,
             );
