@@ -327,7 +327,10 @@ impl Request {
                 name,
                 location: None,
             };
-            if let (Some(file), Some(line)) = (n.meta.file(), n.meta.line()) {
+            // Helper spans (target "cpt") would all point into this crate.
+            if let (Some(file), Some(line), false) =
+                (n.meta.file(), n.meta.line(), n.meta.target() == "cpt")
+            {
                 frame = frame.with_location(file, line);
             }
             let mut busy = n.busy;
