@@ -36,8 +36,11 @@ use crate::glue;
 use crate::stats::{Counters, Stats};
 use crate::{Protocol, header};
 
+type NameFn = dyn Fn(&http::Method, &http::Uri) -> String + Send + Sync;
+
 pub(crate) struct ClientConfig {
     pub(crate) callee: Arc<str>,
+    pub(crate) name: Option<Box<NameFn>>,
     pub(crate) protocol: Protocol,
     pub(crate) caller_secret: Option<HeaderValue>,
     pub(crate) max_path_bytes: usize,
@@ -83,6 +86,7 @@ impl ClientLayer {
         ClientLayer {
             config: Arc::new(ClientConfig {
                 callee,
+                name: None,
                 protocol,
                 caller_secret: None,
                 max_path_bytes: glue::DEFAULT_DECODE_MAX_BYTES,
@@ -108,6 +112,19 @@ impl ClientLayer {
             .expect("with_caller_secret: the secret must be a valid header value");
         value.set_sensitive(true);
         self.config_mut().caller_secret = Some(value);
+        self
+    }
+
+    /// Name RPC nodes `callee` + this function's result instead of the
+    /// method path (gRPC) or `METHOD path` (HTTP). Use it for HTTP paths
+    /// that carry ids (`/items/42`), so that frames name routes
+    /// (`GET /items/{id}`) rather than one frame per id.
+    #[must_use]
+    pub fn with_name_fn(
+        mut self,
+        f: impl Fn(&http::Method, &http::Uri) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.config_mut().name = Some(Box::new(f));
         self
     }
 
@@ -209,9 +226,10 @@ where
             // clients that accept them.
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
-        let method = match config.protocol {
-            Protocol::Grpc => req.uri().path().to_owned(),
-            Protocol::Http => format!("{} {}", req.method(), req.uri().path()),
+        let method = match (&config.name, config.protocol) {
+            (Some(f), _) => f(req.method(), req.uri()),
+            (None, Protocol::Grpc) => req.uri().path().to_owned(),
+            (None, Protocol::Http) => format!("{} {}", req.method(), req.uri().path()),
         };
         let rpc = glue::begin_rpc(&config.callee, &method);
         let fut = {
