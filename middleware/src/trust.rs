@@ -258,7 +258,7 @@ mod tests {
         assert!(!p.is_trusted(&caller_with(&h, &e, &u)));
         e.insert(SocketAddr::from(([10, 0, 0, 1], 5)));
         assert!(p.is_trusted(&caller_with(&h, &e, &u)));
-        assert!(PeerAllowList::loopback().is_trusted(&caller_with(&h, &e, &u)) == false);
+        assert!(!PeerAllowList::loopback().is_trusted(&caller_with(&h, &e, &u)));
         let or = PeerAllowList::loopback().or(p);
         assert!(or.is_trusted(&caller_with(&h, &e, &u)));
     }

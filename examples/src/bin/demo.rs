@@ -185,11 +185,10 @@ async fn drive(args: &Args, a: SocketAddr, force_key: &str) -> anyhow::Result<Dr
         .context("connecting to A")?;
     let client = GrpcClient::new(channel);
     let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let every = if args.forced == 0 {
-        u64::MAX
-    } else {
-        (args.requests / args.forced).max(1)
-    };
+    let every = args
+        .requests
+        .checked_div(args.forced)
+        .map_or(u64::MAX, |n| n.max(1));
     let start = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..args.concurrency.max(1) {
@@ -316,7 +315,7 @@ fn print_summary(args: &Args, s: &DriveSummary, records: &[Record], emitted: u64
         }
     }
     let mut rows: Vec<_> = by_leaf.into_iter().collect();
-    rows.sort_by(|a, b| b.1.cmp(&a.1));
+    rows.sort_by_key(|row| std::cmp::Reverse(row.1));
     let n = sampled.len() as u32;
     let mean: Duration = sampled.iter().map(|r| r.latency).sum::<Duration>() / n;
     println!("mean sampled latency {mean:.2?}; critical path by leaf (mean per request):");

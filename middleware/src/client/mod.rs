@@ -261,7 +261,7 @@ impl PendingCallee {
 
     /// Attach what the callee returned (the trailer's path, else the
     /// header's, else a blind spot) and end the RPC node.
-    fn resolve(self: Box<Self>, trailer_path: Option<HeaderValue>) {
+    fn resolve(self, trailer_path: Option<HeaderValue>) {
         let config = &self.config;
         let value = trailer_path.or(self.header_path);
         let outcome = match value {

@@ -45,6 +45,8 @@ pin_project! {
     }
 }
 
+type PollFrame<D, E> = Poll<Option<Result<Frame<D>, E>>>;
+
 impl<B: Body> ResponseBody<B> {
     pub(super) fn plain(body: B) -> Self {
         ResponseBody {
@@ -76,10 +78,7 @@ impl<B: Body> ResponseBody<B> {
 }
 
 impl<B: Body> MaybeBoxed<B> {
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> PollFrame<B::Data, B::Error> {
         match self.project() {
             MaybeBoxedProj::Plain { body } => body.poll_frame(cx),
             MaybeBoxedProj::Boxed { body } => body.as_mut().poll_frame(cx),

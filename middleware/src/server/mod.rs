@@ -155,7 +155,7 @@ impl ServerLayer {
     /// (default: the installed `CriticalPathLayer`'s sampler). Each service
     /// in a process can sample at its own rate this way.
     #[must_use]
-    pub fn with_sampler(mut self, sampler: impl Sampler + Send + Sync + 'static) -> Self {
+    pub fn with_sampler(mut self, sampler: impl Sampler) -> Self {
         self.config_mut().sampler = Some(Arc::new(sampler));
         self
     }
@@ -390,7 +390,7 @@ impl Ending {
     }
 
     /// End the root node now; the encoded path when it is to be returned.
-    fn finish(self: Box<Self>) -> Option<HeaderValue> {
+    fn finish(self) -> Option<HeaderValue> {
         let path = glue::finish_root(&self.root)?;
         if !self.return_path {
             return None;

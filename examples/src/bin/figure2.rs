@@ -1,0 +1,148 @@
+//! CPT Figure 2, live: runs scenarios 2a, 2b and 2c with real time
+//! (`tokio::time::sleep` for waits, a spin loop for A1's own computation)
+//! and prints one JSON record per scenario on stdout (the JSON Lines form of
+//! `cpt_sdk::Record`). A summary and a check against the figure go to
+//! stderr; the exit code is non-zero if a segment is off by more than 2 ms.
+//!
+//! ```text
+//! cargo run --release --bin figure2
+//! ```
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cpt_sdk::layer::CriticalPathLayer;
+use cpt_sdk::request::{self, RequestOptions};
+use cpt_sdk::{Record, Trigger};
+use tokio::time::sleep;
+use tracing::{Instrument, info_span};
+use tracing_subscriber::prelude::*;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A1's own computation: busy on the CPU for `d`.
+fn compute(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// 2a: A1 5 ms, waits on B1 20 ms, A1 8 ms, waits on A2 2 ms.
+async fn fig2a() {
+    compute(ms(5));
+    sleep(ms(20)).instrument(info_span!("B1")).await;
+    compute(ms(8));
+    sleep(ms(2)).instrument(info_span!("A2")).await;
+}
+
+/// 2b: A1 5 ms, then B1 (20 ms) and A2 (2 ms) in parallel, then A1 8 ms.
+async fn fig2b() {
+    compute(ms(5));
+    tokio::join!(
+        sleep(ms(20)).instrument(info_span!("B1")),
+        sleep(ms(2)).instrument(info_span!("A2")),
+    );
+    compute(ms(8));
+}
+
+/// 2c: A1 3 ms, issues B1 (14 ms) without blocking and keeps computing,
+/// waits for B1, then A1 10 ms.
+async fn fig2c() {
+    compute(ms(3));
+    let b1 = tokio::spawn(sleep(ms(14)).instrument(info_span!("B1")));
+    compute(ms(6));
+    b1.await.expect("B1 panicked");
+    compute(ms(10));
+}
+
+/// `(stack, ms)` of the figure, for the check.
+type Expected = &'static [(&'static [&'static str], u64)];
+
+const FIG2A: Expected = &[(&["A1"], 5), (&["A1", "B1"], 20), (&["A1"], 8), (&["A1", "A2"], 2)];
+const FIG2B: Expected = &[(&["A1"], 5), (&["A1", "B1"], 20), (&["A1"], 8)];
+const FIG2C: Expected = &[(&["A1"], 3), (&["A1", "B1"], 14), (&["A1"], 10)];
+
+/// Segments with equal stacks merged, scheduler slivers under 0.5 ms dropped.
+fn summary(r: &Record) -> Vec<(Vec<String>, Duration)> {
+    let mut out: Vec<(Vec<String>, Duration)> = Vec::new();
+    for seg in r.path.segments() {
+        if seg.duration < Duration::from_micros(500) {
+            continue;
+        }
+        let stack: Vec<String> = r.path.stack_frames(seg).map(|f| f.name.to_string()).collect();
+        match out.last_mut() {
+            Some(last) if last.0 == stack => last.1 += seg.duration,
+            _ => out.push((stack, seg.duration)),
+        }
+    }
+    out
+}
+
+fn check(name: &str, r: &Record, expected: Expected) -> bool {
+    let got = summary(r);
+    let tolerance = ms(2);
+    let ok = got.len() == expected.len()
+        && got.iter().zip(expected).all(|((stack, d), (es, ems))| {
+            stack.iter().map(String::as_str).eq(es.iter().copied()) && d.abs_diff(ms(*ems)) <= tolerance
+        });
+    let shown: Vec<String> = got
+        .iter()
+        .map(|(s, d)| format!("{}={:.1}ms", s.join("/"), d.as_secs_f64() * 1e3))
+        .collect();
+    eprintln!(
+        "{name}: {{{}}} total {:.1} ms — {}",
+        shown.join(", "),
+        r.latency.as_secs_f64() * 1e3,
+        if ok { "matches the figure (±2 ms)" } else { "DOES NOT match the figure" }
+    );
+    ok
+}
+
+fn main() {
+    let records = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let records = records.clone();
+        move |r: Record| records.lock().expect("not poisoned").push(r)
+    };
+    let (layer, _handle) = CriticalPathLayer::builder().with_service("A").with_sink(sink).build();
+    tracing_subscriber::registry().with(layer).init();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("a tokio runtime");
+
+    let scenarios: [(&str, Expected); 3] = [("fig2a", FIG2A), ("fig2b", FIG2B), ("fig2c", FIG2C)];
+    let mut all_ok = true;
+    for (name, expected) in scenarios {
+        rt.block_on(async {
+            let root = info_span!("A1");
+            request::begin(
+                &root,
+                RequestOptions::new(Some(Trigger::Forced))
+                    .with_name("A1")
+                    .with_endpoint(name)
+                    .with_label("figure", name),
+            );
+            let work = async {
+                match name {
+                    "fig2a" => fig2a().await,
+                    "fig2b" => fig2b().await,
+                    _ => fig2c().await,
+                }
+            };
+            work.instrument(root.clone()).await;
+            request::finish(&root);
+        });
+        let record = records.lock().expect("not poisoned").pop().expect("one record per scenario");
+        println!("{}", record.to_json());
+        all_ok &= check(name, &record, expected);
+    }
+    if !all_ok {
+        std::process::exit(1);
+    }
+}
