@@ -1,0 +1,967 @@
+//! Folding records into an [`Aggregate`]: the "average critical path" (CPT
+//! "Aggregation and Visualization", Table 1).
+//!
+//! Every segment of every selected record contributes its duration to the
+//! *sample stack* it belongs to: the segment's frame stack, plus a synthetic
+//! leaf frame for time the path could not explain in detail
+//! (`[queueing]`, `[unattributed]`, `[network]`, `[blind spot]`, see
+//! [`kind_frame`]). A stack's value is its time summed over the selection
+//! divided by the number of selected requests, so the values add up to the
+//! mean request latency. CPT Table 1: requests of 16 ms (A1 6 ms, A1/A2 10 ms)
+//! and 8 ms (A1 4 ms, A1/B1 4 ms) give A1 5 ms, A1/A2 5 ms, A1/B1 2 ms, total
+//! 12 ms.
+//!
+//! # Merging (several collectors, several files)
+//!
+//! An aggregate keeps *sums and counts*, never only means: per stack the
+//! summed nanoseconds ([`StackStats::sum_nanos`]) and the number of requests
+//! the stack was on the path of ([`StackStats::requests`]), and overall the
+//! number of selected requests ([`Aggregate::requests`]). Merging adds sums
+//! and counts; a mean is always `sum of sums / sum of request counts`
+//! ([`Aggregate::merge`]). Averaging two profiles' means would weigh a
+//! collector that saw 10 requests like one that saw 10⁶. The pprof form keeps
+//! the same numbers (see [`crate::profile`]).
+//!
+//! # How the fold is made fast
+//!
+//! Frames are interned once per record (a record's own frame table is small)
+//! and each segment's stack is looked up, as a `[u32]` slice in a reusable
+//! buffer, in a hash map of interned stacks: no allocation per segment, only
+//! per *new* stack. Per-stack sums live in dense vectors indexed by stack id.
+//! Batches are split over one [`Partial`] per rayon worker, each with its own
+//! interner, and the partials are merged (remapping their few thousand stack
+//! ids) at the end, so workers never share a lock.
+
+use std::borrow::Borrow;
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use cpt_sdk::path::{Accounting, Frame, SegmentKind};
+use cpt_sdk::record::Record;
+use rayon::prelude::*;
+use rustc_hash::FxBuildHasher;
+
+use crate::histogram::Histogram;
+use crate::selection::Selection;
+
+type FxMap<K, V> = HashMap<K, V, FxBuildHasher>;
+
+/// The synthetic leaf frame that stands for a non-busy segment kind
+/// (`None` for [`SegmentKind::Busy`]: busy time is the leaf's own time).
+///
+/// Synthetic frames have an empty service, so [`frame_label`] shows just the
+/// bracketed name.
+pub fn kind_frame(kind: SegmentKind) -> Option<Frame> {
+    let name = match kind {
+        SegmentKind::Busy => return None,
+        SegmentKind::Queueing => "[queueing]",
+        SegmentKind::Unattributed => "[unattributed]",
+        SegmentKind::Network => "[network]",
+        SegmentKind::BlindSpot => "[blind spot]",
+    };
+    Some(Frame::new("", name))
+}
+
+/// How a frame is shown in profiles, folded stacks and reports:
+/// `"A1 (A)"`, or just the name for a synthetic frame (`"[network]"`).
+pub fn frame_label(f: &Frame) -> String {
+    if f.service.is_empty() {
+        f.name.to_string()
+    } else {
+        format!("{} ({})", f.name, f.service)
+    }
+}
+
+const KINDS: [SegmentKind; 4] = [
+    SegmentKind::Queueing,
+    SegmentKind::Unattributed,
+    SegmentKind::Network,
+    SegmentKind::BlindSpot,
+];
+
+fn kind_slot(kind: SegmentKind) -> usize {
+    match kind {
+        SegmentKind::Busy => usize::MAX,
+        SegmentKind::Queueing => 0,
+        SegmentKind::Unattributed => 1,
+        SegmentKind::Network => 2,
+        SegmentKind::BlindSpot => 3,
+    }
+}
+
+/// Per-stack totals over a selection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackStats {
+    /// Frame ids into [`Aggregate::frames`], root first.
+    pub stack: Box<[u32]>,
+    /// Time this stack was on the critical path, summed over the selection.
+    pub sum_nanos: u64,
+    /// How many selected requests had this stack on their path.
+    pub requests: u64,
+    /// Spread of the per-request times, when computed from records (absent
+    /// for aggregates read back from a profile).
+    pub detail: Option<Detail>,
+}
+
+/// The distribution of one quantity over requests: sum of squares (for the
+/// variance, hence confidence intervals) and a histogram of the values taken
+/// when present (CPT: "latency histograms for critical path segments").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Detail {
+    /// Sum over requests of the per-request time squared, in ns².
+    pub sum_sq: u128,
+    /// Per-request times of the requests where the quantity is non-zero.
+    pub histogram: Histogram,
+}
+
+impl Detail {
+    fn add(&mut self, v: u64) {
+        let v2 = u128::from(v) * u128::from(v);
+        self.sum_sq = self.sum_sq.saturating_add(v2);
+        self.histogram.record(v);
+    }
+
+    fn merge(&mut self, o: &Detail) {
+        self.sum_sq = self.sum_sq.saturating_add(o.sum_sq);
+        self.histogram.merge(&o.histogram);
+    }
+}
+
+/// The average critical path of a selection. See the [module docs](self).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Aggregate {
+    frames: Vec<Frame>,
+    stacks: Vec<StackStats>,
+    requests: u64,
+    latency_sum_nanos: u64,
+    latency: Option<Detail>,
+    accounting: Accounting,
+    start_range: Option<(u64, u64)>,
+    comments: Vec<String>,
+}
+
+impl Default for Aggregate {
+    fn default() -> Self {
+        Aggregate {
+            frames: Vec::new(),
+            stacks: Vec::new(),
+            requests: 0,
+            latency_sum_nanos: 0,
+            latency: Some(Detail::default()),
+            accounting: Accounting::default(),
+            start_range: None,
+            comments: Vec::new(),
+        }
+    }
+}
+
+impl Aggregate {
+    /// Aggregate the records a selection keeps.
+    ///
+    /// Records are taken in batches and folded in parallel.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use cpt_collector::aggregate::Aggregate;
+    /// use cpt_collector::selection::Selection;
+    /// use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
+    /// use cpt_sdk::record::Record;
+    /// use cpt_sdk::trigger::Trigger;
+    ///
+    /// let mut p = CriticalPath::new();
+    /// p.push_frames([Frame::new("A", "A1")], Duration::from_millis(3), SegmentKind::Busy);
+    /// let agg = Aggregate::from_records(&Selection::new(), [Record::new("A", Trigger::Sampled, p)]);
+    /// assert_eq!(agg.requests(), 1);
+    /// assert_eq!(agg.mean_latency(), Duration::from_millis(3));
+    /// ```
+    pub fn from_records<I>(sel: &Selection, records: I) -> Aggregate
+    where
+        I: IntoIterator,
+        I::Item: Borrow<Record> + Send + Sync,
+    {
+        let mut agg = Aggregator::new(sel.clone());
+        let mut batch = Vec::with_capacity(BATCH);
+        for r in records {
+            batch.push(r);
+            if batch.len() == BATCH {
+                agg.push_batch(&batch);
+                batch.clear();
+            }
+        }
+        agg.push_batch(&batch);
+        agg.finish()
+    }
+
+    /// An aggregate from parts (used when reading a profile back).
+    ///
+    /// Frames and stacks are put in canonical order, equal stacks merged and
+    /// empty ones dropped.
+    ///
+    /// # Panics
+    ///
+    /// If a stack names a frame index out of range.
+    pub fn from_parts(
+        frames: Vec<Frame>,
+        stacks: Vec<StackStats>,
+        requests: u64,
+        comments: Vec<String>,
+    ) -> Aggregate {
+        let latency_sum_nanos = stacks
+            .iter()
+            .fold(0u64, |a, s| a.saturating_add(s.sum_nanos));
+        let mut agg = Aggregate {
+            frames,
+            stacks,
+            requests,
+            latency_sum_nanos,
+            latency: None,
+            accounting: Accounting::default(),
+            start_range: None,
+            comments,
+        };
+        agg.canonicalize();
+        agg
+    }
+
+    /// The frame table (canonical order: by service, name, location).
+    pub fn frames(&self) -> &[Frame] {
+        &self.frames
+    }
+
+    /// The sample stacks (canonical order: lexicographic by frame).
+    pub fn stacks(&self) -> &[StackStats] {
+        &self.stacks
+    }
+
+    /// The frames of a stack, root first.
+    pub fn stack_frames<'a>(&'a self, s: &'a StackStats) -> impl Iterator<Item = &'a Frame> + 'a {
+        s.stack.iter().map(|&i| &self.frames[i as usize])
+    }
+
+    /// Number of selected requests.
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    /// Summed latency of the selected requests (= sum of all stacks' sums).
+    pub fn latency_sum(&self) -> Duration {
+        Duration::from_nanos(self.latency_sum_nanos)
+    }
+
+    /// Mean latency of the selected requests (zero when none).
+    pub fn mean_latency(&self) -> Duration {
+        Duration::from_nanos(div_round(u128::from(self.latency_sum_nanos), self.requests))
+    }
+
+    /// Distribution of request latency, when computed from records.
+    pub fn latency_detail(&self) -> Option<&Detail> {
+        self.latency.as_ref()
+    }
+
+    /// The selected records' accounting, summed.
+    pub fn accounting(&self) -> &Accounting {
+        &self.accounting
+    }
+
+    /// Earliest and latest `start_unix_nanos` among the selected records.
+    pub fn start_range(&self) -> Option<(u64, u64)> {
+        self.start_range
+    }
+
+    /// Set the earliest and latest request start (when read from a profile).
+    pub fn set_start_range(&mut self, first_unix_nanos: u64, last_unix_nanos: u64) {
+        self.start_range = Some((first_unix_nanos, last_unix_nanos));
+    }
+
+    /// Free-form notes carried into the profile's comments (selection, inputs).
+    pub fn comments(&self) -> &[String] {
+        &self.comments
+    }
+
+    /// Add a note for the profile's comments.
+    pub fn push_comment(&mut self, c: impl Into<String>) {
+        self.comments.push(c.into());
+    }
+
+    /// Each stack's mean time per request in nanoseconds, rounded so that the
+    /// values add up exactly to the rounded mean latency (largest remainder
+    /// method; ties go to the earlier stack). Same order as [`Aggregate::stacks`].
+    pub fn mean_nanos(&self) -> Vec<u64> {
+        apportion(
+            self.stacks.iter().map(|s| s.sum_nanos),
+            self.requests,
+            self.latency_sum_nanos,
+        )
+    }
+
+    /// Merge another aggregate into this one: sums and counts add, so means
+    /// stay `sum of sums / sum of counts`. Spread detail survives only if both
+    /// sides have it.
+    pub fn merge(&mut self, other: &Aggregate) {
+        let mut index: FxMap<Frame, u32> = self
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.clone(), i as u32))
+            .collect();
+        let remap: Vec<u32> = other
+            .frames
+            .iter()
+            .map(|f| {
+                *index.entry(f.clone()).or_insert_with(|| {
+                    self.frames.push(f.clone());
+                    (self.frames.len() - 1) as u32
+                })
+            })
+            .collect();
+        for s in &other.stacks {
+            let mut s = s.clone();
+            s.stack = s.stack.iter().map(|&i| remap[i as usize]).collect();
+            self.stacks.push(s);
+        }
+        self.requests += other.requests;
+        self.latency_sum_nanos = self
+            .latency_sum_nanos
+            .saturating_add(other.latency_sum_nanos);
+        self.latency = match (self.latency.take(), &other.latency) {
+            (Some(mut a), Some(b)) => {
+                a.merge(b);
+                Some(a)
+            }
+            _ => None,
+        };
+        self.accounting.add(&other.accounting);
+        self.start_range = match (self.start_range, other.start_range) {
+            (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+            (x, None) | (None, x) => x,
+        };
+        for c in &other.comments {
+            if !self.comments.contains(c) {
+                self.comments.push(c.clone());
+            }
+        }
+        self.canonicalize();
+    }
+
+    /// Sort frames and stacks into canonical order, merge equal stacks, drop
+    /// unused frames: equal aggregates then encode to equal bytes.
+    fn canonicalize(&mut self) {
+        let mut order: Vec<u32> = (0..self.frames.len() as u32).collect();
+        order.sort_by(|&a, &b| self.frames[a as usize].cmp(&self.frames[b as usize]));
+        let mut used = vec![false; self.frames.len()];
+        for s in &self.stacks {
+            for &f in s.stack.iter() {
+                used[f as usize] = true;
+            }
+        }
+        let mut remap = vec![u32::MAX; self.frames.len()];
+        let mut frames = Vec::with_capacity(self.frames.len());
+        for &old in &order {
+            if used[old as usize] {
+                remap[old as usize] = frames.len() as u32;
+                frames.push(self.frames[old as usize].clone());
+            }
+        }
+        self.frames = frames;
+        for s in &mut self.stacks {
+            for f in s.stack.iter_mut() {
+                *f = remap[*f as usize];
+            }
+        }
+        self.stacks.sort_by(|a, b| a.stack.cmp(&b.stack));
+        let mut out: Vec<StackStats> = Vec::with_capacity(self.stacks.len());
+        for s in self.stacks.drain(..) {
+            match out.last_mut() {
+                Some(last) if last.stack == s.stack => {
+                    last.sum_nanos = last.sum_nanos.saturating_add(s.sum_nanos);
+                    last.requests += s.requests;
+                    last.detail = match (last.detail.take(), s.detail) {
+                        (Some(mut a), Some(b)) => {
+                            a.merge(&b);
+                            Some(a)
+                        }
+                        _ => None,
+                    };
+                }
+                _ => out.push(s),
+            }
+        }
+        out.retain(|s| s.sum_nanos > 0 || s.requests > 0);
+        self.stacks = out;
+    }
+}
+
+/// `round(n / d)`, 0 when `d == 0`.
+pub(crate) fn div_round(n: u128, d: u64) -> u64 {
+    if d == 0 {
+        return 0;
+    }
+    let d = u128::from(d);
+    u64::try_from((n + d / 2) / d).unwrap_or(u64::MAX)
+}
+
+/// Divide each sum by `n`, rounding so the results add up to `round(total/n)`.
+fn apportion(sums: impl Iterator<Item = u64>, n: u64, total: u64) -> Vec<u64> {
+    if n == 0 {
+        return sums.map(|_| 0).collect();
+    }
+    let mut out = Vec::new();
+    let mut rems = Vec::new();
+    for (i, s) in sums.enumerate() {
+        out.push(s / n);
+        rems.push((s % n, i));
+    }
+    let target = div_round(u128::from(total), n);
+    let floor_sum: u64 = out.iter().sum();
+    let mut extra = target.saturating_sub(floor_sum) as usize;
+    rems.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for &(r, i) in &rems {
+        if extra == 0 || r == 0 {
+            break;
+        }
+        out[i] += 1;
+        extra -= 1;
+    }
+    out
+}
+
+/// Records per batch in [`Aggregate::from_records`].
+const BATCH: usize = 16 * 1024;
+
+/// Incremental, parallel builder of an [`Aggregate`].
+///
+/// Push records one by one ([`Aggregator::push`]) or in batches
+/// ([`Aggregator::push_batch`], folded in parallel), then
+/// [`Aggregator::finish`]. With a percentile band the per-request
+/// contributions are kept until `finish` (the band needs every latency);
+/// without one, records are folded as they come and nothing per request is
+/// kept.
+#[derive(Debug)]
+pub struct Aggregator {
+    sel: Selection,
+    parts: Vec<Partial>,
+    ordinal: u64,
+    offered: u64,
+}
+
+impl Aggregator {
+    /// A builder for this selection, with one partial per rayon worker.
+    pub fn new(sel: Selection) -> Self {
+        let keep = sel.percentile().is_some();
+        let n = rayon::current_num_threads().max(1);
+        Aggregator {
+            parts: (0..n).map(|_| Partial::new(keep)).collect(),
+            sel,
+            ordinal: 0,
+            offered: 0,
+        }
+    }
+
+    /// The selection.
+    pub fn selection(&self) -> &Selection {
+        &self.sel
+    }
+
+    /// Records offered so far (selected or not).
+    pub fn offered(&self) -> u64 {
+        self.offered
+    }
+
+    /// Records that passed every filter except the percentile band so far.
+    pub fn matched(&self) -> u64 {
+        self.parts.iter().map(|p| p.matched).sum()
+    }
+
+    /// Offer one record.
+    pub fn push(&mut self, r: &Record) {
+        self.offered += 1;
+        let ord = self.ordinal;
+        self.ordinal += 1;
+        self.parts[0].push(&self.sel, r, ord);
+    }
+
+    /// Offer a batch of records, folded in parallel.
+    pub fn push_batch<R: Borrow<Record> + Sync>(&mut self, rs: &[R]) {
+        if rs.is_empty() {
+            return;
+        }
+        self.offered += rs.len() as u64;
+        let base = self.ordinal;
+        self.ordinal += rs.len() as u64;
+        let chunk = rs.len().div_ceil(self.parts.len());
+        let sel = &self.sel;
+        if rs.len() < 256 {
+            for (i, r) in rs.iter().enumerate() {
+                self.parts[0].push(sel, r.borrow(), base + i as u64);
+            }
+            return;
+        }
+        self.parts
+            .par_iter_mut()
+            .zip(rs.par_chunks(chunk))
+            .enumerate()
+            .for_each(|(ci, (part, recs))| {
+                let first = base + (ci * chunk) as u64;
+                for (i, r) in recs.iter().enumerate() {
+                    part.push(sel, r.borrow(), first + i as u64);
+                }
+            });
+    }
+
+    /// Apply the percentile band (if any) and merge the partials.
+    pub fn finish(mut self) -> Aggregate {
+        if let Some(band) = self.sel.percentile() {
+            let mut keys: Vec<(u64, u64)> = self
+                .parts
+                .iter()
+                .flat_map(|p| p.kept.iter().map(|k| (k.latency, k.ordinal)))
+                .collect();
+            let ranks = band.ranks(keys.len());
+            let (lo, hi) = if ranks.is_empty() {
+                ((1, 0), (0, 0))
+            } else {
+                keys.par_sort_unstable();
+                (keys[ranks.start], keys[ranks.end - 1])
+            };
+            drop(keys);
+            self.parts.par_iter_mut().for_each(|p| p.fold_kept(lo, hi));
+        }
+        let mut parts = self.parts.into_iter().map(Partial::into_aggregate);
+        let mut agg = parts.next().unwrap_or_default();
+        for p in parts {
+            agg.merge(&p);
+        }
+        agg.canonicalize();
+        agg.comments.push(format!("cpt selection: {}", self.sel));
+        agg
+    }
+}
+
+/// A per-request contribution kept for the percentile band.
+#[derive(Debug)]
+struct Kept {
+    latency: u64,
+    ordinal: u64,
+    end: usize,
+    start_unix_nanos: Option<u64>,
+    accounting: Accounting,
+}
+
+/// One worker's share: its own interner and dense per-stack sums.
+#[derive(Debug)]
+struct Partial {
+    frames: Vec<Frame>,
+    frame_ix: FxMap<Frame, u32>,
+    stack_ix: FxMap<Box<[u32]>, u32>,
+    stacks: Vec<Box<[u32]>>,
+    sums: Vec<u64>,
+    counts: Vec<u64>,
+    details: Vec<Detail>,
+    kind_frames: [u32; 4],
+    // per-record scratch, reused
+    local: Vec<u32>,
+    buf: Vec<u32>,
+    cur: Vec<u64>,
+    touched: Vec<u32>,
+    // totals
+    matched: u64,
+    requests: u64,
+    latency_sum: u64,
+    latency: Detail,
+    accounting: Accounting,
+    start_range: Option<(u64, u64)>,
+    // percentile band: contributions kept until finish
+    keep: bool,
+    kept: Vec<Kept>,
+    entries: Vec<(u32, u64)>,
+}
+
+impl Partial {
+    fn new(keep: bool) -> Self {
+        let mut p = Partial {
+            frames: Vec::new(),
+            frame_ix: FxMap::default(),
+            stack_ix: FxMap::default(),
+            stacks: Vec::new(),
+            sums: Vec::new(),
+            counts: Vec::new(),
+            details: Vec::new(),
+            kind_frames: [0; 4],
+            local: Vec::new(),
+            buf: Vec::new(),
+            cur: Vec::new(),
+            touched: Vec::new(),
+            matched: 0,
+            requests: 0,
+            latency_sum: 0,
+            latency: Detail::default(),
+            accounting: Accounting::default(),
+            start_range: None,
+            keep,
+            kept: Vec::new(),
+            entries: Vec::new(),
+        };
+        for (slot, kind) in KINDS.iter().enumerate() {
+            let f = kind_frame(*kind).expect("non-busy kinds have a synthetic frame");
+            p.kind_frames[slot] = p.intern_frame(&f);
+        }
+        p
+    }
+
+    fn intern_frame(&mut self, f: &Frame) -> u32 {
+        if let Some(&id) = self.frame_ix.get(f) {
+            return id;
+        }
+        let id = self.frames.len() as u32;
+        self.frames.push(f.clone());
+        self.frame_ix.insert(f.clone(), id);
+        id
+    }
+
+    fn push(&mut self, sel: &Selection, r: &Record, ordinal: u64) {
+        if !sel.matches(r) {
+            return;
+        }
+        self.matched += 1;
+        let path = &r.path;
+        self.local.clear();
+        for f in path.frames() {
+            let id = self.intern_frame(f);
+            self.local.push(id);
+        }
+        let mut latency = 0u64;
+        for seg in path.segments() {
+            let ns = u64::try_from(seg.duration.as_nanos()).unwrap_or(u64::MAX);
+            if ns == 0 {
+                continue;
+            }
+            latency = latency.saturating_add(ns);
+            self.buf.clear();
+            self.buf
+                .extend(seg.stack.iter().map(|id| self.local[id.0 as usize]));
+            if seg.kind != SegmentKind::Busy {
+                self.buf.push(self.kind_frames[kind_slot(seg.kind)]);
+            }
+            let sid = match self.stack_ix.get(self.buf.as_slice()) {
+                Some(&s) => s,
+                None => {
+                    let s = self.stacks.len() as u32;
+                    let key: Box<[u32]> = self.buf.as_slice().into();
+                    self.stacks.push(key.clone());
+                    self.stack_ix.insert(key, s);
+                    self.sums.push(0);
+                    self.counts.push(0);
+                    self.details.push(Detail::default());
+                    self.cur.push(0);
+                    s
+                }
+            };
+            let c = &mut self.cur[sid as usize];
+            if *c == 0 {
+                self.touched.push(sid);
+            }
+            *c = c.saturating_add(ns);
+        }
+        if self.keep {
+            for &s in &self.touched {
+                let v = std::mem::take(&mut self.cur[s as usize]);
+                self.entries.push((s, v));
+            }
+            self.touched.clear();
+            self.kept.push(Kept {
+                latency,
+                ordinal,
+                end: self.entries.len(),
+                start_unix_nanos: r.start_unix_nanos,
+                accounting: r.path.accounting,
+            });
+        } else {
+            for &s in &self.touched {
+                let s = s as usize;
+                let v = std::mem::take(&mut self.cur[s]);
+                self.sums[s] = self.sums[s].saturating_add(v);
+                self.counts[s] += 1;
+                self.details[s].add(v);
+            }
+            self.touched.clear();
+            self.add_request(latency, r.start_unix_nanos, &r.path.accounting);
+        }
+    }
+
+    fn add_request(&mut self, latency: u64, start: Option<u64>, acc: &Accounting) {
+        self.requests += 1;
+        self.latency_sum = self.latency_sum.saturating_add(latency);
+        self.latency.add(latency);
+        self.accounting.add(acc);
+        if let Some(t) = start {
+            self.start_range = Some(match self.start_range {
+                Some((a, b)) => (a.min(t), b.max(t)),
+                None => (t, t),
+            });
+        }
+    }
+
+    /// Fold the kept contributions whose (latency, ordinal) is in `[lo, hi]`.
+    fn fold_kept(&mut self, lo: (u64, u64), hi: (u64, u64)) {
+        let kept = std::mem::take(&mut self.kept);
+        let entries = std::mem::take(&mut self.entries);
+        let mut begin = 0;
+        for k in &kept {
+            let key = (k.latency, k.ordinal);
+            if key >= lo && key <= hi {
+                for &(s, v) in &entries[begin..k.end] {
+                    let s = s as usize;
+                    self.sums[s] = self.sums[s].saturating_add(v);
+                    self.counts[s] += 1;
+                    self.details[s].add(v);
+                }
+                self.add_request(k.latency, k.start_unix_nanos, &k.accounting);
+            }
+            begin = k.end;
+        }
+    }
+
+    fn into_aggregate(self) -> Aggregate {
+        let stacks = self
+            .stacks
+            .into_iter()
+            .zip(self.sums)
+            .zip(self.counts)
+            .zip(self.details)
+            .map(|(((stack, sum_nanos), requests), detail)| StackStats {
+                stack,
+                sum_nanos,
+                requests,
+                detail: Some(detail),
+            })
+            .collect();
+        let mut agg = Aggregate {
+            frames: self.frames,
+            stacks,
+            requests: self.requests,
+            latency_sum_nanos: self.latency_sum,
+            latency: Some(self.latency),
+            accounting: self.accounting,
+            start_range: self.start_range,
+            comments: Vec::new(),
+        };
+        agg.canonicalize();
+        agg
+    }
+}
+
+/// The frame stacks of an aggregate as `A1 (A);A2 (A)` strings with their
+/// mean nanoseconds, sorted by value, largest first (for reports).
+pub fn ranked_stacks(agg: &Aggregate) -> Vec<(String, u64)> {
+    let means = agg.mean_nanos();
+    let mut v: Vec<(String, u64)> = agg
+        .stacks()
+        .iter()
+        .zip(means)
+        .map(|(s, m)| (stack_label(agg, s, ";"), m))
+        .collect();
+    v.sort_by(|a, b| match b.1.cmp(&a.1) {
+        Ordering::Equal => a.0.cmp(&b.0),
+        o => o,
+    });
+    v
+}
+
+/// A stack's frames joined with `sep`, each as [`frame_label`].
+pub fn stack_label(agg: &Aggregate, s: &StackStats, sep: &str) -> String {
+    let mut out = String::new();
+    for (i, f) in agg.stack_frames(s).enumerate() {
+        if i > 0 {
+            out.push_str(sep);
+        }
+        out.push_str(&frame_label(f));
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use cpt_sdk::path::CriticalPath;
+    use cpt_sdk::trigger::Trigger;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn a(name: &str) -> Frame {
+        Frame::new("A", name)
+    }
+
+    /// One segment: stack of (service, name), milliseconds, kind.
+    pub(crate) type Seg<'a> = (&'a [(&'a str, &'a str)], u64, SegmentKind);
+
+    /// Build a record from segments.
+    pub(crate) fn record(segs: &[Seg<'_>]) -> Record {
+        let mut p = CriticalPath::new();
+        for (stack, d, kind) in segs {
+            p.push_frames(stack.iter().map(|(s, n)| Frame::new(*s, *n)), ms(*d), *kind);
+        }
+        Record::new("A", Trigger::Sampled, p)
+    }
+
+    fn means_by_label(agg: &Aggregate) -> Vec<(String, u64)> {
+        agg.stacks()
+            .iter()
+            .zip(agg.mean_nanos())
+            .map(|(s, m)| (stack_label(agg, s, "/"), m))
+            .collect()
+    }
+
+    /// CPT Table 1: request 1 (16 ms): A1 self 6, A1/A2 10; request 2 (8 ms):
+    /// A1 self 4, A1/B1 4. Aggregated: A1 5, A1/A2 5, A1/B1 2, total 12.
+    pub(crate) fn table1() -> Vec<Record> {
+        const A1: &[(&str, &str)] = &[("A", "A1")];
+        const A1A2: &[(&str, &str)] = &[("A", "A1"), ("A", "A2")];
+        const A1B1: &[(&str, &str)] = &[("A", "A1"), ("B", "B1")];
+        vec![
+            record(&[
+                (A1, 3, SegmentKind::Busy),
+                (A1A2, 10, SegmentKind::Busy),
+                (A1, 3, SegmentKind::Busy),
+            ]),
+            record(&[
+                (A1, 2, SegmentKind::Busy),
+                (A1B1, 4, SegmentKind::Busy),
+                (A1, 2, SegmentKind::Busy),
+            ]),
+        ]
+    }
+
+    #[test]
+    fn cpt_table1_aggregation() {
+        let agg = Aggregate::from_records(&Selection::new(), table1());
+        assert_eq!(agg.requests(), 2);
+        assert_eq!(
+            means_by_label(&agg),
+            vec![
+                ("A1 (A)".to_string(), 5_000_000),
+                ("A1 (A)/A2 (A)".to_string(), 5_000_000),
+                ("A1 (A)/B1 (B)".to_string(), 2_000_000),
+            ]
+        );
+        assert_eq!(agg.mean_latency(), ms(12));
+        assert_eq!(agg.mean_nanos().iter().sum::<u64>(), 12_000_000);
+        // A1 is on both paths, A2 and B1 on one each.
+        let on_path: Vec<u64> = agg.stacks().iter().map(|s| s.requests).collect();
+        assert_eq!(on_path, vec![2, 1, 1]);
+        // Per-request values: A1 6 and 4 ms → sum of squares 52 ms².
+        assert_eq!(
+            agg.stacks()[0].detail.as_ref().unwrap().sum_sq,
+            52 * 10u128.pow(12)
+        );
+    }
+
+    #[test]
+    fn aggregate_kinds_become_synthetic_leaves() {
+        let r = record(&[
+            (&[("A", "A1")], 1, SegmentKind::Queueing),
+            (&[("A", "A1"), ("B", "rpc")], 2, SegmentKind::Network),
+            (&[("A", "A1"), ("C", "rpc")], 3, SegmentKind::BlindSpot),
+            (&[("A", "A1")], 4, SegmentKind::Unattributed),
+            (&[("A", "A1")], 5, SegmentKind::Busy),
+        ]);
+        let agg = Aggregate::from_records(&Selection::new(), [r]);
+        let got: Vec<String> = means_by_label(&agg).into_iter().map(|(l, _)| l).collect();
+        assert_eq!(
+            got,
+            vec![
+                "A1 (A)",
+                "A1 (A)/[queueing]",
+                "A1 (A)/[unattributed]",
+                "A1 (A)/rpc (B)/[network]",
+                "A1 (A)/rpc (C)/[blind spot]",
+            ]
+        );
+        assert_eq!(agg.mean_latency(), ms(15));
+    }
+
+    #[test]
+    fn aggregate_merge_keeps_the_average() {
+        // One collector saw request 1 only, another request 2 only.
+        let t = table1();
+        let mut x = Aggregate::from_records(&Selection::new(), [&t[0]]);
+        let y = Aggregate::from_records(&Selection::new(), [&t[1]]);
+        assert_eq!(x.mean_latency(), ms(16));
+        x.merge(&y);
+        let whole = Aggregate::from_records(&Selection::new(), &t);
+        assert_eq!(means_by_label(&x), means_by_label(&whole));
+        assert_eq!(x.stacks(), whole.stacks());
+        assert_eq!(x.mean_latency(), ms(12));
+    }
+
+    #[test]
+    fn aggregate_is_deterministic_across_batching() {
+        // Many records, pushed sequentially vs in parallel batches: same result.
+        let mut recs = Vec::new();
+        for i in 0..3000u64 {
+            let leaf = format!("n{}", i % 37);
+            let svc = if i % 3 == 0 { "B" } else { "C" };
+            let mut p = CriticalPath::new();
+            p.push_frames([a("root")], ms(1 + i % 5), SegmentKind::Busy);
+            p.push_frames(
+                [a("root"), Frame::new(svc, leaf.as_str())],
+                ms(i % 7 + 1),
+                SegmentKind::Busy,
+            );
+            recs.push(Record::new("A", Trigger::Sampled, p));
+        }
+        let par = Aggregate::from_records(&Selection::new(), &recs);
+        let mut seq = Aggregator::new(Selection::new());
+        for r in &recs {
+            seq.push(r);
+        }
+        let seq = seq.finish();
+        assert_eq!(par, seq);
+        assert_eq!(par.requests(), 3000);
+    }
+
+    #[test]
+    fn aggregate_percentile_band_uses_otherwise_selected_records() {
+        // 10 sampled requests of 1..=10 ms plus one forced 100 ms request.
+        let mut recs: Vec<Record> = (1..=10)
+            .map(|n| record(&[(&[("A", "A1")], n, SegmentKind::Busy)]))
+            .collect();
+        let mut forced = record(&[(&[("A", "A1")], 100, SegmentKind::Busy)]);
+        forced.trigger = Trigger::Forced;
+        recs.push(forced);
+        let band = crate::selection::PercentileBand::parse("p80-p100").unwrap();
+        let agg = Aggregate::from_records(&Selection::new().with_percentile(band), &recs);
+        // The forced record is not in the band's population: slowest 2 of 10.
+        assert_eq!(agg.requests(), 2);
+        assert_eq!(agg.mean_latency(), Duration::from_micros(9500));
+        let low = crate::selection::PercentileBand::parse("p0-p80").unwrap();
+        let agg = Aggregate::from_records(&Selection::new().with_percentile(low), &recs);
+        assert_eq!(agg.requests(), 8);
+        assert_eq!(agg.mean_latency(), Duration::from_micros(4500));
+    }
+
+    #[test]
+    fn mean_nanos_add_up_to_rounded_mean() {
+        // Three stacks of 1 ns each over 2 requests: means 0.5 each → 2 of 3
+        // rounded up so the total is round(1.5) = 2.
+        #[rustfmt::skip]
+        let cases: &[(&[u64], u64, &[u64])] = &[
+            (&[1, 1, 1], 2, &[1, 1, 0]),
+            (&[10, 6, 8], 2, &[5, 3, 4]),
+            (&[5, 5], 3, &[2, 1]),
+            (&[], 0, &[]),
+        ];
+        for (sums, n, want) in cases {
+            let total = sums.iter().sum();
+            assert_eq!(
+                apportion(sums.iter().copied(), *n, total),
+                *want,
+                "{sums:?}/{n}"
+            );
+        }
+    }
+}

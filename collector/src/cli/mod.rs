@@ -1,0 +1,50 @@
+//! The `cpt` command line: one clap [`Command`] per subcommand.
+//!
+//! Each subcommand lives in its own module exposing a `#[derive(clap::Args)]`
+//! struct and a synchronous `run` function (commands that need tokio build a
+//! runtime inside their `run`); see `/work/notes/cli.md` for the convention.
+//! `src/bin/cpt.rs` only parses [`Cli`] and calls [`run`].
+
+pub mod profile;
+
+/// Critical path tracing: collect records, build latency profiles that pprof opens.
+#[derive(Debug, clap::Parser)]
+#[command(name = "cpt", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Write a selection's average critical path as a gzipped pprof profile.
+    Profile(profile::ProfileArgs),
+    /// Draw a selection's average critical path as a flame graph SVG.
+    Flame(profile::FlameArgs),
+    /// Print a selection as folded stacks (mean ns per request).
+    Folded(profile::FoldedArgs),
+    /// Per-stack latency histograms: how often on the path, how long when on it.
+    Histogram(profile::HistogramArgs),
+    /// Compare two selections with confidence intervals; profiles for pprof -diff_base.
+    Diff(profile::DiffArgs),
+    /// Merge profiles from several collectors, keeping the mean right.
+    Merge(profile::MergeArgs),
+}
+
+/// Run a parsed command line.
+///
+/// # Errors
+///
+/// Whatever the subcommand reports; `main` prints it and exits with status 1.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Profile(a) => profile::run_profile(a),
+        Command::Flame(a) => profile::run_flame(a),
+        Command::Folded(a) => profile::run_folded(a),
+        Command::Histogram(a) => profile::run_histogram(a),
+        Command::Diff(a) => profile::run_diff(a),
+        Command::Merge(a) => profile::run_merge(a),
+    }
+}

@@ -1,0 +1,145 @@
+//! Folded stacks and flame graph SVGs of an [`Aggregate`] (CPT Fig. 3: "a
+//! latency-critical path represented as columns of boxes, and each box
+//! representing a subcomponent"), drawn by `inferno`.
+//!
+//! Folded stacks are Brendan Gregg's format, one line per sample stack:
+//! frames root first joined with `;`, a space, and the stack's mean
+//! critical-path nanoseconds per request (the profile's `critical_path`
+//! value). Lines come in canonical stack order, so the text is
+//! deterministic; stacks whose mean rounds to 0 ns are left out.
+
+use std::fmt::Write as _;
+use std::io;
+
+use inferno::flamegraph::{self, Options};
+
+use crate::aggregate::{Aggregate, frame_label};
+use crate::histogram::fmt_ns;
+
+/// A frame label made safe for the folded format (`;` separates frames and
+/// line breaks separate stacks).
+fn folded_frame(label: &str) -> String {
+    label.replace(';', ":").replace(['\n', '\r'], " ")
+}
+
+/// The aggregate as folded stacks (see the [module docs](self)).
+///
+/// # Examples
+///
+/// ```
+/// # use std::time::Duration;
+/// use cpt_collector::{aggregate::Aggregate, flame, selection::Selection};
+/// use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
+/// use cpt_sdk::{record::Record, trigger::Trigger};
+///
+/// let mut p = CriticalPath::new();
+/// p.push_frames([Frame::new("A", "A1")], Duration::from_millis(1), SegmentKind::Busy);
+/// p.push_frames([Frame::new("A", "A1"), Frame::new("B", "B1")], Duration::from_millis(2), SegmentKind::Network);
+/// let agg = Aggregate::from_records(&Selection::new(), [Record::new("A", Trigger::Sampled, p)]);
+/// assert_eq!(flame::folded(&agg), "A1 (A) 1000000\nA1 (A);B1 (B);[network] 2000000\n");
+/// ```
+pub fn folded(agg: &Aggregate) -> String {
+    let labels: Vec<String> = agg
+        .frames()
+        .iter()
+        .map(|f| folded_frame(&frame_label(f)))
+        .collect();
+    let mut out = String::new();
+    for (s, mean) in agg.stacks().iter().zip(agg.mean_nanos()) {
+        if mean == 0 {
+            continue;
+        }
+        for (i, &f) in s.stack.iter().enumerate() {
+            if i > 0 {
+                out.push(';');
+            }
+            out.push_str(&labels[f as usize]);
+        }
+        let _ = writeln!(out, " {mean}");
+    }
+    out
+}
+
+/// Knobs for [`flame_svg`].
+#[derive(Clone, Debug, Default)]
+pub struct FlameOptions {
+    /// Title; default "cpt critical path: mean LATENCY over N requests".
+    pub title: Option<String>,
+    /// Subtitle; default: the selection.
+    pub subtitle: Option<String>,
+    /// Draw icicles (root at the top) instead of flames.
+    pub inverted: bool,
+}
+
+/// The aggregate as a flame graph SVG.
+///
+/// # Errors
+///
+/// If the aggregate has no samples (inferno refuses to draw nothing) or
+/// inferno fails.
+pub fn flame_svg(agg: &Aggregate, opts: &FlameOptions) -> io::Result<Vec<u8>> {
+    let text = folded(agg);
+    if text.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no critical-path time in the selection: nothing to draw",
+        ));
+    }
+    let mut o = Options::default();
+    o.title = opts.title.clone().unwrap_or_else(|| {
+        format!(
+            "cpt critical path: mean {} over {} requests",
+            fmt_ns(agg.mean_latency().as_nanos() as u64),
+            agg.requests()
+        )
+    });
+    o.subtitle = opts.subtitle.clone().or_else(|| {
+        agg.comments()
+            .iter()
+            .find_map(|c| c.strip_prefix("cpt selection: ").map(str::to_owned))
+    });
+    o.count_name = "ns/request".into();
+    o.name_type = "Frame:".into();
+    o.deterministic = true;
+    o.hash = true;
+    if opts.inverted {
+        o.direction = flamegraph::Direction::Inverted;
+    }
+    let mut svg = Vec::new();
+    flamegraph::from_lines(&mut o, text.lines(), &mut svg)?;
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::tests::table1;
+    use crate::selection::Selection;
+
+    #[test]
+    fn cpt_table1_folded() {
+        let agg = Aggregate::from_records(&Selection::new(), table1());
+        assert_eq!(
+            folded(&agg),
+            "A1 (A) 5000000\nA1 (A);A2 (A) 5000000\nA1 (A);B1 (B) 2000000\n"
+        );
+    }
+
+    #[test]
+    fn cpt_table1_flame_svg_names_frames() {
+        let agg = Aggregate::from_records(&Selection::new(), table1());
+        let svg = String::from_utf8(flame_svg(&agg, &FlameOptions::default()).unwrap()).unwrap();
+        assert!(svg.starts_with("<?xml"), "{}", &svg[..80]);
+        for name in ["A1 (A)", "A2 (A)", "B1 (B)", "mean 12.00ms over 2 requests"] {
+            assert!(svg.contains(name), "svg lacks {name}");
+        }
+    }
+
+    #[test]
+    fn folded_escapes_separators() {
+        assert_eq!(folded_frame("a;b\nc"), "a:b c");
+        let empty =
+            Aggregate::from_records(&Selection::new(), Vec::<cpt_sdk::record::Record>::new());
+        assert!(flame_svg(&empty, &FlameOptions::default()).is_err());
+    }
+}
