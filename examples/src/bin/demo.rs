@@ -329,7 +329,19 @@ fn print_summary(args: &Args, s: &DriveSummary, records: &[Record], emitted: u64
     }
 }
 
-/// Write DIR/profile.pb.gz from the records (the hook the collector fills).
-fn write_profile(_out: &Path, _records: &[Record]) -> anyhow::Result<()> {
+/// Aggregate the sampled records (forced ones are left out, as in every
+/// profile by default) into DIR/profile.pb.gz, a gzipped pprof profile.
+fn write_profile(out: &Path, records: &[Record]) -> anyhow::Result<()> {
+    use cpt_collector::{aggregate::Aggregate, profile, selection::Selection};
+    let agg = Aggregate::from_records(&Selection::new(), records);
+    let path = out.join("profile.pb.gz");
+    std::fs::write(&path, profile::encode_gzip(&agg))
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!(
+        "profile of {} sampled requests: {}\n  go tool pprof -http=: {}",
+        agg.requests(),
+        path.display(),
+        path.display()
+    );
     Ok(())
 }

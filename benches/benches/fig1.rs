@@ -1,0 +1,227 @@
+//! The CPT Figure 1 system (services A, B, C over loopback gRPC + HTTP +
+//! a streaming RPC) with every request traced, with tracing off, and with no
+//! cpt middleware at all, side by side in one run.
+//!
+//! Prints request latency (mean, p50, p99) and closed-loop throughput per
+//! configuration, and the ratios the middleware is held to:
+//!
+//! - traced / untraced (CPT reports 1.017× mean, 1.020× p99; target here
+//!   ≤ 1.005× mean, ≤ 1.01× p99);
+//! - middleware with tracing off / no middleware.
+//!
+//! Configurations run in interleaved rounds so that drift on a shared
+//! machine hits all of them alike. Each runs on its own runtime whose
+//! threads have their own subscriber: the cpt layer for the first two, a
+//! plain registry (spans, no cpt) for the baseline.
+//!
+//! `cargo bench --bench fig1`; `CPT_BENCH_ROUNDS` (default 12) and
+//! `CPT_BENCH_REQUESTS` (per round and configuration, default 200) scale it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use cpt_examples::proto::{GrpcClient, RunReply, RunRequest, method};
+use cpt_examples::system::{self, Config};
+use cpt_sdk::layer::CriticalPathLayer;
+use tonic::transport::Channel;
+use tracing::Dispatch;
+use tracing_subscriber::prelude::*;
+
+struct Setup {
+    name: &'static str,
+    runtime: tokio::runtime::Runtime,
+    client: GrpcClient<Channel>,
+    latencies: Vec<Duration>,
+    throughput: Vec<f64>,
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn setup(name: &'static str, dispatch: Dispatch, config: Config) -> Setup {
+    let d = dispatch.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(move || {
+            // The guard lives as long as the thread.
+            std::mem::forget(tracing::dispatcher::set_default(&d));
+        })
+        .build()
+        .expect("a runtime");
+    let _guard = tracing::dispatcher::set_default(&dispatch);
+    let client = runtime.block_on(async {
+        let addrs = system::start_all(config).await.expect("start A, B, C");
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", addrs.a))
+            .unwrap()
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .expect("connect to A");
+        GrpcClient::new(channel)
+    });
+    Setup {
+        name,
+        runtime,
+        client,
+        latencies: Vec::new(),
+        throughput: Vec::new(),
+    }
+}
+
+fn request(i: u64) -> RunRequest {
+    RunRequest {
+        parallel: i % 2 == 1,
+        key: i,
+        items: 2,
+    }
+}
+
+/// `n` sequential requests (latency), then `n` with 4 in flight (throughput).
+fn round(s: &mut Setup, n: usize) {
+    let mut client = s.client.clone();
+    let lat = s.runtime.block_on(async {
+        let mut lat = Vec::with_capacity(n);
+        for i in 0..n as u64 {
+            let t = Instant::now();
+            let _: RunReply = client
+                .unary(method::A_RUN, request(i))
+                .await
+                .expect("A.Run");
+            lat.push(t.elapsed());
+        }
+        lat
+    });
+    s.latencies.extend(lat);
+    let client = s.client.clone();
+    let rps = s.runtime.block_on(async move {
+        let next = Arc::new(AtomicU64::new(0));
+        let t = Instant::now();
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let (mut client, next) = (client.clone(), next.clone());
+                tokio::spawn(async move {
+                    while next.fetch_add(1, Ordering::Relaxed) < n as u64 {
+                        let _: RunReply = client
+                            .unary(method::A_RUN, request(3))
+                            .await
+                            .expect("A.Run");
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.await.expect("worker");
+        }
+        n as f64 / t.elapsed().as_secs_f64()
+    });
+    s.throughput.push(rps);
+}
+
+struct Stats {
+    mean: Duration,
+    p50: Duration,
+    p99: Duration,
+    rps: f64,
+}
+
+fn stats(s: &Setup) -> Stats {
+    let mut l = s.latencies.clone();
+    l.sort();
+    let at = |q: f64| l[((l.len() as f64 * q) as usize).min(l.len() - 1)];
+    let mut t = s.throughput.clone();
+    t.sort_by(f64::total_cmp);
+    Stats {
+        mean: l.iter().sum::<Duration>() / l.len() as u32,
+        p50: at(0.5),
+        p99: at(0.99),
+        rps: t[t.len() / 2],
+    }
+}
+
+fn main() {
+    let rounds = env("CPT_BENCH_ROUNDS", 12);
+    let n = env("CPT_BENCH_REQUESTS", 200);
+    let records = Arc::new(AtomicU64::new(0));
+    let r = records.clone();
+    let (layer, _handle) = CriticalPathLayer::builder()
+        .with_service("bench")
+        .with_sink(move |_: cpt_sdk::Record| {
+            r.fetch_add(1, Ordering::Relaxed);
+        })
+        .build();
+    let cpt = Dispatch::new(tracing_subscriber::registry().with(layer));
+    let plain = Dispatch::new(tracing_subscriber::registry());
+
+    let mut setups = [
+        setup(
+            "traced (every request)",
+            cpt.clone(),
+            Config {
+                sample_rate: 1.0,
+                ..Config::default()
+            },
+        ),
+        setup(
+            "untraced (middleware, sampling off)",
+            cpt,
+            Config {
+                sample_rate: 0.0,
+                ..Config::default()
+            },
+        ),
+        setup(
+            "no cpt middleware, no cpt layer",
+            plain,
+            Config {
+                middleware: false,
+                ..Config::default()
+            },
+        ),
+    ];
+    // Warm up connections and caches.
+    for s in &mut setups {
+        round(s, n / 4 + 1);
+        s.latencies.clear();
+        s.throughput.clear();
+    }
+    for _ in 0..rounds {
+        for s in &mut setups {
+            round(s, n);
+        }
+    }
+
+    println!(
+        "fig1: {rounds} rounds × {n} requests per configuration (latency: sequential; throughput: 4 in flight, median round)"
+    );
+    println!(
+        "{:<38} {:>10} {:>10} {:>10} {:>10}",
+        "configuration", "mean", "p50", "p99", "req/s"
+    );
+    let st: Vec<Stats> = setups.iter().map(stats).collect();
+    for (s, x) in setups.iter().zip(&st) {
+        println!(
+            "{:<38} {:>10.1?} {:>10.1?} {:>10.1?} {:>10.0}",
+            s.name, x.mean, x.p50, x.p99, x.rps
+        );
+    }
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!(
+        "traced / untraced:        mean {:.3}×  p99 {:.3}×  throughput {:.3}×  (target mean ≤ 1.005×, p99 ≤ 1.01×)",
+        ratio(st[0].mean, st[1].mean),
+        ratio(st[0].p99, st[1].p99),
+        st[0].rps / st[1].rps
+    );
+    println!(
+        "tracing off / no cpt:     mean {:.3}×  p99 {:.3}×  throughput {:.3}×",
+        ratio(st[1].mean, st[2].mean),
+        ratio(st[1].p99, st[2].p99),
+        st[1].rps / st[2].rps
+    );
+    println!("records emitted: {}", records.load(Ordering::Relaxed));
+}
