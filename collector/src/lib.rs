@@ -2,6 +2,15 @@
 //! (CPT "Aggregation and Visualization").
 #![forbid(unsafe_code)]
 pub mod traces;
+
+#[cfg(feature = "client")]
+pub mod client;
+pub mod ingest;
+#[cfg(feature = "server")]
+pub mod serve;
+#[cfg(feature = "server")]
+pub mod store;
+
 pub mod aggregate;
 #[cfg(feature = "cli")]
 pub mod cli;

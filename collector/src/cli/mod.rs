@@ -5,7 +5,11 @@
 //! runtime inside their `run`); see `/work/notes/cli.md` for the convention.
 //! `src/bin/cpt.rs` only parses [`Cli`] and calls [`run`].
 
+#[cfg(feature = "server")]
+pub mod import;
 pub mod profile;
+#[cfg(feature = "server")]
+pub mod serve;
 
 /// Critical path tracing: collect records, build latency profiles that pprof opens.
 #[derive(Debug, clap::Parser)]
@@ -31,6 +35,12 @@ pub enum Command {
     Diff(profile::DiffArgs),
     /// Merge profiles from several collectors, keeping the mean right.
     Merge(profile::MergeArgs),
+    /// Run the collector (gRPC + HTTP ingest into a SQLite store, GET /profile).
+    #[cfg(feature = "server")]
+    Serve(serve::ServeArgs),
+    /// Load JSON Lines record files into a store.
+    #[cfg(feature = "server")]
+    Import(import::ImportArgs),
 }
 
 /// Run a parsed command line.
@@ -46,5 +56,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Histogram(a) => profile::run_histogram(a),
         Command::Diff(a) => profile::run_diff(a),
         Command::Merge(a) => profile::run_merge(a),
+        #[cfg(feature = "server")]
+        Command::Serve(a) => serve::run(a),
+        #[cfg(feature = "server")]
+        Command::Import(a) => import::run(a),
     }
 }

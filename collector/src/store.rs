@@ -1,0 +1,730 @@
+//! The record store: one SQLite database (bundled SQLite, WAL mode).
+//!
+//! # Schema
+//!
+//! One row per record in `records`: the columns a selection filters on
+//! (`service`, `endpoint`, `start_unix_nanos`, `latency_ns`, `trigger`, and
+//! `labels` as a JSON object) plus the record itself in its JSON Lines form
+//! (`record`), which is what queries return. `PRAGMA user_version` is the
+//! schema version ([`SCHEMA_VERSION`]).
+//!
+//! # Durability
+//!
+//! The database runs in WAL mode with `synchronous = FULL` by default: a
+//! commit returns only after the WAL has been fsynced, so a batch whose
+//! insert returned `Ok` survives a process kill *and* a power loss.
+//! [`Durability::Normal`] (`synchronous = NORMAL`) skips that fsync: a
+//! committed batch still survives the process being killed (the WAL write
+//! reached the kernel before the commit returned), but the last commits may
+//! be lost if the machine itself goes down.
+//!
+//! # Batches
+//!
+//! [`Store::insert`] stores a batch in one transaction: all of it or none.
+//! [`Store::insert_group`] commits several batches in one transaction (one
+//! fsync) while keeping each batch all-or-nothing with a savepoint: this is
+//! the collector's group commit.
+//!
+//! # Reading
+//!
+//! [`Store::query`] streams the records that match a [`StoreQuery`] from a
+//! reader thread with its own connection (WAL readers never block the
+//! writer), through a bounded channel, parsing JSON off the caller's thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread;
+
+use crate::selection::{Selection, TriggerFilter};
+use cpt_sdk::{Record, Trigger};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OpenFlags, TransactionBehavior, params_from_iter};
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS records (
+    id               INTEGER PRIMARY KEY,
+    service          TEXT NOT NULL,
+    endpoint         TEXT,
+    start_unix_nanos INTEGER,
+    latency_ns       INTEGER NOT NULL,
+    trigger          TEXT NOT NULL,
+    labels           TEXT NOT NULL DEFAULT '{}',
+    record           TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_by_service ON records (service, endpoint, start_unix_nanos);
+CREATE INDEX IF NOT EXISTS records_by_start ON records (start_unix_nanos);
+";
+
+const INSERT: &str = "INSERT INTO records \
+    (service, endpoint, start_unix_nanos, latency_ns, trigger, labels, record) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+/// Records buffered between the reader thread and the consumer.
+const READ_AHEAD: usize = 1024;
+
+/// How hard a commit works to be durable (SQLite's `synchronous`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous = FULL`: each commit fsyncs the WAL. Survives process
+    /// kills and power loss.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: survives process kills, not power loss.
+    Normal,
+}
+
+impl Durability {
+    /// Parse `full` or `normal`.
+    pub fn parse(s: &str) -> Option<Durability> {
+        match s {
+            "full" => Some(Durability::Full),
+            "normal" => Some(Durability::Normal),
+            _ => None,
+        }
+    }
+
+    fn pragma(self) -> &'static str {
+        match self {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        }
+    }
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// SQLite reported an error.
+    #[error("store {path}: {context}: {source}")]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// What the store was doing.
+        context: &'static str,
+        /// SQLite's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The database was written by a newer cpt.
+    #[error(
+        "store {path}: schema version {found} is newer than this cpt's ({SCHEMA_VERSION}); upgrade cpt"
+    )]
+    NewerSchema {
+        /// The database file.
+        path: PathBuf,
+        /// Its `user_version`.
+        found: i64,
+    },
+    /// A stored record no longer parses.
+    #[error("store {path}: record {id} is corrupt: {reason}")]
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// The row id.
+        id: i64,
+        /// Why it does not parse.
+        reason: String,
+    },
+}
+
+/// Which records a query returns. Every field left `None` / empty matches
+/// everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreQuery {
+    /// Only this service.
+    pub service: Option<String>,
+    /// Only this endpoint.
+    pub endpoint: Option<String>,
+    /// Only records that started at or after this time (records without a
+    /// start time are then excluded).
+    pub since_unix_nanos: Option<u64>,
+    /// Only records that started before this time.
+    pub until_unix_nanos: Option<u64>,
+    /// Only this trigger.
+    pub trigger: Option<Trigger>,
+    /// Only records carrying every one of these labels with these values.
+    pub labels: Vec<(String, String)>,
+}
+
+impl StoreQuery {
+    /// The part of a profile [`Selection`] SQL can evaluate (everything but
+    /// the percentile band).
+    pub fn from_selection(sel: &Selection) -> StoreQuery {
+        let (since, until) = sel.time_range();
+        StoreQuery {
+            service: sel.service().map(str::to_owned),
+            endpoint: sel.endpoint().map(str::to_owned),
+            since_unix_nanos: since,
+            until_unix_nanos: until,
+            trigger: match sel.triggers() {
+                TriggerFilter::Sampled => Some(Trigger::Sampled),
+                TriggerFilter::Forced => Some(Trigger::Forced),
+                TriggerFilter::All => None,
+            },
+            labels: sel.labels().to_vec(),
+        }
+    }
+
+    fn to_sql(&self) -> (String, Vec<Value>) {
+        let mut sql = String::from("SELECT id, record FROM records WHERE 1 = 1");
+        let mut params = Vec::new();
+        if let Some(s) = &self.service {
+            sql.push_str(" AND service = ?");
+            params.push(Value::Text(s.clone()));
+        }
+        if let Some(e) = &self.endpoint {
+            sql.push_str(" AND endpoint = ?");
+            params.push(Value::Text(e.clone()));
+        }
+        if let Some(t) = self.since_unix_nanos {
+            sql.push_str(" AND start_unix_nanos >= ?");
+            params.push(Value::Integer(to_i64(t)));
+        }
+        if let Some(t) = self.until_unix_nanos {
+            sql.push_str(" AND start_unix_nanos < ?");
+            params.push(Value::Integer(to_i64(t)));
+        }
+        if let Some(t) = self.trigger {
+            sql.push_str(" AND trigger = ?");
+            params.push(Value::Text(t.as_str().to_owned()));
+        }
+        for (k, v) in &self.labels {
+            sql.push_str(
+                " AND EXISTS (SELECT 1 FROM json_each(records.labels) WHERE key = ? AND value = ?)",
+            );
+            params.push(Value::Text(k.clone()));
+            params.push(Value::Text(v.clone()));
+        }
+        sql.push_str(" ORDER BY id");
+        (sql, params)
+    }
+}
+
+/// SQLite integers are i64; u64 nanoseconds beyond i64::MAX (year 2262,
+/// or a 292-year latency) saturate.
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// One record ready for insertion: its indexed columns and its JSON form.
+#[derive(Clone, Debug)]
+struct Row {
+    service: String,
+    endpoint: Option<String>,
+    start_unix_nanos: Option<i64>,
+    latency_ns: i64,
+    trigger: &'static str,
+    labels: String,
+    record: String,
+}
+
+/// A batch serialized for the store, so the (single) writer only runs SQL.
+#[derive(Clone, Debug, Default)]
+pub struct EncodedBatch {
+    rows: Vec<Row>,
+}
+
+impl EncodedBatch {
+    /// Serialize `records`.
+    pub fn new(records: &[Record]) -> EncodedBatch {
+        EncodedBatch {
+            rows: records
+                .iter()
+                .map(|r| Row {
+                    service: r.service.clone(),
+                    endpoint: r.endpoint.clone(),
+                    start_unix_nanos: r.start_unix_nanos.map(to_i64),
+                    latency_ns: to_i64(u64::try_from(r.latency.as_nanos()).unwrap_or(u64::MAX)),
+                    trigger: r.trigger.as_str(),
+                    labels: serde_json::to_string(&r.labels)
+                        .expect("string labels always serialize; this is a bug"),
+                    record: r.to_json(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The number of records.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// True when the batch has no records.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+/// An open store.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Open (creating if needed) the store at `path` for reading and
+    /// writing, with [`Durability::Full`].
+    ///
+    /// # Errors
+    ///
+    /// When SQLite cannot open or initialise the file, or it holds a newer
+    /// schema.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        Store::open_with(path, Durability::Full)
+    }
+
+    /// Open (creating if needed) for reading and writing with the given
+    /// durability.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::open`].
+    pub fn open_with(path: impl AsRef<Path>, durability: Durability) -> Result<Store, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let err = |context| {
+            let path = path.clone();
+            move |source| StoreError::Sqlite {
+                path,
+                context,
+                source,
+            }
+        };
+        let conn = Connection::open(&path).map_err(err("open"))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(err("set busy timeout"))?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .map_err(err("enable WAL"))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(err("enable WAL")(rusqlite::Error::InvalidParameterName(
+                format!("journal_mode is {mode}, not wal"),
+            )));
+        }
+        conn.pragma_update(None, "synchronous", durability.pragma())
+            .map_err(err("set synchronous"))?;
+        let store = Store { conn, path };
+        store.check_schema(true)?;
+        Ok(store)
+    }
+
+    /// Open an existing store for reading only.
+    ///
+    /// # Errors
+    ///
+    /// When the file does not exist or is not a cpt store of a known schema.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|source| StoreError::Sqlite {
+            path: path.clone(),
+            context: "open read-only",
+            source,
+        })?;
+        let _ = conn.busy_timeout(std::time::Duration::from_secs(10));
+        let store = Store { conn, path };
+        store.check_schema(false)?;
+        Ok(store)
+    }
+
+    fn sqlite(&self, context: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+        move |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            context,
+            source,
+        }
+    }
+
+    fn check_schema(&self, create: bool) -> Result<(), StoreError> {
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(self.sqlite("read schema version"))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema {
+                path: self.path.clone(),
+                found: version,
+            });
+        }
+        if create {
+            self.conn
+                .execute_batch(&format!(
+                    "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                ))
+                .map_err(self.sqlite("create schema"))?;
+        } else {
+            // Fails clearly ("no such table: records") when this is not a store.
+            self.conn
+                .prepare("SELECT id, record FROM records LIMIT 0")
+                .map_err(self.sqlite("check schema (is this a cpt store?)"))?;
+        }
+        Ok(())
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Store `records` in one transaction: all of them or, on error, none.
+    /// Returns once the transaction has committed (see the module docs on
+    /// durability).
+    ///
+    /// # Errors
+    ///
+    /// When SQLite fails; then nothing of the batch is stored.
+    pub fn insert(&mut self, records: &[Record]) -> Result<u64, StoreError> {
+        self.insert_encoded(&EncodedBatch::new(records))
+    }
+
+    /// [`Store::insert`] for a batch serialized beforehand.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::insert`].
+    pub fn insert_encoded(&mut self, batch: &EncodedBatch) -> Result<u64, StoreError> {
+        let mut results = self.insert_group(&[batch])?;
+        results.pop().expect("one result per batch; this is a bug")
+    }
+
+    /// Store several batches in one transaction (one fsync), each batch
+    /// all-or-nothing within it (a savepoint per batch). The outer `Err`
+    /// means the commit itself failed and nothing was stored; otherwise each
+    /// batch has its own result, and every `Ok` batch is durable.
+    ///
+    /// # Errors
+    ///
+    /// When the transaction cannot begin or commit.
+    pub fn insert_group(
+        &mut self,
+        batches: &[&EncodedBatch],
+    ) -> Result<Vec<Result<u64, StoreError>>, StoreError> {
+        let path = self.path.clone();
+        let sqlite = |context| {
+            let path = path.clone();
+            move |source| StoreError::Sqlite {
+                path,
+                context,
+                source,
+            }
+        };
+        let mut tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite("begin transaction"))?;
+        let mut results = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let sp = tx.savepoint().map_err(sqlite("begin savepoint"))?;
+            let inserted = (|| {
+                let mut stmt = sp.prepare_cached(INSERT)?;
+                for row in &batch.rows {
+                    stmt.execute(rusqlite::params![
+                        row.service,
+                        row.endpoint,
+                        row.start_unix_nanos,
+                        row.latency_ns,
+                        row.trigger,
+                        row.labels,
+                        row.record,
+                    ])?;
+                }
+                Ok::<_, rusqlite::Error>(batch.rows.len() as u64)
+            })();
+            match inserted {
+                Ok(n) => {
+                    sp.commit().map_err(sqlite("release savepoint"))?;
+                    results.push(Ok(n));
+                }
+                Err(e) => {
+                    // Dropping the savepoint rolls this batch back.
+                    drop(sp);
+                    results.push(Err(sqlite("insert batch")(e)));
+                }
+            }
+        }
+        tx.commit().map_err(sqlite("commit"))?;
+        Ok(results)
+    }
+
+    /// The number of stored records.
+    ///
+    /// # Errors
+    ///
+    /// When SQLite fails.
+    pub fn len(&self) -> Result<u64, StoreError> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM records", [], |r| r.get(0))
+            .map_err(self.sqlite("count records"))?;
+        Ok(n as u64)
+    }
+
+    /// True when the store holds no record.
+    ///
+    /// # Errors
+    ///
+    /// When SQLite fails.
+    pub fn is_empty(&self) -> Result<bool, StoreError> {
+        Ok(self.len()? == 0)
+    }
+
+    /// The records that may match a profile [`Selection`]: service,
+    /// endpoint, time range, trigger and labels are pushed down into SQL;
+    /// the percentile band is left to the caller (it needs the whole
+    /// selection). Records come in insertion order, so percentile ties break
+    /// the same way on every run.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::query`].
+    pub fn records(&self, sel: &Selection) -> Result<Records, StoreError> {
+        self.query(&StoreQuery::from_selection(sel))
+    }
+
+    /// Stream the records matching `query`, oldest insert first.
+    ///
+    /// The query runs on a reader thread with its own read-only connection
+    /// and a consistent snapshot; at most a small fixed number of records
+    /// are buffered. Dropping the iterator stops the reader.
+    ///
+    /// # Errors
+    ///
+    /// When the query cannot be prepared; later failures (including a
+    /// stored record that no longer parses) are items of the iterator.
+    pub fn query(&self, query: &StoreQuery) -> Result<Records, StoreError> {
+        let (sql, params) = query.to_sql();
+        // Prepare here so a bad query fails now, not on the first item.
+        self.conn
+            .prepare(&sql)
+            .map_err(self.sqlite("prepare query"))?;
+        let path = self.path.clone();
+        let (tx, rx) = mpsc::sync_channel(READ_AHEAD);
+        let reader = thread::Builder::new()
+            .name("cpt-store-reader".into())
+            .spawn(move || read_rows(&path, &sql, params, &tx))
+            .map_err(|e| StoreError::Sqlite {
+                path: self.path.clone(),
+                context: "start reader thread",
+                source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
+            })?;
+        Ok(Records {
+            rx,
+            _reader: reader,
+        })
+    }
+}
+
+fn read_rows(
+    path: &Path,
+    sql: &str,
+    params: Vec<Value>,
+    tx: &mpsc::SyncSender<Result<Record, StoreError>>,
+) {
+    let sqlite = |context| {
+        move |source| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            context,
+            source,
+        }
+    };
+    let run = || -> Result<(), StoreError> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sqlite("open reader"))?;
+        let _ = conn.busy_timeout(std::time::Duration::from_secs(10));
+        let mut stmt = conn.prepare(sql).map_err(sqlite("prepare query"))?;
+        let mut rows = stmt
+            .query(params_from_iter(params))
+            .map_err(sqlite("run query"))?;
+        while let Some(row) = rows.next().map_err(sqlite("read row"))? {
+            let id: i64 = row.get(0).map_err(sqlite("read row"))?;
+            let text = row.get_ref(1).map_err(sqlite("read row"))?;
+            let text = text.as_str().map_err(|e| StoreError::Corrupt {
+                path: path.to_path_buf(),
+                id,
+                reason: e.to_string(),
+            })?;
+            let item = Record::from_json(text).map_err(|e| StoreError::Corrupt {
+                path: path.to_path_buf(),
+                id,
+                reason: e.to_string(),
+            });
+            if tx.send(item).is_err() {
+                // The consumer is gone.
+                return Ok(());
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        let _ = tx.send(Err(e));
+    }
+}
+
+/// The records a [`Store::query`] returns, streamed.
+#[derive(Debug)]
+pub struct Records {
+    rx: mpsc::Receiver<Result<Record, StoreError>>,
+    _reader: thread::JoinHandle<()>,
+}
+
+impl Iterator for Records {
+    type Item = Result<Record, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.rx.recv().ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cpt_sdk::{CriticalPath, Frame, SegmentKind};
+    use std::time::Duration;
+
+    fn record(
+        service: &str,
+        endpoint: &str,
+        start: u64,
+        ms: u64,
+        trigger: Trigger,
+        arm: &str,
+    ) -> Record {
+        let mut p = CriticalPath::new();
+        p.push_frames(
+            [Frame::new(service, "root")],
+            Duration::from_millis(ms),
+            SegmentKind::Busy,
+        );
+        let mut r = Record::new(service, trigger, p);
+        r.endpoint = Some(endpoint.into());
+        r.start_unix_nanos = Some(start);
+        r.labels.insert("arm".into(), arm.into());
+        r
+    }
+
+    fn sample() -> Vec<Record> {
+        vec![
+            record("A", "/a", 100, 1, Trigger::Sampled, "a"),
+            record("A", "/a", 200, 2, Trigger::Forced, "b"),
+            record("A", "/b", 300, 3, Trigger::Sampled, "b"),
+            record("B", "/a", 400, 4, Trigger::Sampled, "a"),
+        ]
+    }
+
+    fn latencies(store: &Store, q: StoreQuery) -> Vec<u128> {
+        store
+            .query(&q)
+            .unwrap()
+            .map(|r| r.unwrap().latency.as_millis())
+            .collect()
+    }
+
+    #[test]
+    fn store_round_trips_records_and_filters() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("s.db")).unwrap();
+        assert_eq!(store.insert(&sample()).unwrap(), 4);
+        let all: Vec<Record> = store
+            .query(&StoreQuery::default())
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(all, sample());
+
+        let q = |f: fn(&mut StoreQuery)| {
+            let mut q = StoreQuery::default();
+            f(&mut q);
+            q
+        };
+        #[rustfmt::skip]
+        let cases: Vec<(&str, StoreQuery, Vec<u128>)> = vec![
+            ("service", q(|q| q.service = Some("A".into())), vec![1, 2, 3]),
+            ("endpoint", q(|q| { q.service = Some("A".into()); q.endpoint = Some("/a".into()) }), vec![1, 2]),
+            ("since", q(|q| q.since_unix_nanos = Some(200)), vec![2, 3, 4]),
+            ("until", q(|q| q.until_unix_nanos = Some(300)), vec![1, 2]),
+            ("trigger", q(|q| q.trigger = Some(Trigger::Forced)), vec![2]),
+            ("label", q(|q| q.labels = vec![("arm".into(), "b".into())]), vec![2, 3]),
+            ("label missing", q(|q| q.labels = vec![("zone".into(), "b".into())]), vec![]),
+        ];
+        for (name, query, want) in cases {
+            assert_eq!(latencies(&store, query), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn store_group_commit_keeps_each_batch_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mut store = Store::open(&path).unwrap();
+        let a = EncodedBatch::new(&sample()[..2]);
+        let b = EncodedBatch::new(&sample()[2..]);
+        let results = store.insert_group(&[&a, &b]).unwrap();
+        assert_eq!(
+            results.into_iter().map(Result::unwrap).collect::<Vec<_>>(),
+            vec![2, 2]
+        );
+        drop(store);
+        let reopened = Store::open_read_only(&path).unwrap();
+        assert_eq!(reopened.len().unwrap(), 4);
+    }
+
+    #[test]
+    fn store_rejects_a_file_that_is_not_a_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("other.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE t (x)")
+            .unwrap();
+        let err = Store::open_read_only(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("is this a cpt store?") && err.contains("no such table: records"),
+            "{err}"
+        );
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("PRAGMA user_version = 99")
+            .unwrap();
+        let err = Store::open(&path).unwrap_err().to_string();
+        assert!(err.contains("schema version 99 is newer"), "{err}");
+    }
+
+    #[test]
+    fn store_uses_wal_and_full_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db")).unwrap();
+        let mode: String = store
+            .conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        let sync: i64 = store
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!((mode.as_str(), sync), ("wal", 2));
+    }
+
+    #[test]
+    fn store_query_stream_can_be_dropped_early() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("s.db")).unwrap();
+        let many: Vec<Record> = (0..5000)
+            .map(|i| record("A", "/a", i, 1, Trigger::Sampled, "a"))
+            .collect();
+        store.insert(&many).unwrap();
+        let mut it = store.query(&StoreQuery::default()).unwrap();
+        assert!(it.next().unwrap().is_ok());
+        drop(it);
+        assert_eq!(store.len().unwrap(), 5000);
+    }
+}

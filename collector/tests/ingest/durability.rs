@@ -1,0 +1,168 @@
+//! Durability: a batch acknowledged by `cpt serve` survives `kill -9` of the
+//! collector, and no batch is ever half-stored.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+use cpt_collector::ingest::{CONTENT_TYPE_JSON_LINES, CONTENT_TYPE_PROTOBUF, proto};
+
+/// `cpt serve` as a child process, with the addresses it printed.
+struct Served {
+    child: Child,
+    grpc: SocketAddr,
+    http: SocketAddr,
+}
+
+fn serve(store: &std::path::Path) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cpt"))
+        .args(["serve", "--store"])
+        .arg(store)
+        .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start cpt serve");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut grpc, mut http) = (None, None);
+    while grpc.is_none() || http.is_none() {
+        let line = lines
+            .next()
+            .expect("cpt serve exited before listening")
+            .unwrap();
+        if let Some(a) = line.strip_prefix("cpt serve: grpc listening on ") {
+            grpc = Some(a.parse().unwrap());
+        }
+        if let Some(a) = line.strip_prefix("cpt serve: http listening on http://") {
+            http = Some(a.parse().unwrap());
+        }
+    }
+    // Keep draining stderr so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Served {
+        child,
+        grpc: grpc.unwrap(),
+        http: http.unwrap(),
+    }
+}
+
+fn kill_9(mut s: Served) {
+    // Child::kill sends SIGKILL on Unix: no shutdown code runs.
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+}
+
+#[test]
+fn ingest_durable_ack_survives_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store.db");
+    let served = serve(&store);
+
+    let over_http = records("http", 100);
+    let resp = post_records(
+        served.http,
+        CONTENT_TYPE_JSON_LINES,
+        &json_lines(&over_http),
+    );
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let over_pb = records("pb", 50);
+    assert_eq!(
+        post_records(served.http, CONTENT_TYPE_PROTOBUF, &protobuf(&over_pb)).status,
+        200
+    );
+    let over_grpc = records("grpc", 30);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ack = rt
+        .block_on(grpc_export(
+            served.grpc,
+            proto::RecordBatch::from_records(&over_grpc),
+        ))
+        .expect("gRPC export acknowledged");
+    assert_eq!(ack.accepted_records, 30);
+
+    kill_9(served);
+
+    let mut want = over_http;
+    want.extend(over_pb);
+    want.extend(over_grpc);
+    assert_eq!(
+        stored(&store),
+        want,
+        "every acknowledged record is in the reopened store"
+    );
+}
+
+/// Several clients send batches while the collector is killed mid-stream:
+/// every acknowledged batch is complete in the store, and every batch in the
+/// store is complete (all or nothing).
+#[test]
+fn ingest_kill_9_under_load_keeps_acked_batches_whole() {
+    const BATCH: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store.db");
+    let served = serve(&store);
+    let addr = served.http;
+    let acked = Arc::new(Mutex::new(BTreeSet::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let senders: Vec<_> = (0..4)
+        .map(|t| {
+            let (acked, stop) = (acked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for seq in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let name = format!("t{t}-{seq}");
+                    let body = json_lines(&records(&name, BATCH));
+                    match http(addr, "POST", "/v1/records", CONTENT_TYPE_JSON_LINES, &body) {
+                        Ok(r) if r.status == 200 => {
+                            acked.lock().unwrap().insert(name);
+                        }
+                        Ok(r) if r.status == 429 => {}
+                        Ok(r) => panic!("unexpected {}: {}", r.status, r.text()),
+                        Err(_) => return, // the collector is gone
+                    }
+                }
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    while acked.lock().unwrap().len() < 20 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "too few acknowledgements"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    kill_9(served);
+    stop.store(true, Ordering::Relaxed);
+    for s in senders {
+        s.join().unwrap();
+    }
+
+    let mut per_batch: BTreeMap<String, usize> = BTreeMap::new();
+    for r in stored(&store) {
+        *per_batch.entry(r.labels["batch"].clone()).or_default() += 1;
+    }
+    let acked = acked.lock().unwrap();
+    for name in acked.iter() {
+        assert_eq!(
+            per_batch.get(name),
+            Some(&BATCH),
+            "acknowledged batch {name} lost or partial"
+        );
+    }
+    for (name, n) in &per_batch {
+        assert_eq!(*n, BATCH, "batch {name} is half-stored");
+    }
+    assert!(per_batch.len() >= acked.len());
+}

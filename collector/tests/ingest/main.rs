@@ -1,0 +1,13 @@
+//! `cpt serve` ingest: round trips, durability, overload push-back,
+//! malformed batches, and the client exporter.
+#![cfg(feature = "server")]
+
+mod support;
+
+mod durability;
+mod malformed;
+mod overload;
+mod roundtrip;
+
+#[cfg(feature = "client")]
+mod client;

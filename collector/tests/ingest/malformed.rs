@@ -1,0 +1,107 @@
+//! Malformed batches: a clear error naming what is wrong, and nothing of the
+//! batch stored, whatever the front end.
+
+use crate::support::*;
+use cpt_collector::ingest::{CONTENT_TYPE_JSON_LINES, CONTENT_TYPE_PROTOBUF, proto};
+
+#[test]
+fn ingest_malformed_json_lines_names_each_bad_line_and_stores_nothing() {
+    let c = TestCollector::start(|c| c);
+    let mut body = json_lines(&records("m", 99));
+    // Line 100 breaks the sum rule, line 101 is not JSON; 99 good lines before them.
+    body.extend(
+        br#"{"service":"A","trigger":"sampled","latency_ns":5,"path":[{"stack":["x"],"ns":4}]}"#,
+    );
+    body.extend(b"\n{oops\n");
+    let resp = post_records(c.http(), CONTENT_TYPE_JSON_LINES, &body);
+    assert_eq!(resp.status, 400, "{}", resp.text());
+    let json = resp.json();
+    assert_eq!(json["total_problems"], 2);
+    assert_eq!(json["problems"][0]["at"], "line 100");
+    assert!(
+        json["problems"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("path sums to 4 ns but latency_ns is 5")
+    );
+    assert_eq!(json["problems"][1]["at"], "line 101");
+    assert!(
+        json["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("batch rejected, nothing stored: line 100:")
+    );
+    assert!(
+        c.stored().is_empty(),
+        "nothing of a rejected batch is stored"
+    );
+    assert_eq!(c.stats().rejected_batches, 1);
+}
+
+#[test]
+fn ingest_malformed_protobuf_over_http_names_the_record_and_field() {
+    let c = TestCollector::start(|c| c);
+    let mut batch = proto::RecordBatch::from_records(&records("m", 5));
+    batch.records[3].segments[1].stack = vec![0, 9];
+    let body = prost::Message::encode_to_vec(&batch);
+    let resp = post_records(c.http(), CONTENT_TYPE_PROTOBUF, &body);
+    assert_eq!(resp.status, 400, "{}", resp.text());
+    assert_eq!(
+        resp.json()["problems"][0]["at"],
+        "records[3].segments[1].stack[1]",
+        "{}",
+        resp.text()
+    );
+    let garbage = post_records(c.http(), CONTENT_TYPE_PROTOBUF, b"\x0a\x05ab");
+    assert_eq!(garbage.status, 400);
+    assert!(
+        garbage
+            .text()
+            .contains("not a cpt.collector.v1.RecordBatch"),
+        "{}",
+        garbage.text()
+    );
+    assert!(c.stored().is_empty());
+}
+
+#[test]
+fn ingest_malformed_grpc_batch_is_invalid_argument_and_stores_nothing() {
+    let c = TestCollector::start(|c| c);
+    let mut batch = proto::RecordBatch::from_records(&records("m", 5));
+    batch.records[4].trigger = 0;
+    let status = c.export(batch).unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("records[4].trigger: unspecified"),
+        "{}",
+        status.message()
+    );
+    assert!(c.stored().is_empty());
+}
+
+#[test]
+fn ingest_unsupported_content_type_and_oversized_body_are_refused() {
+    let c = TestCollector::start(|c| c.with_max_batch_bytes(1000));
+    let small = json_lines(&records("m", 1));
+    let resp = post_records(c.http(), "text/csv", &small);
+    assert_eq!(resp.status, 415);
+    assert!(
+        resp.text().contains("application/x-ndjson"),
+        "{}",
+        resp.text()
+    );
+    let big = json_lines(&records("m", 10));
+    assert!(big.len() > 1000);
+    let resp = post_records(c.http(), CONTENT_TYPE_JSON_LINES, &big);
+    assert_eq!(resp.status, 413, "{}", resp.text());
+    assert!(
+        resp.text().contains("larger than 1000 bytes"),
+        "{}",
+        resp.text()
+    );
+    let status = c
+        .export(proto::RecordBatch::from_records(&records("m", 10)))
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert!(c.stored().is_empty());
+}

@@ -1,0 +1,227 @@
+//! Helpers shared by the ingest tests: records, a blocking HTTP/1.1 client,
+//! an in-process collector and a gRPC export call.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cpt_collector::ingest::proto;
+use cpt_collector::serve::{Collector, ServeConfig};
+use cpt_collector::store::{Store, StoreQuery};
+use cpt_sdk::{CriticalPath, Frame, Record, SegmentKind, Trigger};
+
+/// A CPT Fig. 2a-shaped record tagged with `batch` and `i`.
+pub(crate) fn record(batch: &str, i: usize) -> Record {
+    let ms = Duration::from_millis;
+    let mut p = CriticalPath::new();
+    let a1 = Frame::new("A", "A1").with_location("a/src/main.rs", 10);
+    p.push_frames([a1.clone()], ms(5), SegmentKind::Busy);
+    p.push_frames(
+        [a1.clone(), Frame::new("B", "B1")],
+        ms(20 + i as u64 % 7),
+        SegmentKind::Busy,
+    );
+    p.push_frames([a1.clone()], ms(8), SegmentKind::Busy);
+    p.push_frames(
+        [a1, Frame::new("A", "A2")],
+        ms(2),
+        SegmentKind::Unattributed,
+    );
+    p.accounting.unattributed = ms(2);
+    let mut r = Record::new("A", Trigger::Sampled, p);
+    r.endpoint = Some("/a.A/Run".into());
+    r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i as u64);
+    r.request_id = Some(format!("{batch}/{i}"));
+    r.labels.insert("batch".into(), batch.into());
+    r
+}
+
+pub(crate) fn records(batch: &str, n: usize) -> Vec<Record> {
+    (0..n).map(|i| record(batch, i)).collect()
+}
+
+pub(crate) fn json_lines(records: &[Record]) -> Vec<u8> {
+    let mut out = String::new();
+    for r in records {
+        out.push_str(&r.to_json());
+        out.push('\n');
+    }
+    out.into_bytes()
+}
+
+pub(crate) fn protobuf(records: &[Record]) -> Vec<u8> {
+    prost::Message::encode_to_vec(&proto::RecordBatch::from_records(records))
+}
+
+/// A response of the blocking HTTP client.
+#[derive(Debug)]
+pub(crate) struct HttpResponse {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl HttpResponse {
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub(crate) fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection (`Connection: close`).
+pub(crate) fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> std::io::Result<HttpResponse> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())?;
+    // The server may answer (e.g. 429) without reading the body.
+    let _ = s.write_all(body);
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| {
+            std::io::Error::other(format!(
+                "no header end in {:?}",
+                String::from_utf8_lossy(&raw)
+            ))
+        })?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    Ok(HttpResponse {
+        status,
+        headers,
+        body: raw[split + 4..].to_vec(),
+    })
+}
+
+pub(crate) fn post_records(addr: SocketAddr, content_type: &str, body: &[u8]) -> HttpResponse {
+    http(addr, "POST", "/v1/records", content_type, body).expect("HTTP request failed")
+}
+
+/// Every record in the store at `path`, in insertion order.
+pub(crate) fn stored(path: &Path) -> Vec<Record> {
+    let store = Store::open(path).expect("reopen the store");
+    store
+        .query(&StoreQuery::default())
+        .expect("query")
+        .map(|r| r.expect("stored record parses"))
+        .collect()
+}
+
+/// A collector running in this process on its own runtime.
+pub(crate) struct TestCollector {
+    pub(crate) rt: tokio::runtime::Runtime,
+    pub(crate) collector: Option<Collector>,
+    pub(crate) store: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TestCollector {
+    pub(crate) fn start(configure: impl FnOnce(ServeConfig) -> ServeConfig) -> TestCollector {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store.db");
+        let config = configure(
+            ServeConfig::new(&store)
+                .with_grpc("127.0.0.1:0".parse().unwrap())
+                .with_http("127.0.0.1:0".parse().unwrap()),
+        );
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let collector = rt
+            .block_on(Collector::start(config))
+            .expect("collector starts");
+        TestCollector {
+            rt,
+            collector: Some(collector),
+            store,
+            _dir: dir,
+        }
+    }
+
+    pub(crate) fn http(&self) -> SocketAddr {
+        self.collector.as_ref().unwrap().http_addr().unwrap()
+    }
+
+    pub(crate) fn grpc(&self) -> SocketAddr {
+        self.collector.as_ref().unwrap().grpc_addr().unwrap()
+    }
+
+    pub(crate) fn stats(&self) -> cpt_collector::serve::Stats {
+        self.collector.as_ref().unwrap().stats()
+    }
+
+    pub(crate) fn export(
+        &self,
+        batch: proto::RecordBatch,
+    ) -> Result<proto::ExportResponse, tonic::Status> {
+        self.rt.block_on(grpc_export(self.grpc(), batch))
+    }
+
+    pub(crate) fn stored(&self) -> Vec<Record> {
+        stored(&self.store)
+    }
+}
+
+impl Drop for TestCollector {
+    fn drop(&mut self) {
+        if let Some(c) = self.collector.take() {
+            let _ = self.rt.block_on(c.shutdown());
+        }
+    }
+}
+
+/// `Collector/Export` through a stock tonic client and tonic-prost codec.
+pub(crate) async fn grpc_export(
+    addr: SocketAddr,
+    batch: proto::RecordBatch,
+) -> Result<proto::ExportResponse, tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let codec = tonic_prost::ProstCodec::<proto::RecordBatch, proto::ExportResponse>::default();
+    let path = http::uri::PathAndQuery::from_static(cpt_collector::ingest::GRPC_EXPORT_PATH);
+    grpc.unary(tonic::Request::new(batch), path, codec)
+        .await
+        .map(tonic::Response::into_inner)
+}
