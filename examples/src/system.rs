@@ -206,6 +206,11 @@ pub async fn serve_c(
         http_app
     };
     let http_server = async move {
+        use axum::serve::ListenerExt as _;
+        let http = http.tap_io(|tcp| {
+            // Small request/response exchanges: don't wait for Nagle.
+            let _ = tcp.set_nodelay(true);
+        });
         axum::serve(
             http,
             http_app.into_make_service_with_connect_info::<SocketAddr>(),
@@ -262,7 +267,9 @@ pub async fn serve_b(
     c_grpc: SocketAddr,
     c_http: SocketAddr,
 ) -> anyhow::Result<()> {
-    let http = HttpClient::builder(TokioExecutor::new()).build_http();
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let http = HttpClient::builder(TokioExecutor::new()).build(connector);
     let state = Arc::new(BState {
         work: config.work,
         c_grpc: grpc_client(&config, "C", c_grpc),

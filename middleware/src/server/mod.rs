@@ -349,9 +349,11 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
                     return_path: wants,
                 });
             }
-            Counters::bump(&config.counters.trigger_untrusted);
-            if headers.contains_key(header::WANT_PATH) {
-                Counters::bump(&config.counters.path_withheld);
+            if trigger.is_some() {
+                Counters::bump(&config.counters.trigger_untrusted);
+                if headers.contains_key(header::WANT_PATH) {
+                    Counters::bump(&config.counters.path_withheld);
+                }
             }
         }
         if let Some(credential) = force {
