@@ -61,7 +61,10 @@ fn naive_encode(p: &CriticalPath) -> Vec<u8> {
                     .map(|f| naive::Frame {
                         service: f.service.to_string(),
                         name: f.name.to_string(),
-                        file: f.location.as_ref().map_or_else(String::new, |l| l.file.to_string()),
+                        file: f
+                            .location
+                            .as_ref()
+                            .map_or_else(String::new, |l| l.file.to_string()),
                         line: f.location.as_ref().map_or(0, |l| l.line),
                     })
                     .collect(),
@@ -85,7 +88,11 @@ fn naive_decode(bytes: &[u8]) -> CriticalPath {
                 frame.with_location(f.file, f.line)
             }
         });
-        p.push_frames(stack, Duration::from_nanos(s.duration_nanos), SegmentKind::Busy);
+        p.push_frames(
+            stack,
+            Duration::from_nanos(s.duration_nanos),
+            SegmentKind::Busy,
+        );
     }
     p
 }
@@ -99,7 +106,14 @@ fn realistic(n: usize) -> CriticalPath {
     const VERBS: [&str; 8] = [
         "handle", "lookup", "rank", "fetch", "decode", "merge", "score", "filter",
     ];
-    const NOUNS: [&str; 6] = ["request", "query", "shard", "posting_list", "document", "snippet"];
+    const NOUNS: [&str; 6] = [
+        "request",
+        "query",
+        "shard",
+        "posting_list",
+        "document",
+        "snippet",
+    ];
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     let mut rng = move || {
         x ^= x << 13;
@@ -118,7 +132,10 @@ fn realistic(n: usize) -> CriticalPath {
             NOUNS[(id / 8 % 6) as usize]
         );
         Frame::new(service, name).with_location(
-            format!("services/{service}/src/handlers/{}.rs", NOUNS[(id % 6) as usize]),
+            format!(
+                "services/{service}/src/handlers/{}.rs",
+                NOUNS[(id % 6) as usize]
+            ),
             (id % 900) as u32 + 10,
         )
     };
@@ -158,7 +175,13 @@ fn codec(c: &mut Criterion) {
         let naive = naive_encode(&path);
         assert_eq!(decode(&ours, &limits).unwrap().total(), path.total());
         assert_eq!(naive_decode(&naive).total(), path.total());
-        sizes.push((n, path.depth(), path.frames().len(), ours.len(), naive.len()));
+        sizes.push((
+            n,
+            path.depth(),
+            path.frames().len(),
+            ours.len(),
+            naive.len(),
+        ));
 
         let mut group = c.benchmark_group(format!("codec/{n}_segments"));
         group.throughput(Throughput::Elements(n as u64));
@@ -199,7 +222,10 @@ fn codec(c: &mut Criterion) {
     for (n, depth, frames, ours, naive) in sizes {
         let ratio = ours as f64 / naive as f64;
         println!("{n:>8} {depth:>6} {frames:>7} {ours:>6} {naive:>6}  {ratio:.3}");
-        assert!(ratio <= 0.25, "{n} segments: ratio {ratio:.3} above the 0.25 target");
+        assert!(
+            ratio <= 0.25,
+            "{n} segments: ratio {ratio:.3} above the 0.25 target"
+        );
     }
 }
 

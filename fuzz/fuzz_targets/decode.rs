@@ -55,7 +55,10 @@ fuzz_target!(|data: &[u8]| {
     let result = decode(data, &limits);
     let peak = PEAK.load(Relaxed).saturating_sub(base);
     if peak > WORST.fetch_max(peak, Relaxed) {
-        eprintln!("new peak: {peak} bytes allocated for a {} byte input", data.len());
+        eprintln!(
+            "new peak: {peak} bytes allocated for a {} byte input",
+            data.len()
+        );
     }
     assert!(
         peak <= allowed(data.len(), &limits),
