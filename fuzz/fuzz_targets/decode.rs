@@ -69,8 +69,18 @@ fuzz_target!(|data: &[u8]| {
         assert!(path.depth() <= limits.max_depth);
         assert!(path.segments().len() <= limits.max_segments);
         assert!(path.segments().iter().all(|s| !s.duration.is_zero()));
-        let again = encode(&path, &EncodeOptions::new().with_max_bytes(usize::MAX));
-        let back = decode(&again, &DecodeLimits::new().with_max_bytes(usize::MAX))
+        // Without limits, so that nothing is coarsened.
+        let unlimited = DecodeLimits::new()
+            .with_max_bytes(usize::MAX)
+            .with_max_strings(usize::MAX)
+            .with_max_tree_entries(usize::MAX)
+            .with_max_segments(usize::MAX)
+            .with_max_depth(usize::MAX)
+            .with_max_stack_frames(usize::MAX);
+        let options = EncodeOptions::new()
+            .with_max_bytes(usize::MAX)
+            .with_decode_limits(unlimited);
+        let back = decode(&encode(&path, &options), &unlimited)
             .expect("a decoded path re-encodes to something that decodes");
         assert_eq!(back, path);
     }

@@ -63,7 +63,8 @@ fuzz_target!(|data: &[u8]| {
 
     let bytes = encode(&path, &EncodeOptions::new().with_max_bytes(max));
     assert!(bytes.len() <= max.max(MIN_MAX_BYTES));
-    let back = decode(&bytes, &DecodeLimits::default()).expect("own encoding decodes");
+    let back = decode(&bytes, &DecodeLimits::default())
+        .expect("an encoding with the default options decodes under the default limits");
     // Totals past u64::MAX ns (584 years) are clamped to it.
     let clamped = path.total().min(Duration::from_nanos(u64::MAX));
     assert_eq!(back.total(), clamped);

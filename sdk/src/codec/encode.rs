@@ -7,7 +7,7 @@ use prost::Message;
 
 use super::proto::{AccountingProto, PathProto};
 use super::strings::StringTable;
-use super::{EncodeOptions, MIN_MAX_BYTES, VERSION, kind};
+use super::{DecodeLimits, EncodeOptions, MIN_MAX_BYTES, VERSION, kind};
 use crate::path::{Accounting, CriticalPath, FrameId};
 
 /// Tree entries beyond this make a depth "not fit" outright: entry refs must
@@ -15,9 +15,11 @@ use crate::path::{Accounting, CriticalPath, FrameId};
 /// accepts comes close.
 const MAX_ENCODE_ENTRIES: usize = 1 << 24;
 
-/// Encode `path` in the wire form, in at most `options.max_bytes` bytes.
+/// Encode `path` in the wire form, in at most `options.max_bytes` bytes and
+/// within `options.decode_limits`, so that [`decode`](super::decode) with
+/// those limits accepts it.
 ///
-/// Over the limit the path is coarsened (deepest frames folded into their
+/// Over a limit the path is coarsened (deepest frames folded into their
 /// parents, see [`CriticalPath::coarsen`]) one level at a time until it fits;
 /// [`Accounting::truncated`] then says how much time lost its detail. If
 /// even empty stacks do not fit, the result is one busy segment with an
@@ -47,14 +49,18 @@ const MAX_ENCODE_ENTRIES: usize = 1 << 24;
 /// # Ok::<(), cpt_sdk::codec::DecodeError>(())
 /// ```
 pub fn encode(path: &CriticalPath, options: &EncodeOptions) -> Vec<u8> {
-    let max = options.max_bytes.max(MIN_MAX_BYTES);
+    let limits = &options.decode_limits;
+    let max = options.max_bytes.min(limits.max_bytes).max(MIN_MAX_BYTES);
     let total = path
         .segments()
         .iter()
         .fold(0u128, |acc, s| acc.saturating_add(s.duration.as_nanos()));
     if let Ok(total) = u64::try_from(total) {
-        for depth in (0..=path.depth()).rev() {
-            if let Some(msg) = build(path, depth, total, max)
+        // A stack of depth d needs d tree entries of at least 3 bytes each,
+        // so deeper cuts cannot fit: start at max / 3.
+        let deepest = path.depth().min(max / 3).min(limits.max_depth);
+        for depth in (0..=deepest).rev() {
+            if let Some(msg) = build(path, depth, total, max, limits)
                 && msg.encoded_len() <= max
             {
                 return msg.encode_to_vec();
@@ -65,8 +71,14 @@ pub fn encode(path: &CriticalPath, options: &EncodeOptions) -> Vec<u8> {
 }
 
 /// The wire message for `path` coarsened to `depth`, or `None` when it is
-/// clearly over `max` before it is finished.
-fn build(path: &CriticalPath, depth: usize, total: u64, max: usize) -> Option<PathProto> {
+/// over a count of `limits`, or clearly over `max` before it is finished.
+fn build(
+    path: &CriticalPath,
+    depth: usize,
+    total: u64,
+    max: usize,
+    limits: &DecodeLimits,
+) -> Option<PathProto> {
     let mut strings = StringTable::default();
     // (parent ref, frame) -> entry index; parent ref 0 is "no parent".
     let mut entries: HashMap<(u32, FrameId), u32> = HashMap::new();
@@ -80,6 +92,7 @@ fn build(path: &CriticalPath, depth: usize, total: u64, max: usize) -> Option<Pa
     let mut prev: Vec<u32> = Vec::new();
     let mut prev_stack: &[FrameId] = &[];
     let mut folded: u128 = 0;
+    let mut stack_frames: usize = 0;
 
     for seg in path.segments() {
         let nanos = u64::try_from(seg.duration.as_nanos()).ok()?;
@@ -130,7 +143,9 @@ fn build(path: &CriticalPath, depth: usize, total: u64, max: usize) -> Option<Pa
         prev_stack = stack;
         // Cheap early exit: every tree entry costs at least 3 bytes (parent,
         // service, name) and every segment at least 2 (code, duration).
-        if msg.segment_entry_kind.len() * 2 + msg.tree_parent.len() * 3 > max {
+        if msg.segment_entry_kind.len() * 2 + msg.tree_parent.len() * 3 > max
+            || msg.tree_parent.len() > limits.max_tree_entries
+        {
             return None;
         }
 
@@ -146,6 +161,12 @@ fn build(path: &CriticalPath, depth: usize, total: u64, max: usize) -> Option<Pa
         } else {
             msg.segment_entry_kind.push(code);
             msg.segment_duration_nanos.push(nanos);
+            stack_frames += stack.len();
+            if msg.segment_entry_kind.len() > limits.max_segments
+                || stack_frames > limits.max_stack_frames
+            {
+                return None;
+            }
         }
     }
     if !any_location {
@@ -153,6 +174,9 @@ fn build(path: &CriticalPath, depth: usize, total: u64, max: usize) -> Option<Pa
         msg.tree_line.clear();
     }
     msg.strings = strings.into_strings();
+    if msg.strings.len() > limits.max_strings {
+        return None;
+    }
 
     let mut accounting = accounting_to_wire(&path.accounting);
     if folded > 0 {

@@ -22,8 +22,9 @@
 //!
 //! # Size limit and coarsening
 //!
-//! [`encode`] never returns more than [`EncodeOptions::max_bytes`]. A path
-//! over the limit is coarsened ([`CriticalPath::coarsen`]): the deepest
+//! [`encode`] never returns more than [`EncodeOptions::max_bytes`], and what
+//! it returns always decodes under [`EncodeOptions::decode_limits`] (the
+//! default [`DecodeLimits`] unless set). A path over a limit is coarsened ([`CriticalPath::coarsen`]): the deepest
 //! frames are folded into their parents, one level at a time, until it fits.
 //! The total is kept exactly and the folded time is added to
 //! [`Accounting::truncated`](crate::Accounting::truncated). If even empty
@@ -90,6 +91,12 @@ pub struct EncodeOptions {
     /// [`MIN_MAX_BYTES`]. Default 4096: with base64 that is about 5.5 KiB of
     /// metadata, under gRPC's common 8 KiB metadata limit.
     pub max_bytes: usize,
+    /// The limits of the decoder that will read the path. The encoding is
+    /// coarsened until it is within every one of them too (depth, counts,
+    /// stack frames, and bytes: the effective byte limit is the smaller of
+    /// `max_bytes` and `decode_limits.max_bytes`), so [`decode`] with these
+    /// limits always accepts it. Default [`DecodeLimits::default()`].
+    pub decode_limits: DecodeLimits,
 }
 
 impl EncodeOptions {
@@ -104,11 +111,21 @@ impl EncodeOptions {
         self.max_bytes = max_bytes;
         self
     }
+
+    /// Set [`EncodeOptions::decode_limits`].
+    #[must_use]
+    pub fn with_decode_limits(mut self, limits: DecodeLimits) -> Self {
+        self.decode_limits = limits;
+        self
+    }
 }
 
 impl Default for EncodeOptions {
     fn default() -> Self {
-        EncodeOptions { max_bytes: 4096 }
+        EncodeOptions {
+            max_bytes: 4096,
+            decode_limits: DecodeLimits::default(),
+        }
     }
 }
 

@@ -23,9 +23,26 @@ fn compacted(p: &CriticalPath) -> CriticalPath {
     p
 }
 
+/// Limits that never bind: for round trips that must not coarsen.
+fn unlimited() -> DecodeLimits {
+    DecodeLimits::new()
+        .with_max_bytes(usize::MAX)
+        .with_max_strings(usize::MAX)
+        .with_max_tree_entries(usize::MAX)
+        .with_max_segments(usize::MAX)
+        .with_max_depth(usize::MAX)
+        .with_max_stack_frames(usize::MAX)
+}
+
+fn unlimited_options() -> EncodeOptions {
+    EncodeOptions::new()
+        .with_max_bytes(usize::MAX)
+        .with_decode_limits(unlimited())
+}
+
 fn roundtrip(p: &CriticalPath) -> CriticalPath {
-    let bytes = encode(p, &EncodeOptions::new().with_max_bytes(usize::MAX));
-    decode(&bytes, &DecodeLimits::new().with_max_bytes(usize::MAX)).expect("own encoding decodes")
+    let bytes = encode(p, &unlimited_options());
+    decode(&bytes, &unlimited()).expect("own encoding decodes")
 }
 
 /// CPT Fig. 2a with B1's own path spliced in, locations, every kind and
@@ -238,6 +255,24 @@ fn fallback_with_every_field_at_maximum_fits_min_max_bytes() {
     let bytes = encode(&p, &EncodeOptions::new().with_max_bytes(1));
     assert!(bytes.len() <= MIN_MAX_BYTES, "{}", bytes.len());
     decode(&bytes, &DecodeLimits::default()).unwrap();
+}
+
+#[test]
+fn absurd_depth_path_is_folded_to_fit() {
+    // 20 000 nested frames (runaway recursion): folded to what fits, total
+    // kept, and the result decodes under the default depth limit.
+    let mut p = CriticalPath::new();
+    let stack: Vec<Frame> = (0..20_000)
+        .map(|i| Frame::new("A", format!("f{i}")))
+        .collect();
+    p.push_frames(stack.clone(), ms(2), Busy);
+    p.push_frames(stack[..3].to_vec(), ms(1), Busy);
+    let bytes = encode(&p, &EncodeOptions::default());
+    assert!(bytes.len() <= 4096);
+    let back = decode(&bytes, &DecodeLimits::default()).unwrap();
+    assert_eq!(back.total(), ms(3));
+    assert!(back.depth() >= 3 && back.depth() <= DecodeLimits::default().max_depth);
+    assert_eq!(back.accounting.truncated, ms(2));
 }
 
 #[test]
@@ -513,11 +548,8 @@ fn check_decoded(p: &CriticalPath, limits: &DecodeLimits) {
     assert!(p.segments().iter().all(|s| !s.duration.is_zero()));
     assert!(p.total().as_nanos() <= u128::from(u64::MAX));
     // What decodes re-encodes to something that decodes to the same path.
-    let again = decode(
-        &encode(p, &EncodeOptions::new().with_max_bytes(usize::MAX)),
-        limits,
-    )
-    .expect("re-encoding a decoded path decodes");
+    let again = decode(&encode(p, &unlimited_options()), &unlimited())
+        .expect("re-encoding a decoded path decodes");
     assert_eq!(again, compacted(p));
 }
 
@@ -622,8 +654,8 @@ prop_compose! {
 proptest! {
     #[test]
     fn roundtrip_equals_compacted_input(p in arb_path()) {
-        let bytes = encode(&p, &EncodeOptions::new().with_max_bytes(usize::MAX));
-        let back = decode(&bytes, &DecodeLimits::new().with_max_bytes(usize::MAX)).unwrap();
+        let bytes = encode(&p, &unlimited_options());
+        let back = decode(&bytes, &unlimited()).unwrap();
         prop_assert_eq!(back, compacted(&p));
     }
 
@@ -642,6 +674,31 @@ proptest! {
         a.truncated = p.accounting.truncated;
         prop_assert_eq!(a, p.accounting);
         prop_assert!(back.accounting.truncated >= p.accounting.truncated.min(p.total()));
+    }
+
+    #[test]
+    fn encoding_always_decodes_under_its_decode_limits(
+        p in arb_path(),
+        max_bytes in 128usize..4096,
+        depth in 0usize..6,
+        counts in (0usize..40, 0usize..40, 1usize..40, 0usize..200),
+    ) {
+        let limits = DecodeLimits::new()
+            .with_max_bytes(max_bytes)
+            .with_max_depth(depth)
+            .with_max_strings(counts.0)
+            .with_max_tree_entries(counts.1)
+            .with_max_segments(counts.2)
+            .with_max_stack_frames(counts.3);
+        let bytes = encode(&p, &EncodeOptions::new().with_max_bytes(usize::MAX).with_decode_limits(limits));
+        let back = decode(&bytes, &limits);
+        prop_assert!(back.is_ok(), "{:?}", back);
+        let back = back.unwrap();
+        prop_assert_eq!(back.total(), p.total());
+        let mut want = p.clone();
+        want.coarsen(back.depth());
+        want.compact();
+        prop_assert!(back == want || is_fallback(&back), "not a coarsening: {:?}", back);
     }
 
     #[test]
