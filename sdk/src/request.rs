@@ -185,6 +185,10 @@ fn with_current<R>(f: impl FnOnce(NodeState) -> Option<R>) -> Option<R> {
 
 /// Make `span` the root node of a traced request, created now.
 ///
+/// With the `opentelemetry` feature, when `opts.trace_id` is `None` and a
+/// `tracing-opentelemetry` layer is installed, the span's OpenTelemetry
+/// trace id goes into the record.
+///
 /// Returns `true` when the request is traced: `opts.trigger` is `Some`, the
 /// span is enabled and a [`CriticalPathLayer`] sees it. Spans created inside
 /// it from now on become its nodes. If the span is already the root of a
@@ -203,6 +207,11 @@ pub fn begin(span: &Span, opts: RequestOptions) -> bool {
         {
             return Some(());
         }
+        // Before any extensions lock of ours (tracing-opentelemetry takes its own).
+        #[cfg(feature = "opentelemetry")]
+        let trace_id = opts.trace_id.or_else(|| otel_trace_id(d, id));
+        #[cfg(not(feature = "opentelemetry"))]
+        let trace_id = opts.trace_id;
         let now = layer.shared.clock.now();
         let entered = d.current_span().id() == Some(id);
         let init = RequestInit {
@@ -210,7 +219,7 @@ pub fn begin(span: &Span, opts: RequestOptions) -> bool {
             service: opts.service.unwrap_or_else(|| layer.shared.service.clone()),
             name: opts.name,
             endpoint: opts.endpoint,
-            trace_id: opts.trace_id,
+            trace_id,
             request_id: opts.request_id,
             emit_record: opts.emit_record,
             labels: opts.labels,
@@ -362,4 +371,15 @@ pub(crate) fn cancelled(span: &Span) {
         s.request.cancel(s.node);
         Some(())
     });
+}
+
+/// The OpenTelemetry trace id of `id`, when a tracing-opentelemetry layer
+/// gives the span a valid context.
+#[cfg(feature = "opentelemetry")]
+fn otel_trace_id(d: &Dispatch, id: &Id) -> Option<String> {
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = tracing_opentelemetry::get_otel_context(id, d)?;
+    let span = cx.span();
+    let sc = span.span_context();
+    sc.is_valid().then(|| sc.trace_id().to_string())
 }

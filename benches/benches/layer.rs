@@ -1,0 +1,151 @@
+//! Per-span cost of the critical-path layer, side by side with its
+//! baselines in one run, and the cost of computing paths.
+//!
+//! `span/*`: create, enter, exit and close one span inside a parent span:
+//! 1. `registry` — bare `tracing_subscriber::Registry`;
+//! 2. `cpt_untraced` — Registry + `CriticalPathLayer`, no traced request
+//!    anywhere (the common case: one atomic load per callback);
+//!    `cpt_untraced_busy` — the same while another request is traced (the
+//!    parent's extensions are read);
+//! 3. `cpt_traced` — inside a traced request: requests of 100 spans each,
+//!    including `begin` and `finish` (the path computation) amortised;
+//! 4. `otel` — Registry + `tracing-opentelemetry` with an SDK tracer
+//!    provider and no exporter.
+//!
+//! `compute/N`: the backwards walk over a request whose path has N segments.
+//!
+//! Targets: (2) ≤ 1.05 × (1), (3) ≤ 0.25 × (4).
+//!
+//! ```text
+//! cargo bench -p cpt-benches --bench layer -- --warm-up-time 1 --measurement-time 3
+//! ```
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use cpt_sdk::Trigger;
+use cpt_sdk::layer::CriticalPathLayer;
+use cpt_sdk::path::Frame;
+use cpt_sdk::path::compute::{Busy, Graph, Node, NodeId, compute};
+use cpt_sdk::request::{self, RequestOptions};
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use opentelemetry::trace::TracerProvider as _;
+use tracing::Dispatch;
+use tracing_subscriber::prelude::*;
+
+const SPANS_PER_REQUEST: u64 = 100;
+
+fn one_span() {
+    let span = tracing::info_span!("child");
+    let _g = span.enter();
+    black_box(&span);
+}
+
+fn bench_plain(c: &mut Criterion, name: &str, dispatch: Dispatch) {
+    tracing::dispatcher::with_default(&dispatch, || {
+        let parent = tracing::info_span!("parent");
+        let _p = parent.enter();
+        c.bench_function(name, |b| b.iter(one_span));
+    });
+}
+
+fn spans(c: &mut Criterion) {
+    bench_plain(
+        c,
+        "span/1_registry",
+        Dispatch::new(tracing_subscriber::registry()),
+    );
+
+    let (layer, _h) = CriticalPathLayer::builder().with_service("bench").build();
+    bench_plain(
+        c,
+        "span/2_cpt_untraced",
+        Dispatch::new(tracing_subscriber::registry().with(layer)),
+    );
+
+    let (layer, _h) = CriticalPathLayer::builder().with_service("bench").build();
+    let busy = Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&busy, || {
+        let other = tracing::info_span!("other_request");
+        request::begin(&other, RequestOptions::new(Some(Trigger::Sampled)));
+        let parent = tracing::info_span!("parent");
+        let _p = parent.enter();
+        c.bench_function("span/2b_cpt_untraced_busy", |b| b.iter(one_span));
+        request::finish(&other);
+    });
+
+    let (layer, _h) = CriticalPathLayer::builder().with_service("bench").build();
+    let traced = Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&traced, || {
+        c.bench_function("span/3_cpt_traced", |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                let mut done = 0;
+                while done < iters {
+                    let root = tracing::info_span!("root");
+                    request::begin(&root, RequestOptions::new(Some(Trigger::Sampled)));
+                    root.in_scope(|| {
+                        let n = SPANS_PER_REQUEST.min(iters - done);
+                        for _ in 0..n {
+                            one_span();
+                        }
+                        done += n;
+                    });
+                    black_box(request::finish(&root));
+                }
+                start.elapsed()
+            })
+        });
+    });
+
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"));
+    bench_plain(
+        c,
+        "span/4_otel",
+        Dispatch::new(tracing_subscriber::registry().with(otel)),
+    );
+}
+
+/// A root that alternates its own work with sequential children: `2k`
+/// segments.
+fn sequential_graph(k: u64) -> (Graph, NodeId, Duration) {
+    let us = Duration::from_micros;
+    let mut g = Graph::new();
+    let mut root = Node::new(Frame::new("A", "root"), Duration::ZERO);
+    root.first_poll = Some(Duration::ZERO);
+    root.busy.push(Busy {
+        start: Duration::ZERO,
+        end: us(2 * k),
+        nested: false,
+    });
+    let root = g.push(root);
+    for i in 0..k {
+        let mut child = Node::new(Frame::new("A", format!("child{}", i % 17)), us(2 * i + 1));
+        child.parent = Some(root);
+        child.first_poll = Some(us(2 * i + 1));
+        child.end = Some(us(2 * i + 2));
+        child.busy.push(Busy {
+            start: us(2 * i + 1),
+            end: us(2 * i + 2),
+            nested: true,
+        });
+        g.push(child);
+    }
+    (g, root, us(2 * k))
+}
+
+fn paths(c: &mut Criterion) {
+    let mut group = c.benchmark_group("compute");
+    for segments in [10u64, 100, 1000] {
+        let (g, root, end) = sequential_graph(segments / 2);
+        assert_eq!(compute(&g, root, end).segments().len() as u64, segments);
+        group.bench_with_input(BenchmarkId::from_parameter(segments), &g, |b, g| {
+            b.iter(|| black_box(compute(g, root, end)))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, spans, paths);
+criterion_main!(benches);
