@@ -325,16 +325,21 @@ impl Ingest {
         })
     }
 
-    /// Store a checked batch; returns once it is durable.
+    /// Decode and check a batch off the async workers (CPU-bound: parsing
+    /// and serializing a large batch takes milliseconds), then store it;
+    /// returns once it is durable.
     async fn submit(
         &self,
-        records: Result<Vec<Record>, BatchError>,
+        decode: impl FnOnce() -> Result<Vec<Record>, BatchError> + Send + 'static,
         permit: OwnedSemaphorePermit,
     ) -> Result<u64, SubmitError> {
         let result = async {
-            let records = records.map_err(SubmitError::Malformed)?;
-            let batch = EncodedBatch::new(&records);
-            drop(records);
+            let batch = tokio::task::spawn_blocking(move || {
+                decode().map(|records| EncodedBatch::new(&records))
+            })
+            .await
+            .map_err(|_| SubmitError::ShuttingDown)?
+            .map_err(SubmitError::Malformed)?;
             let (ack, done) = oneshot::channel();
             self.jobs
                 .send(Job {
@@ -661,9 +666,7 @@ async fn post_records(
             );
         }
     };
-    let records = format.decode(&bytes);
-    drop(bytes);
-    match ingest.submit(records, permit).await {
+    match ingest.submit(move || format.decode(&bytes), permit).await {
         Ok(n) => json_response(
             StatusCode::OK,
             &serde_json::json!({ "accepted_records": n }),
@@ -819,9 +822,9 @@ impl UnaryService<proto::RecordBatch> for ExportCall {
             .take()
             .expect("tonic calls a unary service once per request; this is a bug");
         Box::pin(async move {
-            let records = ingest::from_proto(request.into_inner());
+            let batch = request.into_inner();
             let n = ingest
-                .submit(records, permit)
+                .submit(move || ingest::from_proto(batch), permit)
                 .await
                 .map_err(SubmitError::into_status)?;
             Ok(tonic::Response::new(proto::ExportResponse {

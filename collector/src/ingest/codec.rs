@@ -63,9 +63,8 @@ impl<D: prost::Message + Default> Decoder for WireDecoder<D> {
     type Error = Status;
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<D>, Status> {
-        let msg = D::decode(src.copy_to_bytes(src.remaining())).map_err(|e| {
-            Status::invalid_argument(format!("not a valid {}: {e}", std::any::type_name::<D>()))
-        })?;
+        let msg = D::decode(src.copy_to_bytes(src.remaining()))
+            .map_err(|e| Status::invalid_argument(format!("malformed protobuf message: {e}")))?;
         Ok(Some(msg))
     }
 }
