@@ -112,7 +112,8 @@ fn spans(c: &mut Criterion) {
 fn sequential_graph(k: u64) -> (Graph, NodeId, Duration) {
     let us = Duration::from_micros;
     let mut g = Graph::new();
-    let mut root = Node::new(Frame::new("A", "root"), Duration::ZERO);
+    let root_frame = g.frame(Frame::new("A", "root"));
+    let mut root = Node::new(root_frame, Duration::ZERO);
     root.first_poll = Some(Duration::ZERO);
     root.busy.push(Busy {
         start: Duration::ZERO,
@@ -121,7 +122,8 @@ fn sequential_graph(k: u64) -> (Graph, NodeId, Duration) {
     });
     let root = g.push(root);
     for i in 0..k {
-        let mut child = Node::new(Frame::new("A", format!("child{}", i % 17)), us(2 * i + 1));
+        let frame = g.frame(Frame::new("A", format!("child{}", i % 17)));
+        let mut child = Node::new(frame, us(2 * i + 1));
         child.parent = Some(root);
         child.first_poll = Some(us(2 * i + 1));
         child.end = Some(us(2 * i + 2));

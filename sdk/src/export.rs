@@ -226,7 +226,6 @@ fn run(
             }
         }
     }
-    drop(call);
     if let Err(e) = export.flush() {
         warn_once(stats, &e);
     }

@@ -76,9 +76,12 @@ pub(crate) struct Shared {
 /// layer itself stays non-generic (tracing-error's `WithContext` trick).
 #[derive(Clone, Copy)]
 struct ExtFns {
-    read: fn(&Dispatch, &Id, &mut dyn FnMut(&Extensions<'_>)) -> bool,
-    write: fn(&Dispatch, &Id, &mut dyn FnMut(&mut ExtensionsMut<'_>)) -> bool,
+    read: ReadExt,
+    write: WriteExt,
 }
+
+type ReadExt = fn(&Dispatch, &Id, &mut dyn FnMut(&Extensions<'_>)) -> bool;
+type WriteExt = fn(&Dispatch, &Id, &mut dyn FnMut(&mut ExtensionsMut<'_>)) -> bool;
 
 fn read_ext<S>(d: &Dispatch, id: &Id, f: &mut dyn FnMut(&Extensions<'_>)) -> bool
 where
@@ -237,13 +240,17 @@ where
             return;
         }
         let Some(span) = ctx.span(&id) else { return };
-        let Some(s) = span.extensions().get::<NodeState>().cloned() else {
+        let ext = span.extensions();
+        let Some(s) = ext.get::<NodeState>() else {
             return;
         };
         if s.node == Request::root() {
-            self.finish(&s.request);
+            // Not under our extensions lock: the sink may do anything.
+            let request = s.request.clone();
+            drop(ext);
+            self.finish(&request);
         } else {
-            s.request.close(s.node, self.shared.clock.now());
+            s.request.close(s.node, || self.shared.clock.now());
         }
     }
 }

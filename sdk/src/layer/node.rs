@@ -14,13 +14,14 @@
 //! table and do nothing.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tracing::Metadata;
 
-use crate::path::compute::{self, Busy, CalleeOutcome, Graph, Node, NodeId, Resumption};
+use crate::path::compute::{self, Busy, CalleeOutcome, FrameRef, Graph, Node, NodeId, Resumption};
 use crate::path::{CriticalPath, Frame};
 use crate::record::{Labels, Record};
 use crate::trigger::Trigger;
@@ -262,10 +263,16 @@ impl Request {
         }
     }
 
-    pub(crate) fn close(&self, node: NodeId, now: Duration) {
+    /// The node's span closed; `now` is read only if it never ran (a node
+    /// that ran ends at its last exit).
+    pub(crate) fn close(&self, node: NodeId, now: impl FnOnce() -> Duration) {
         let mut st = self.state();
         if let Some(n) = st.nodes.get_mut(node.index()) {
-            n.closed = Some(now);
+            n.closed = Some(if n.last_exit.is_some() {
+                Duration::ZERO
+            } else {
+                now()
+            });
         }
     }
 
@@ -320,19 +327,15 @@ impl Request {
             std::mem::take(&mut st.nodes)
         };
         let mut graph = Graph::new();
+        // One frame per callsite (or per dynamic name) per request.
+        let mut by_callsite: HashMap<usize, FrameRef> = HashMap::new();
         for (i, n) in nodes.into_iter().enumerate() {
-            let name: Arc<str> = n.name.unwrap_or_else(|| Arc::from(n.meta.name()));
-            let mut frame = Frame {
-                service: self.service.clone(),
-                name,
-                location: None,
+            let frame = match n.name {
+                Some(name) => graph.frame(self.frame(n.meta, name)),
+                None => *by_callsite
+                    .entry(n.meta as *const Metadata<'static> as usize)
+                    .or_insert_with(|| graph.frame(self.frame(n.meta, Arc::from(n.meta.name())))),
             };
-            // Helper spans (target "cpt") would all point into this crate.
-            if let (Some(file), Some(line), false) =
-                (n.meta.file(), n.meta.line(), n.meta.target() == "cpt")
-            {
-                frame = frame.with_location(file, line);
-            }
             let mut busy = n.busy;
             if let Some((start, _, nested)) = n.open {
                 busy.push(Busy {
@@ -361,6 +364,19 @@ impl Request {
         let path = compute::compute(&graph, Request::root(), now);
         let latency = path.total();
         Some(Outcome { path, latency })
+    }
+
+    fn frame(&self, meta: &'static Metadata<'static>, name: Arc<str>) -> Frame {
+        let frame = Frame {
+            service: self.service.clone(),
+            name,
+            location: None,
+        };
+        // Helper spans (target "cpt") would all point into this crate.
+        match (meta.file(), meta.line(), meta.target() == "cpt") {
+            (Some(file), Some(line), false) => frame.with_location(file, line),
+            _ => frame,
+        }
     }
 
     /// The record of a finished request.

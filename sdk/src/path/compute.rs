@@ -41,7 +41,9 @@
 //! hostile depth cannot overflow the stack), and whatever the budget leaves
 //! is reported as unattributed time on the root.
 
+use std::collections::HashMap;
 use std::num::NonZeroU64;
+use std::ops::Range;
 use std::time::Duration;
 
 use super::merge::{self, Callee};
@@ -66,6 +68,10 @@ impl NodeId {
         (self.0.get() - 1) as usize
     }
 }
+
+/// A frame in a [`Graph`]'s frame table (see [`Graph::frame`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FrameRef(u32);
 
 /// An interval during which a node was entered (being polled / running).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,8 +119,8 @@ pub enum CalleeOutcome {
 pub struct Node {
     /// The node this one was created under (`None` for the root).
     pub parent: Option<NodeId>,
-    /// The node's frame (service, name, location).
-    pub frame: Frame,
+    /// The node's frame (service, name, location), from [`Graph::frame`].
+    pub frame: FrameRef,
     /// When the node was created.
     pub created: Duration,
     /// When it was first entered; `None` if it never ran.
@@ -135,7 +141,7 @@ pub struct Node {
 
 impl Node {
     /// A node created at `created`, not yet run.
-    pub fn new(frame: Frame, created: Duration) -> Node {
+    pub fn new(frame: FrameRef, created: Duration) -> Node {
         Node {
             parent: None,
             frame,
@@ -150,9 +156,11 @@ impl Node {
     }
 }
 
-/// The nodes of one request.
+/// The nodes of one request, and the frames they name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Graph {
+    frames: Vec<Frame>,
+    frame_index: HashMap<Frame, FrameRef>,
     nodes: Vec<Node>,
 }
 
@@ -160,6 +168,26 @@ impl Graph {
     /// An empty graph.
     pub fn new() -> Graph {
         Graph::default()
+    }
+
+    /// Intern a frame: equal frames get the same reference.
+    ///
+    /// # Panics
+    ///
+    /// Beyond `u32::MAX` distinct frames.
+    pub fn frame(&mut self, frame: Frame) -> FrameRef {
+        if let Some(r) = self.frame_index.get(&frame) {
+            return *r;
+        }
+        let r = FrameRef(u32::try_from(self.frames.len()).expect("fewer than 2^32 frames"));
+        self.frames.push(frame.clone());
+        self.frame_index.insert(frame, r);
+        r
+    }
+
+    /// The frame behind a reference, if it is from this graph.
+    pub fn frame_of(&self, r: FrameRef) -> Option<&Frame> {
+        self.frames.get(r.0 as usize)
     }
 
     /// Add a node, returning its id.
@@ -208,7 +236,7 @@ pub fn compute(graph: &Graph, root: NodeId, end: Duration) -> CriticalPath {
     let start_ns = ns(root_node.created).min(end_ns);
     let prep = prepare(graph, root.index(), start_ns, end_ns);
     let pieces = walk(&prep, root.index(), start_ns, end_ns);
-    emit(graph, &prep, root.index(), pieces, &mut path);
+    emit(graph, &prep.nodes, root.index(), pieces, &mut path);
     debug_assert_eq!(
         path.total(),
         Duration::from_nanos(end_ns - start_ns),
@@ -222,29 +250,61 @@ fn ns(d: Duration) -> u64 {
 }
 
 /// A node's timeline, clamped into the root's lifetime, in nanoseconds.
-#[derive(Debug, Default)]
+/// Its interval lists are ranges into the flat arrays of [`Prepared`].
+#[derive(Debug, Default, Clone)]
 struct Prep {
     created: u64,
     first_poll: u64,
     end: u64,
     ended: bool,
-    /// Own busy time: entered minus nested children, sorted, disjoint.
-    own: Vec<(u64, u64)>,
-    /// Ends of children that ended, sorted by end then sequence.
-    child_ends: Vec<(u64, u64, usize)>,
-    /// Busy intervals of children nested in this node, sorted by start.
-    nested: Vec<(u64, u64, usize)>,
-    /// Explicit resumptions with a blocker, sorted by time.
-    explicit: Vec<(u64, usize)>,
     parent: Option<usize>,
     callee: bool,
+    /// Own busy time: entered minus nested children, sorted, disjoint.
+    own: Range<usize>,
+    /// Ends of children that ended, sorted by end then sequence.
+    child_ends: Range<usize>,
+    /// Busy intervals of children nested in this node, sorted by start.
+    nested: Range<usize>,
+    /// Explicit resumptions with a blocker, sorted by time.
+    explicit: Range<usize>,
 }
 
-fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Vec<Prep> {
+/// Every node's timeline; flat arrays so that preparing a graph allocates a
+/// handful of vectors, not a few per node.
+#[derive(Debug, Default)]
+struct Prepared {
+    nodes: Vec<Prep>,
+    own: Vec<(u64, u64)>,
+    /// `(end, seq, child)`.
+    ends: Vec<(u64, u64, usize)>,
+    /// `(start, end, child)`.
+    nested: Vec<(u64, u64, usize)>,
+    /// `(at, blocker)`.
+    explicit: Vec<(u64, usize)>,
+}
+
+/// Sort `(owner, item)` pairs by owner, keep the items, and give each owner
+/// its range.
+fn group<T: Ord + Copy>(mut pairs: Vec<(usize, T)>, n: usize) -> (Vec<T>, Vec<Range<usize>>) {
+    pairs.sort_unstable();
+    let mut ranges = vec![0..0; n];
+    let mut i = 0;
+    while i < pairs.len() {
+        let owner = pairs[i].0;
+        let start = i;
+        while i < pairs.len() && pairs[i].0 == owner {
+            i += 1;
+        }
+        ranges[owner] = start..i;
+    }
+    (pairs.into_iter().map(|(_, t)| t).collect(), ranges)
+}
+
+fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
     let clamp = |d: Duration| ns(d).clamp(start, stop);
     let n = graph.nodes.len();
-    let mut prep: Vec<Prep> = Vec::with_capacity(n);
-    let mut busy: Vec<Vec<(u64, u64)>> = Vec::with_capacity(n);
+    let mut nodes: Vec<Prep> = Vec::with_capacity(n);
+    let mut explicit = Vec::new();
     for (i, node) in graph.nodes.iter().enumerate() {
         let created = clamp(node.created);
         let (end, ended) = match node.end {
@@ -254,80 +314,96 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Vec<Prep> {
         let first_poll = node
             .first_poll
             .map_or(end, |p| clamp(p).clamp(created, end));
-        let mut b: Vec<(u64, u64)> = node
-            .busy
-            .iter()
-            .map(|iv| (clamp(iv.start).max(first_poll), clamp(iv.end).min(end)))
-            .filter(|(s, e)| s < e)
-            .collect();
-        b.sort_unstable();
-        busy.push(union(b));
         let parent = node
             .parent
             .map(NodeId::index)
             .filter(|&p| p < n && p != i && i != root);
-        let mut explicit: Vec<(u64, usize)> = node
-            .resumptions
-            .iter()
-            .filter_map(|r| {
-                let b = r.blocker?.index();
-                (b < n && b != i).then(|| (clamp(r.at), b))
-            })
-            .collect();
-        explicit.sort_unstable();
-        prep.push(Prep {
+        for r in &node.resumptions {
+            if let Some(b) = r.blocker.map(NodeId::index).filter(|&b| b < n && b != i) {
+                explicit.push((i, (clamp(r.at), b)));
+            }
+        }
+        nodes.push(Prep {
             created,
             first_poll,
             end,
             ended,
-            explicit,
             parent,
             callee: node.callee.is_some(),
             ..Prep::default()
         });
     }
-    let mut nested_of: Vec<Vec<(u64, u64)>> = vec![Vec::new(); n];
+    let mut ends = Vec::new();
+    let mut nested = Vec::new();
     for (i, node) in graph.nodes.iter().enumerate() {
-        let Some(p) = prep[i].parent else { continue };
-        if prep[i].ended {
-            let e = prep[i].end;
-            prep[p].child_ends.push((e, node.end_seq, i));
+        let Some(p) = nodes[i].parent else { continue };
+        let (fp, end) = (nodes[i].first_poll, nodes[i].end);
+        if nodes[i].ended {
+            ends.push((p, (end, node.end_seq, i)));
         }
-        let fp = prep[i].first_poll;
-        let end = prep[i].end;
         for iv in node.busy.iter().filter(|iv| iv.nested) {
             let (s, e) = (clamp(iv.start).max(fp), clamp(iv.end).min(end));
             if s < e {
-                prep[p].nested.push((s, e, i));
-                nested_of[p].push((s, e));
+                nested.push((p, (s, e, i)));
             }
         }
     }
-    for (i, p) in prep.iter_mut().enumerate() {
-        p.child_ends.sort_unstable();
-        p.nested.sort_unstable();
-        let mut carve = std::mem::take(&mut nested_of[i]);
-        carve.sort_unstable();
-        p.own = subtract(&busy[i], &union(carve));
+    let (explicit, explicit_r) = group(explicit, n);
+    let (ends, ends_r) = group(ends, n);
+    let (nested, nested_r) = group(nested, n);
+
+    // Own busy time: entered intervals (clipped, merged) minus nested ones.
+    let mut own = Vec::new();
+    let mut busy: Vec<(u64, u64)> = Vec::new();
+    let mut carve: Vec<(u64, u64)> = Vec::new();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let (fp, end) = (nodes[i].first_poll, nodes[i].end);
+        busy.clear();
+        busy.extend(
+            node.busy
+                .iter()
+                .map(|iv| (clamp(iv.start).max(fp), clamp(iv.end).min(end)))
+                .filter(|(s, e)| s < e),
+        );
+        busy.sort_unstable();
+        union_in_place(&mut busy);
+        carve.clear();
+        carve.extend(nested[nested_r[i].clone()].iter().map(|&(s, e, _)| (s, e)));
+        union_in_place(&mut carve);
+        let from = own.len();
+        subtract_into(&busy, &carve, &mut own);
+        let p = &mut nodes[i];
+        p.own = from..own.len();
+        p.explicit = explicit_r[i].clone();
+        p.child_ends = ends_r[i].clone();
+        p.nested = nested_r[i].clone();
     }
-    prep
+    Prepared {
+        nodes,
+        own,
+        ends,
+        nested,
+        explicit,
+    }
 }
 
 /// Merge overlapping sorted intervals.
-fn union(sorted: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
-    for (s, e) in sorted {
-        match out.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => out.push((s, e)),
+fn union_in_place(v: &mut Vec<(u64, u64)>) {
+    let mut w = 0;
+    for r in 0..v.len() {
+        let (s, e) = v[r];
+        if w > 0 && s <= v[w - 1].1 {
+            v[w - 1].1 = v[w - 1].1.max(e);
+        } else {
+            v[w] = (s, e);
+            w += 1;
         }
     }
-    out
+    v.truncate(w);
 }
 
-/// `a` minus `b`, both sorted and disjoint.
-fn subtract(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    let mut out = Vec::with_capacity(a.len());
+/// Append `a` minus `b` (both sorted and disjoint) to `out`.
+fn subtract_into(a: &[(u64, u64)], b: &[(u64, u64)], out: &mut Vec<(u64, u64)>) {
     let mut j = 0;
     for &(s, e) in a {
         let mut s = s;
@@ -346,7 +422,6 @@ fn subtract(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
             out.push((s, e));
         }
     }
-    out
 }
 
 /// What the walk found, latest first.
@@ -372,7 +447,8 @@ struct WalkFrame {
     queued: Option<(usize, u64)>,
 }
 
-fn walk(prep: &[Prep], root: usize, start: u64, stop: u64) -> Vec<Piece> {
+fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
+    let prep = &pr.nodes[..];
     let mut pieces = Vec::new();
     let mut visited = vec![false; prep.len()];
     let mut on_stack = vec![false; prep.len()];
@@ -384,10 +460,8 @@ fn walk(prep: &[Prep], root: usize, start: u64, stop: u64) -> Vec<Piece> {
         queued: None,
     }];
     let mut cursor = stop;
-    let work: usize = prep
-        .iter()
-        .map(|p| p.own.len() + p.nested.len() + p.child_ends.len() + p.explicit.len() + 2)
-        .sum();
+    let work: usize =
+        pr.own.len() + pr.nested.len() + pr.ends.len() + pr.explicit.len() + 2 * prep.len();
     let mut budget = work.saturating_mul(8).saturating_add(1024);
 
     let seg = |pieces: &mut Vec<Piece>, node, lo: u64, hi: u64, kind| {
@@ -403,6 +477,12 @@ fn walk(prep: &[Prep], root: usize, start: u64, stop: u64) -> Vec<Piece> {
     while let Some(top) = stack.last_mut() {
         let n = top.node;
         let p = &prep[n];
+        let (own, nested, child_ends, explicit) = (
+            &pr.own[p.own.clone()],
+            &pr.nested[p.nested.clone()],
+            &pr.ends[p.child_ends.clone()],
+            &pr.explicit[p.explicit.clone()],
+        );
         let floor = p.created.max(top.limit);
         if cursor <= floor || budget == 0 {
             if budget == 0 {
@@ -428,7 +508,7 @@ fn walk(prep: &[Prep], root: usize, start: u64, stop: u64) -> Vec<Piece> {
 
         // Queued: created, not yet polled.
         if t <= p.first_poll {
-            if let Some(&(_, b)) = latest_in(&p.explicit, floor, t, |e| e.0)
+            if let Some(&(_, b)) = latest_in(explicit, floor, t, |e| e.0)
                 .filter(|&&(_, b)| eligible(b, &visited, &on_stack, prep))
             {
                 let be = prep[b].end.min(t).max(floor);
@@ -460,9 +540,9 @@ fn walk(prep: &[Prep], root: usize, start: u64, stop: u64) -> Vec<Piece> {
         }
 
         // Own busy time.
-        let k = p.own.partition_point(|iv| iv.0 < t);
+        let k = own.partition_point(|iv| iv.0 < t);
         let g0 = if k > 0 {
-            let (s, e) = p.own[k - 1];
+            let (s, e) = own[k - 1];
             if e >= t {
                 let lo = s.max(floor);
                 seg(&mut pieces, n, lo, t, SegmentKind::Busy);
@@ -477,12 +557,12 @@ fn walk(prep: &[Prep], root: usize, start: u64, stop: u64) -> Vec<Piece> {
         // Waiting since g0. Explicit blocker, or the child that ended last
         // (only events above the floor can explain time above it).
         let g0 = g0.max(floor);
-        let explicit = latest_in(&p.explicit, g0, t, |e| e.0)
+        let explicit = latest_in(explicit, g0, t, |e| e.0)
             .filter(|&&(_, b)| eligible(b, &visited, &on_stack, prep))
             .copied();
         let inferred = {
-            let hi = p.child_ends.partition_point(|e| e.0 <= t);
-            p.child_ends[..hi]
+            let hi = child_ends.partition_point(|e| e.0 <= t);
+            child_ends[..hi]
                 .iter()
                 .rev()
                 .take_while(|e| e.0 > g0)
@@ -512,9 +592,9 @@ fn walk(prep: &[Prep], root: usize, start: u64, stop: u64) -> Vec<Piece> {
         }
 
         // A child polled inside this node's poll, on its behalf.
-        let j = p.nested.partition_point(|iv| iv.0 < t);
+        let j = nested.partition_point(|iv| iv.0 < t);
         if j > 0 {
-            let (s, e, c) = p.nested[j - 1];
+            let (s, e, c) = nested[j - 1];
             if e >= t && !on_stack[c] {
                 on_stack[c] = true;
                 let limit = s.max(top.limit);
@@ -528,7 +608,7 @@ fn walk(prep: &[Prep], root: usize, start: u64, stop: u64) -> Vec<Piece> {
         }
 
         // Unattributed down to the latest event before the cursor.
-        let nested_end = p.nested[..j]
+        let nested_end = nested[..j]
             .iter()
             .map(|iv| iv.1)
             .filter(|&e| e < t)
@@ -629,6 +709,7 @@ fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mu
     let mut stacks = Stacks {
         memo: vec![None; prep.len()],
         deep: vec![false; prep.len()],
+        frames: vec![None; graph.frames.len()],
     };
     for piece in pieces.into_iter().rev() {
         match piece {
@@ -674,6 +755,8 @@ fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mu
 struct Stacks {
     memo: Vec<Option<Vec<FrameId>>>,
     deep: Vec<bool>,
+    /// Graph frame -> path frame id, interned on first use.
+    frames: Vec<Option<FrameId>>,
 }
 
 impl Stacks {
@@ -686,7 +769,8 @@ impl Stacks {
         path: &mut CriticalPath,
     ) -> (Vec<FrameId>, bool) {
         if self.memo[root].is_none() {
-            self.memo[root] = Some(vec![path.intern(graph.nodes[root].frame.clone())]);
+            let f = self.frame_id(graph, root, path);
+            self.memo[root] = Some(vec![f]);
         }
         // Climb to a known ancestor; a chain longer than the graph is a cycle.
         let mut chain = Vec::new();
@@ -712,7 +796,7 @@ impl Stacks {
             let parent = self.memo[base].as_ref().expect("base is memoised");
             let (mut stack, mut deep) = (parent.clone(), self.deep[base]);
             if stack.len() < MAX_STACK_DEPTH {
-                stack.push(path.intern(graph.nodes[c].frame.clone()));
+                stack.push(self.frame_id(graph, c, path));
             } else {
                 deep = true;
             }
@@ -724,6 +808,20 @@ impl Stacks {
             self.memo[node].clone().expect("node is memoised"),
             self.deep[node],
         )
+    }
+
+    fn frame_id(&mut self, graph: &Graph, node: usize, path: &mut CriticalPath) -> FrameId {
+        let r = graph.nodes[node].frame;
+        match self.frames.get(r.0 as usize) {
+            Some(Some(id)) => *id,
+            Some(None) => {
+                let id = path.intern(graph.frames[r.0 as usize].clone());
+                self.frames[r.0 as usize] = Some(id);
+                id
+            }
+            // A reference from another graph: name it plainly.
+            None => path.intern(Frame::new("?", "?")),
+        }
     }
 }
 
@@ -744,7 +842,8 @@ mod tests {
         end: Option<u64>,
         busy: &[(u64, u64, bool)],
     ) -> NodeId {
-        let mut n = Node::new(Frame::new("A", name), ms(created));
+        let f = g.frame(Frame::new("A", name));
+        let mut n = Node::new(f, ms(created));
         n.parent = parent;
         n.first_poll = busy.iter().map(|b| ms(b.0)).min();
         n.end = end.map(ms);

@@ -84,7 +84,7 @@ impl ExpectedPath {
         }
         let mut ok = actual.len() == self.segments.len();
         for (a, e) in actual.iter().zip(&self.segments) {
-            let diff = if a.1 > e.1 { a.1 - e.1 } else { e.1 - a.1 };
+            let diff = a.1.abs_diff(e.1);
             ok &= a.0 == e.0 && diff <= self.tolerance && e.2.is_none_or(|k| k == a.2);
         }
         if ok {
