@@ -479,6 +479,62 @@ mod tests {
     }
 
     #[test]
+    fn recursive_callee_a_b_a_b_is_spliced_as_a_chain() {
+        // A "cycle" on the wire cannot exist (parents come first), but a
+        // recursive callee repeats frames: the stack keeps every level.
+        let (a, b) = (Frame::new("B", "A"), Frame::new("B", "B"));
+        let stack: Vec<Frame> = (0..64)
+            .map(|i| if i % 2 == 0 { a.clone() } else { b.clone() })
+            .collect();
+        let mut callee = CriticalPath::new();
+        callee.push_frames(stack, ms(2), Busy);
+        let (mut into, prefix) = caller();
+        assert_eq!(
+            splice(&mut into, &prefix, ms(3), Callee::Path(&callee)),
+            SpliceOutcome::Undercount { network: ms(1) }
+        );
+        assert_eq!(into.depth(), 66);
+        assert_eq!(into.frames().len(), 4);
+        assert_eq!(into.total(), ms(3));
+    }
+
+    #[test]
+    fn blind_spot_with_extreme_observed() {
+        let (mut into, prefix) = caller();
+        into.accounting.blind_spot = Duration::MAX;
+        let out = splice(
+            &mut into,
+            &prefix,
+            Duration::MAX,
+            Callee::BlindSpot { callee: "" },
+        );
+        assert_eq!(
+            out,
+            SpliceOutcome::BlindSpot {
+                duration: Duration::MAX
+            }
+        );
+        assert_eq!(into.accounting.blind_spot, Duration::MAX, "saturates");
+        let out = splice(
+            &mut into,
+            &prefix,
+            Duration::ZERO,
+            Callee::BlindSpot { callee: "B" },
+        );
+        assert_eq!(
+            out,
+            SpliceOutcome::BlindSpot {
+                duration: Duration::ZERO
+            }
+        );
+        assert_eq!(
+            into.segments().len(),
+            1,
+            "a zero-length blind spot adds no segment"
+        );
+    }
+
+    #[test]
     fn repeated_callee_frames_are_interned_once() {
         // C1 called from two places in B, and the caller itself is in C's
         // table already: the same Frame maps to one id.
