@@ -15,14 +15,16 @@
 //! plain registry (spans, no cpt) for the baseline.
 //!
 //! `cargo bench --bench fig1`; `CPT_BENCH_ROUNDS` (default 12) and
-//! `CPT_BENCH_REQUESTS` (per round and configuration, default 200) scale it.
+//! `CPT_BENCH_REQUESTS` (per round and configuration, default 200) scale it;
+//! `CPT_BENCH_WORK` (default 1.0) scales the subcomponents' simulated work
+//! (0 measures the bare RPC and tracing costs).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cpt_examples::proto::{GrpcClient, RunReply, RunRequest, method};
-use cpt_examples::system::{self, Config};
+use cpt_examples::system::{self, Config, Work};
 use cpt_sdk::layer::CriticalPathLayer;
 use tonic::transport::Channel;
 use tracing::Dispatch;
@@ -43,7 +45,27 @@ fn env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+fn work() -> Work {
+    let scale: f64 = std::env::var("CPT_BENCH_WORK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1.0);
+    let w = Work::default();
+    Work {
+        a1: w.a1.mul_f64(scale),
+        a2: w.a2.mul_f64(scale),
+        b1: w.b1.mul_f64(scale),
+        b2: w.b2.mul_f64(scale),
+        c1: w.c1.mul_f64(scale),
+        c2: w.c2.mul_f64(scale),
+    }
+}
+
 fn setup(name: &'static str, dispatch: Dispatch, config: Config) -> Setup {
+    let config = Config {
+        work: work(),
+        ..config
+    };
     let d = dispatch.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -33,6 +33,9 @@ pin_project! {
         buffered_err: Option<B::Error>,
         ending: Option<Box<Ending>>,
         ready_path: Option<http::HeaderValue>,
+        // The inner body already ended (seen while polling ahead): replay the
+        // buffered frames and never poll it again.
+        inner_done: bool,
         done: bool,
     }
 }
@@ -55,6 +58,7 @@ impl<B: Body> ResponseBody<B> {
             buffered_err: None,
             ending: None,
             ready_path: None,
+            inner_done: false,
             done: false,
         }
     }
@@ -65,6 +69,7 @@ impl<B: Body> ResponseBody<B> {
         buffered_err: Option<B::Error>,
         ending: Option<Box<Ending>>,
         ready_path: Option<http::HeaderValue>,
+        inner_done: bool,
     ) -> Self {
         ResponseBody {
             inner: MaybeBoxed::Boxed { body },
@@ -72,6 +77,7 @@ impl<B: Body> ResponseBody<B> {
             buffered_err,
             ending,
             ready_path,
+            inner_done,
             done: false,
         }
     }
@@ -122,6 +128,10 @@ impl<B: Body> Body for ResponseBody<B> {
             drop(this.ending.take().map(|e| e.finish()));
             return Poll::Ready(Some(Err(err)));
         }
+        if *this.inner_done {
+            *this.done = true;
+            return Poll::Ready(None);
+        }
         let polled = {
             // The stream is produced as it is polled: that is the root's work.
             let _entered = this.ending.as_ref().map(|e| e.span().clone().entered());
@@ -166,7 +176,7 @@ impl<B: Body> Body for ResponseBody<B> {
                 && self.buffered_err.is_none()
                 && self.ending.is_none()
                 && self.ready_path.is_none()
-                && self.inner.is_end_stream())
+                && (self.inner_done || self.inner.is_end_stream()))
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -176,6 +186,9 @@ impl<B: Body> Body for ResponseBody<B> {
             .filter_map(|f| f.data_ref())
             .map(|d| d.remaining() as u64)
             .sum();
+        if self.inner_done {
+            return SizeHint::with_exact(buffered);
+        }
         let inner = self.inner.size_hint();
         let mut hint = SizeHint::new();
         hint.set_lower(inner.lower().saturating_add(buffered));

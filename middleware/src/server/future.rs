@@ -121,7 +121,7 @@ where
             if let Some(value) = ending.finish() {
                 parts.headers.insert(header::PATH, value);
             }
-            ResponseBody::replay(body, buffered, buffered_err, None, None)
+            ResponseBody::replay(body, buffered, buffered_err, None, None, true)
         } else {
             let (ending, ready_path) =
                 if ending.at_first_message() && buffered.iter().any(Frame::is_data) {
@@ -129,7 +129,7 @@ where
                 } else {
                     (Some(ending), None)
                 };
-            ResponseBody::replay(body, buffered, buffered_err, ending, ready_path)
+            ResponseBody::replay(body, buffered, buffered_err, ending, ready_path, false)
         };
         Poll::Ready(Ok(Response::from_parts(parts, body)))
     }
