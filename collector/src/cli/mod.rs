@@ -10,6 +10,7 @@ pub mod import;
 pub mod profile;
 #[cfg(feature = "server")]
 pub mod serve;
+pub mod traces;
 
 /// Critical path tracing: collect records, build latency profiles that pprof opens.
 #[derive(Debug, clap::Parser)]
@@ -41,6 +42,8 @@ pub enum Command {
     /// Load JSON Lines record files into a store.
     #[cfg(feature = "server")]
     Import(import::ImportArgs),
+    /// Import Jaeger / Zipkin / OTLP traces and analyse their critical paths (CRISP).
+    Traces(traces::TracesArgs),
 }
 
 /// Run a parsed command line.
@@ -60,5 +63,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(a) => serve::run(a),
         #[cfg(feature = "server")]
         Command::Import(a) => import::run(a),
+        Command::Traces(a) => traces::run(a),
     }
 }

@@ -13,9 +13,9 @@
 //! rejected trace.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt;
 
+use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -125,7 +125,7 @@ struct JTrace<'a> {
     #[serde(borrow)]
     spans: Vec<JSpan<'a>>,
     #[serde(default, borrow)]
-    processes: HashMap<Cow<'a, str>, JProcess<'a>>,
+    processes: FxHashMap<Cow<'a, str>, JProcess<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -137,13 +137,13 @@ struct JSpan<'a> {
     #[serde(rename = "operationName", borrow)]
     operation: Cow<'a, str>,
     #[serde(default, borrow)]
-    references: Option<Vec<JRef<'a>>>,
+    references: Refs<'a>,
     #[serde(rename = "startTime")]
     start_us: i64,
     #[serde(rename = "duration")]
     duration_us: i64,
-    #[serde(default, borrow)]
-    tags: Option<Vec<JTag<'a>>>,
+    #[serde(default)]
+    tags: SpanTags,
     #[serde(rename = "processID", default, borrow)]
     process_id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
@@ -173,7 +173,114 @@ struct JProcess<'a> {
     #[serde(rename = "serviceName", borrow)]
     service: Cow<'a, str>,
     #[serde(default, borrow)]
-    tags: Option<Vec<JTag<'a>>>,
+    tags: ProcessTags<'a>,
+}
+
+/// The span tags we use (kind, error), read without collecting the array.
+#[derive(Default)]
+struct SpanTags {
+    kind: SpanKind,
+    error: bool,
+}
+
+impl<'de> Deserialize<'de> for SpanTags {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = SpanTags;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of tags")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<SpanTags, E> {
+                Ok(SpanTags::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<SpanTags, A::Error> {
+                let mut t = SpanTags::default();
+                while let Some(tag) = seq.next_element::<JTag<'de>>()? {
+                    if tag.key == "span.kind" {
+                        if let TagValue::Str(v) = &tag.value {
+                            t.kind = SpanKind::parse_lossy(v);
+                        }
+                    } else {
+                        t.error |= is_error_tag(&tag.key, &tag.value);
+                    }
+                }
+                Ok(t)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The process tags we use: the host (`hostname`, `host.name`, else `ip`).
+#[derive(Default)]
+struct ProcessTags<'a> {
+    host: Option<Cow<'a, str>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ProcessTags<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = ProcessTags<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of tags")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<ProcessTags<'a>, E> {
+                Ok(ProcessTags::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ProcessTags<'a>, A::Error> {
+                let mut host: Option<Cow<'a, str>> = None;
+                let mut ip: Option<Cow<'a, str>> = None;
+                while let Some(tag) = seq.next_element::<JTag<'a>>()? {
+                    if let TagValue::Str(v) = tag.value {
+                        match &*tag.key {
+                            "hostname" | "host.name" => host = Some(v),
+                            "ip" => ip = Some(v),
+                            _ => {}
+                        }
+                    }
+                }
+                Ok(ProcessTags { host: host.or(ip) })
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// A span's references, keeping the first `CHILD_OF` and the first
+/// `FOLLOWS_FROM` without collecting the array.
+#[derive(Default)]
+struct Refs<'a> {
+    child_of: Option<JRef<'a>>,
+    follows_from: Option<JRef<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Refs<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Refs<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of references")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Refs<'a>, E> {
+                Ok(Refs::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Refs<'a>, A::Error> {
+                let mut r = Refs::default();
+                while let Some(x) = seq.next_element::<JRef<'a>>()? {
+                    match &*x.ref_type {
+                        "CHILD_OF" if r.child_of.is_none() => r.child_of = Some(x),
+                        "FOLLOWS_FROM" if r.follows_from.is_none() => r.follows_from = Some(x),
+                        _ => {}
+                    }
+                }
+                Ok(r)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
 }
 
 /// Parse and validate one trace slice from [`split`].
@@ -188,17 +295,119 @@ pub fn parse_trace(
 ) -> Result<Trace, TraceError> {
     let t: JTrace<'_> = serde_json::from_str(raw.get())
         .map_err(|e| TraceError::new(guess_trace_id(raw.get()), Reason::Json(e.to_string())))?;
+    convert(t, names, opts)
+}
+
+/// Read every trace of a document in one pass, handing each to `f`.
+///
+/// This is the fast path: one scan, no per-trace slices. It stops at the
+/// first JSON error (serde cannot resynchronise inside a document) and
+/// returns how many traces it handed over with the error; the caller then
+/// reads the rest with [`split`] + [`parse_trace`], which isolate the bad
+/// trace.
+///
+/// # Errors
+///
+/// `(traces handed over, the JSON error)`.
+pub fn for_each(
+    doc: &str,
+    names: &mut Interner,
+    opts: BuildOptions,
+    f: &mut dyn FnMut(Result<Trace, TraceError>),
+) -> Result<usize, (usize, serde_json::Error)> {
+    let mut n = 0usize;
+    let mut de = serde_json::Deserializer::from_str(doc);
+    let res = (&mut de).deserialize_map(FastDoc {
+        n: &mut n,
+        names,
+        opts,
+        f,
+    });
+    match res.and_then(|()| de.end()) {
+        Ok(()) => Ok(n),
+        Err(e) => Err((n, e)),
+    }
+}
+
+struct FastDoc<'x> {
+    n: &'x mut usize,
+    names: &'x mut Interner,
+    opts: BuildOptions,
+    f: &'x mut dyn FnMut(Result<Trace, TraceError>),
+}
+
+impl<'de> Visitor<'de> for FastDoc<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(r#"a Jaeger document {"data":[…]}"#)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let FastDoc { n, names, opts, f } = self;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if key == "data" {
+                map.next_value_seed(FastTraces {
+                    n: &mut *n,
+                    names: &mut *names,
+                    opts,
+                    f: &mut *f,
+                })?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+struct FastTraces<'x> {
+    n: &'x mut usize,
+    names: &'x mut Interner,
+    opts: BuildOptions,
+    f: &'x mut dyn FnMut(Result<Trace, TraceError>),
+}
+
+impl<'de> DeserializeSeed<'de> for FastTraces<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FastTraces<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array of Jaeger traces")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(t) = seq.next_element::<JTrace<'de>>()? {
+            *self.n += 1;
+            (self.f)(convert(t, self.names, self.opts));
+        }
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+fn convert(t: JTrace<'_>, names: &mut Interner, opts: BuildOptions) -> Result<Trace, TraceError> {
     // Process id -> (service, clock).
-    let mut procs: HashMap<&str, (std::sync::Arc<str>, std::sync::Arc<str>)> = HashMap::new();
+    let mut procs: Vec<(&str, Names)> = Vec::with_capacity(t.processes.len());
     for (pid, p) in &t.processes {
-        procs.insert(pid, process_names(pid, p, names));
+        procs.push((pid, process_names(pid, p, names)));
     }
     let mut spans = Vec::with_capacity(t.spans.len());
     for s in &t.spans {
         let (service, clock) = match (&s.process, s.process_id.as_deref()) {
             (Some(p), pid) => process_names(pid.unwrap_or(&p.service), p, names),
-            (None, Some(pid)) => match procs.get(pid) {
-                Some(v) => v.clone(),
+            (None, Some(pid)) => match procs.iter().find(|(k, _)| *k == pid) {
+                Some((_, v)) => v.clone(),
                 None => {
                     return Err(TraceError::new(
                         &*t.trace_id,
@@ -213,34 +422,19 @@ pub fn parse_trace(
                 ));
             }
         };
-        let same_trace = |r: &&JRef<'_>| {
+        let same_trace = |r: &JRef<'_>| {
             r.trace_id.as_deref().is_none_or(|id| id == &*t.trace_id)
                 || s.trace_id
                     .as_deref()
                     .is_some_and(|own| r.trace_id.as_deref() == Some(own))
         };
-        let refs = s.references.as_deref().unwrap_or(&[]);
-        let parent = refs
-            .iter()
-            .filter(same_trace)
-            .find(|r| r.ref_type == "CHILD_OF")
-            .or_else(|| {
-                refs.iter()
-                    .filter(same_trace)
-                    .find(|r| r.ref_type == "FOLLOWS_FROM")
-            })
+        let parent = s
+            .references
+            .child_of
+            .as_ref()
+            .filter(|r| same_trace(r))
+            .or_else(|| s.references.follows_from.as_ref().filter(|r| same_trace(r)))
             .map(|r| Box::<str>::from(&*r.span_id));
-        let mut kind = SpanKind::Unspecified;
-        let mut error = false;
-        for tag in s.tags.as_deref().unwrap_or(&[]) {
-            if tag.key == "span.kind" {
-                if let TagValue::Str(v) = &tag.value {
-                    kind = SpanKind::parse_lossy(v);
-                }
-            } else {
-                error |= is_error_tag(&tag.key, &tag.value);
-            }
-        }
         spans.push(RawSpan {
             id: Box::from(&*s.span_id),
             parent_id: parent,
@@ -248,32 +442,21 @@ pub fn parse_trace(
             operation: names.get(&s.operation),
             start_ns: Some(s.start_us.saturating_mul(1000)),
             duration_ns: Some(s.duration_us.saturating_mul(1000)),
-            kind,
+            kind: s.tags.kind,
             clock,
-            error,
+            error: s.tags.error,
         });
     }
     build(&t.trace_id, spans, opts)
 }
 
-fn process_names(
-    pid: &str,
-    p: &JProcess<'_>,
-    names: &mut Interner,
-) -> (std::sync::Arc<str>, std::sync::Arc<str>) {
-    let mut host = None;
-    for tag in p.tags.as_deref().unwrap_or(&[]) {
-        if let TagValue::Str(v) = &tag.value {
-            match &*tag.key {
-                "hostname" | "host.name" => host = Some(v.clone()),
-                "ip" if host.is_none() => host = Some(v.clone()),
-                _ => {}
-            }
-        }
-    }
-    let clock = match host {
-        Some(h) => names.get(&format!("host:{h}")),
-        None => names.get(&format!("process:{}:{pid}", p.service)),
+/// A process's (service, clock domain).
+type Names = (std::sync::Arc<str>, std::sync::Arc<str>);
+
+fn process_names(pid: &str, p: &JProcess<'_>, names: &mut Interner) -> Names {
+    let clock = match &p.tags.host {
+        Some(h) => names.get_joined("host:", h, ""),
+        None => names.get_joined("process:", &p.service, pid),
     };
     (names.get(&p.service), clock)
 }

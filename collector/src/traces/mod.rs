@@ -178,6 +178,9 @@ pub struct Analyzed {
     pub record: Record,
     /// Structure of the trace under the root.
     pub shape: Shape,
+    /// What the clock-skew repair and the walk adjusted under the root (also
+    /// in the record's `skew.*` labels).
+    pub adjustments: Adjustments,
 }
 
 /// Counters of one import.
@@ -249,32 +252,58 @@ pub fn import_files(
 ) -> Import {
     let done = AtomicU64::new(0);
     let tick = |n: u64| progress(done.fetch_add(n, Ordering::Relaxed) + n);
-    let one = |p: &PathBuf, inner_parallel: bool| match read_text(p) {
-        Ok(text) => {
-            let mut imp = import_text(&text, format, opts, inner_parallel, &tick);
-            imp.stats.files = 1;
+    // Per-thread buffers, reused across files: the pages of a decompressed
+    // file are faulted in once per thread, not once per file.
+    thread_local! {
+        static BUFS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    }
+    let one = |p: &PathBuf, inner_parallel: bool| {
+        BUFS.with(|b| {
+            let (raw, text) = &mut *b.borrow_mut();
+            let imp = match read_text_into(p, raw, text) {
+                Ok(t) => {
+                    let mut imp = import_text(t, format, opts, inner_parallel, &tick);
+                    imp.stats.files = 1;
+                    imp
+                }
+                Err(e) => Import {
+                    errors: vec![TraceError::new(
+                        format!("file:{}", p.display()),
+                        Reason::Json(e),
+                    )],
+                    stats: ImportStats {
+                        files: 1,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            };
+            // Do not keep more than 64 MiB per thread between files.
+            for v in [raw, text] {
+                v.clear();
+                v.shrink_to(64 << 20);
+            }
             imp
-        }
-        Err(e) => Import {
-            errors: vec![TraceError::new(
-                format!("file:{}", p.display()),
-                Reason::Json(e),
-            )],
-            stats: ImportStats {
-                files: 1,
-                ..Default::default()
-            },
-            ..Default::default()
-        },
+        })
     };
     // Several files: one file per thread (bounded memory); one file: its
     // traces across threads.
     let parts: Vec<Import> = if paths.len() >= rayon::current_num_threads() {
-        paths
+        // Largest files first (longest-processing-time-first scheduling),
+        // results back in the order given.
+        let mut order: Vec<(usize, u64)> = paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i, std::fs::metadata(p).map_or(0, |m| m.len())))
+            .collect();
+        order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut done: Vec<(usize, Import)> = order
             .par_iter()
             .with_max_len(1)
-            .map(|p| one(p, false))
-            .collect()
+            .map(|&(i, _)| (i, one(&paths[i], false)))
+            .collect();
+        done.sort_by_key(|(i, _)| *i);
+        done.into_iter().map(|(_, imp)| imp).collect()
     } else {
         paths.iter().map(|p| one(p, true)).collect()
     };
@@ -283,6 +312,39 @@ pub fn import_files(
         all.merge(p);
     }
     all
+}
+
+/// [`read_text`] into caller-owned buffers (`raw` for the file's bytes,
+/// `text` for the decompressed ones), returning the text.
+///
+/// # Errors
+///
+/// As [`read_text`].
+pub fn read_text_into<'b>(
+    path: &Path,
+    raw: &'b mut Vec<u8>,
+    text: &'b mut Vec<u8>,
+) -> Result<&'b str, String> {
+    raw.clear();
+    text.clear();
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_to_end(raw))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes: &[u8] = if raw.starts_with(&[0x1f, 0x8b]) {
+        let hint = raw
+            .len()
+            .checked_sub(4)
+            .map(|i| u32::from_le_bytes(raw[i..].try_into().expect("4 bytes")) as usize)
+            .unwrap_or(0);
+        text.reserve(hint.min(1 << 30));
+        flate2::read::MultiGzDecoder::new(&raw[..])
+            .read_to_end(text)
+            .map_err(|e| format!("{}: gzip: {e}", path.display()))?;
+        text
+    } else {
+        raw
+    };
+    std::str::from_utf8(bytes).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))
 }
 
 /// Read a file as UTF-8 text, gunzipping when it starts with the gzip magic.
@@ -320,6 +382,44 @@ pub fn import_text(
     progress: Progress<'_>,
 ) -> Import {
     match format {
+        Format::Jaeger if !parallel => {
+            // One pass; on a JSON error, the robust path takes over at the
+            // trace that failed.
+            let mut w = Worker::default();
+            let mut imp = Import::default();
+            let Worker {
+                names,
+                scratch,
+                pieces,
+            } = &mut w;
+            let mut since_tick = 0u64;
+            let res = jaeger::for_each(text, names, opts.build, &mut |res| {
+                process_one(res, opts, scratch, pieces, &mut imp);
+                since_tick += 1;
+                if since_tick == CHUNK as u64 {
+                    progress(since_tick);
+                    since_tick = 0;
+                }
+            });
+            progress(since_tick);
+            if let Err((done, _)) = res {
+                let (raws, err) = jaeger::split(text);
+                let rest = raws.get(done..).unwrap_or(&[]);
+                imp.merge(run(
+                    rest,
+                    |raw, names| jaeger::parse_trace(raw, names, opts.build),
+                    opts,
+                    false,
+                    progress,
+                ));
+                if let Some(e) = err {
+                    imp.stats.traces += 1;
+                    imp.stats.rejected += 1;
+                    imp.errors.push(e);
+                }
+            }
+            imp
+        }
         Format::Jaeger => {
             let (raws, err) = jaeger::split(text);
             let mut imp = run(
@@ -361,6 +461,36 @@ fn finish_prebuilt(
     imp
 }
 
+/// Traces per progress report and per parallel task.
+const CHUNK: usize = 256;
+
+/// Analyse one read trace (or count its rejection) into `imp`.
+fn process_one(
+    res: Result<Trace, TraceError>,
+    opts: &ImportOptions,
+    scratch: &mut crisp::Scratch,
+    pieces: &mut Vec<Piece>,
+    imp: &mut Import,
+) {
+    imp.stats.traces += 1;
+    match res {
+        Ok(trace) => {
+            imp.stats.spans += trace.spans.len() as u64;
+            imp.stats.duplicates_dropped += trace.duplicates_dropped as u64;
+            imp.stats.orphans += trace.orphans as u64;
+            for a in analyze(&trace, opts, scratch, pieces) {
+                imp.stats.records += 1;
+                imp.stats.adjustments.add(&a.adjustments);
+                imp.analyzed.push(a);
+            }
+        }
+        Err(e) => {
+            imp.stats.rejected += 1;
+            imp.errors.push(e);
+        }
+    }
+}
+
 /// Thread-local state of the trace workers.
 #[derive(Debug, Default)]
 struct Worker {
@@ -376,27 +506,11 @@ fn run<T: Sync>(
     parallel: bool,
     progress: Progress<'_>,
 ) -> Import {
-    const CHUNK: usize = 256;
     let work = |w: &mut Worker, chunk: &[T]| {
         let mut imp = Import::default();
         for item in chunk {
-            imp.stats.traces += 1;
-            match parse(item, &mut w.names) {
-                Ok(trace) => {
-                    imp.stats.spans += trace.spans.len() as u64;
-                    imp.stats.duplicates_dropped += trace.duplicates_dropped as u64;
-                    imp.stats.orphans += trace.orphans as u64;
-                    for a in analyze(&trace, opts, &mut w.scratch, &mut w.pieces) {
-                        imp.stats.records += 1;
-                        imp.stats.adjustments.add(&adjustments_of(&a.record));
-                        imp.analyzed.push(a);
-                    }
-                }
-                Err(e) => {
-                    imp.stats.rejected += 1;
-                    imp.errors.push(e);
-                }
-            }
+            let res = parse(item, &mut w.names);
+            process_one(res, opts, &mut w.scratch, &mut w.pieces, &mut imp);
         }
         progress(chunk.len() as u64);
         imp
@@ -549,7 +663,11 @@ fn analyze_root(
         }
     }
     let record = crisp::to_record(trace, rep, root, pieces, &adj);
-    Analyzed { record, shape }
+    Analyzed {
+        record,
+        shape,
+        adjustments: adj,
+    }
 }
 
 fn max_concurrency(trace: &Trace, rep: &skew::Repaired, inside: &[bool]) -> u32 {

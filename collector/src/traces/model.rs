@@ -8,9 +8,10 @@
 //! rejected whole with a [`TraceError`] naming the span, so the caller can
 //! count it, report it and go on with the next trace.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 /// What role a span plays in an RPC (OpenTelemetry / Zipkin `kind`, Jaeger
 /// `span.kind` tag).
@@ -259,7 +260,8 @@ pub fn build(
         return Err(err(Reason::Empty));
     }
     // Ids → index; drop exact duplicates.
-    let mut index: HashMap<&str, u32> = HashMap::with_capacity(raw.len());
+    let mut index: FxHashMap<&str, u32> =
+        FxHashMap::with_capacity_and_hasher(raw.len(), Default::default());
     let mut keep = vec![true; raw.len()];
     let mut duplicates_dropped = 0;
     for (i, s) in raw.iter().enumerate() {
@@ -377,7 +379,8 @@ pub fn build(
         hi[i as usize] = h;
     }
     let mut spans: Vec<Span> = Vec::with_capacity(order.len());
-    let mut clocks: HashMap<Arc<str>, u32> = HashMap::new();
+    // Few clock domains per trace: a short list compared by pointer first.
+    let mut clocks: Vec<Arc<str>> = Vec::new();
     for &i in &order {
         let i = i as usize;
         let p = parent[i].map(|p| new_of[p as usize]);
@@ -393,8 +396,14 @@ pub fn build(
                 }
             },
         };
-        let next = clocks.len() as u32;
-        let clock = *clocks.entry(raw[i].clock.clone()).or_insert(next);
+        let c = &raw[i].clock;
+        let clock = match clocks.iter().position(|k| Arc::ptr_eq(k, c) || **k == **c) {
+            Some(k) => k as u32,
+            None => {
+                clocks.push(c.clone());
+                (clocks.len() - 1) as u32
+            }
+        };
         let r = &mut raw[i];
         spans.push(Span {
             span_id: std::mem::take(&mut r.id),
@@ -460,7 +469,8 @@ impl fmt::Display for SpanKind {
 /// share one allocation per distinct string.
 #[derive(Debug, Default)]
 pub struct Interner {
-    map: HashMap<Box<str>, Arc<str>>,
+    map: FxHashMap<Box<str>, Arc<str>>,
+    buf: String,
 }
 
 impl Interner {
@@ -472,6 +482,18 @@ impl Interner {
         let a: Arc<str> = Arc::from(s);
         self.map.insert(s.into(), a.clone());
         a
+    }
+
+    /// The shared copy of `a + b + c`, without allocating when known.
+    pub fn get_joined(&mut self, a: &str, b: &str, c: &str) -> Arc<str> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        buf.push_str(a);
+        buf.push_str(b);
+        buf.push_str(c);
+        let out = self.get(&buf);
+        self.buf = buf;
+        out
     }
 }
 

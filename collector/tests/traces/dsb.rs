@@ -41,7 +41,11 @@ fn root_durations(path: &std::path::Path) -> HashMap<String, u64> {
 #[test]
 fn dsb_media_and_hotel_paths_sum_to_the_root_latency() {
     for (path, traces) in [(media(25), 1000), (hotel(25), 1000)] {
-        let imp = import(&[path.clone()], Format::Jaeger, &ImportOptions::default());
+        let imp = import(
+            std::slice::from_ref(&path),
+            Format::Jaeger,
+            &ImportOptions::default(),
+        );
         assert!(
             imp.errors.is_empty(),
             "{:?}",

@@ -239,3 +239,32 @@ fn edge_eighty_thousand_span_trace() {
     // the root, which has no own time: 400 children + 400 grandchildren.
     assert_eq!(a.shape.path_spans, 800);
 }
+
+#[test]
+fn edge_one_pass_reader_hands_over_to_the_robust_one_at_a_bad_trace() {
+    // The sequential (one-pass) reader stops at the wrongly typed trace; the
+    // robust reader takes over from there, so traces after it still count.
+    let good = |id: &str| doc(id, &[("a", None, "A", 0, 10)]);
+    let bad = good("bad").replace(r#""duration":10"#, r#""duration":"ten""#);
+    let text = envelope(&[good("g1"), bad, good("g2"), good("g3")]);
+    for parallel in [false, true] {
+        let imp = import_text(
+            &text,
+            Format::Jaeger,
+            &ImportOptions::default(),
+            parallel,
+            &|_| {},
+        );
+        assert_eq!(
+            (imp.stats.traces, imp.stats.rejected, imp.stats.records),
+            (4, 1, 3),
+            "parallel={parallel}"
+        );
+        assert_eq!(imp.errors[0].trace_id, "bad");
+        let ids: Vec<_> = imp
+            .records()
+            .map(|r| r.request_id.clone().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 3);
+    }
+}

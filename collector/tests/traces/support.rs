@@ -6,19 +6,19 @@ use cpt_collector::traces::{Format, Import, ImportOptions, import_files};
 use cpt_sdk::Record;
 
 /// `shared/testdata` beside the repository (CI: /work/shared next to /work/main).
-pub fn testdata(rel: &str) -> PathBuf {
+pub(crate) fn testdata(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/testdata")
         .join(rel)
 }
 
 /// Import files with options.
-pub fn import(paths: &[PathBuf], format: Format, opts: &ImportOptions) -> Import {
+pub(crate) fn import(paths: &[PathBuf], format: Format, opts: &ImportOptions) -> Import {
     import_files(paths, format, opts, &|_| {})
 }
 
 /// `service:op;service:op` of a segment stack.
-pub fn stack_key(r: &Record, stack: &[cpt_sdk::FrameId]) -> String {
+pub(crate) fn stack_key(r: &Record, stack: &[cpt_sdk::FrameId]) -> String {
     stack
         .iter()
         .map(|id| {
@@ -31,7 +31,7 @@ pub fn stack_key(r: &Record, stack: &[cpt_sdk::FrameId]) -> String {
 
 /// The path as `stack µs|stack µs|…` (frames shortened to their operation
 /// when `short`), times in µs.
-pub fn path_string(r: &Record) -> String {
+pub(crate) fn path_string(r: &Record) -> String {
     r.path
         .segments()
         .iter()
@@ -47,7 +47,7 @@ pub fn path_string(r: &Record) -> String {
 }
 
 /// Exclusive µs per call path, sorted by call path.
-pub fn exclusive(r: &Record) -> Vec<(String, u64)> {
+pub(crate) fn exclusive(r: &Record) -> Vec<(String, u64)> {
     let mut m: std::collections::BTreeMap<String, u64> = Default::default();
     for s in r.path.segments() {
         *m.entry(stack_key(r, &s.stack)).or_default() += (s.duration.as_nanos() / 1000) as u64;
