@@ -29,7 +29,8 @@
 //!
 //! [`Store::query`] streams the records that match a [`StoreQuery`] from a
 //! reader thread with its own connection (WAL readers never block the
-//! writer), through a bounded channel, parsing JSON off the caller's thread.
+//! writer), through a bounded channel, parsing JSON off the caller's thread
+//! (chunks of rows in parallel on the rayon pool, delivered in order).
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -37,6 +38,7 @@ use std::thread;
 
 use crate::selection::{Selection, TriggerFilter};
 use cpt_sdk::{Record, Trigger};
+use rayon::prelude::*;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior, params_from_iter};
 
@@ -64,6 +66,8 @@ const INSERT: &str = "INSERT INTO records \
 
 /// Records buffered between the reader thread and the consumer.
 const READ_AHEAD: usize = 1024;
+/// Rows parsed together (in parallel) by the reader.
+const PARSE_CHUNK: usize = 512;
 
 /// How hard a commit works to be durable (SQLite's `synchronous`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -545,24 +549,33 @@ fn read_rows(
         let mut rows = stmt
             .query(params_from_iter(params))
             .map_err(sqlite("run query"))?;
+        // Rows are read here and parsed in chunks on the rayon pool (JSON
+        // parsing is most of the cost), then sent in order.
+        let corrupt = |id: i64, reason: String| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            id,
+            reason,
+        };
+        let send_parsed = |chunk: &mut Vec<(i64, String)>| -> bool {
+            let parsed: Vec<Result<Record, StoreError>> = chunk
+                .par_iter()
+                .map(|(id, text)| Record::from_json(text).map_err(|e| corrupt(*id, e.to_string())))
+                .collect();
+            chunk.clear();
+            // A failed send means the consumer is gone.
+            parsed.into_iter().all(|item| tx.send(item).is_ok())
+        };
+        let mut chunk = Vec::with_capacity(PARSE_CHUNK);
         while let Some(row) = rows.next().map_err(sqlite("read row"))? {
             let id: i64 = row.get(0).map_err(sqlite("read row"))?;
             let text = row.get_ref(1).map_err(sqlite("read row"))?;
-            let text = text.as_str().map_err(|e| StoreError::Corrupt {
-                path: path.to_path_buf(),
-                id,
-                reason: e.to_string(),
-            })?;
-            let item = Record::from_json(text).map_err(|e| StoreError::Corrupt {
-                path: path.to_path_buf(),
-                id,
-                reason: e.to_string(),
-            });
-            if tx.send(item).is_err() {
-                // The consumer is gone.
+            let text = text.as_str().map_err(|e| corrupt(id, e.to_string()))?;
+            chunk.push((id, text.to_owned()));
+            if chunk.len() == PARSE_CHUNK && !send_parsed(&mut chunk) {
                 return Ok(());
             }
         }
+        send_parsed(&mut chunk);
         Ok(())
     };
     if let Err(e) = run() {
