@@ -13,7 +13,8 @@
 //!    queueing. The permit lives until the batch is acknowledged, so at most
 //!    `max_pending_batches` bodies of at most [`ServeConfig::max_batch_bytes`]
 //!    each are in memory: memory is bounded whatever the load.
-//! 2. **Decoding.** The whole body is decoded and checked
+//! 2. **Decoding.** The whole body (gunzipped if `Content-Encoding: gzip`,
+//!    to at most `max_batch_bytes`) is decoded and checked
 //!    ([`crate::ingest`]); one bad record rejects the batch (HTTP 400 /
 //!    `INVALID_ARGUMENT`) naming every bad line or field, and nothing is
 //!    stored.
@@ -622,6 +623,26 @@ async fn post_records(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    let gzip = match headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("identity") => false,
+        Some("gzip") => true,
+        Some(other) => {
+            ingest
+                .counters
+                .rejected_batches
+                .fetch_add(1, Ordering::Relaxed);
+            return json_response(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                &serde_json::json!({ "error": format!(
+                    "unsupported Content-Encoding {other:?}: send the body plain or gzip"
+                ) }),
+            );
+        }
+    };
     let Some(format) = BodyFormat::from_content_type(content_type) else {
         ingest
             .counters
@@ -666,13 +687,38 @@ async fn post_records(
             );
         }
     };
-    match ingest.submit(move || format.decode(&bytes), permit).await {
+    let decode = move || {
+        if gzip {
+            format.decode(&gunzip(&bytes, limit)?)
+        } else {
+            format.decode(&bytes)
+        }
+    };
+    match ingest.submit(decode, permit).await {
         Ok(n) => json_response(
             StatusCode::OK,
             &serde_json::json!({ "accepted_records": n }),
         ),
         Err(e) => e.into_response(),
     }
+}
+
+/// Inflate a gzip body, refusing more than `limit` bytes of output (a small
+/// body may inflate enormously).
+fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| BatchError::new("body", format!("bad gzip body: {e}")))?;
+    if out.len() > limit {
+        return Err(BatchError::new(
+            "body",
+            format!("gzip body inflates to more than {limit} bytes"),
+        ));
+    }
+    Ok(out)
 }
 
 async fn get_stats(State(ingest): State<Arc<Ingest>>) -> Response {

@@ -105,3 +105,46 @@ fn ingest_unsupported_content_type_and_oversized_body_are_refused() {
     assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
     assert!(c.stored().is_empty());
 }
+
+#[test]
+fn ingest_gzip_bodies_are_inflated_within_the_size_limit() {
+    use std::io::Write as _;
+    let gz = |bytes: &[u8]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
+    };
+    let c = TestCollector::start(|c| c.with_max_batch_bytes(64 * 1024));
+    let sent = records("gz", 10);
+    let resp = post_gzip(c.http(), &gz(&json_lines(&sent)));
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(c.stored(), sent);
+    // 1 MiB of newlines compresses to ~1 KiB but inflates past the limit.
+    let bomb = gz(&vec![b'\n'; 1 << 20]);
+    assert!(bomb.len() < 64 * 1024);
+    let resp = post_gzip(c.http(), &bomb);
+    assert_eq!(resp.status, 400, "{}", resp.text());
+    assert!(
+        resp.text().contains("inflates to more than 65536 bytes"),
+        "{}",
+        resp.text()
+    );
+    let resp = post_gzip(c.http(), b"not gzip");
+    assert_eq!(resp.status, 400);
+    assert!(resp.text().contains("bad gzip body"), "{}", resp.text());
+    assert_eq!(c.stored().len(), 10);
+}
+
+fn post_gzip(addr: std::net::SocketAddr, body: &[u8]) -> HttpResponse {
+    http_with_headers(
+        addr,
+        "POST",
+        "/v1/records",
+        &[
+            ("Content-Type", CONTENT_TYPE_JSON_LINES),
+            ("Content-Encoding", "gzip"),
+        ],
+        body,
+    )
+    .unwrap()
+}

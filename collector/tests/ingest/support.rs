@@ -88,12 +88,27 @@ pub(crate) fn http(
     content_type: &str,
     body: &[u8],
 ) -> std::io::Result<HttpResponse> {
+    http_with_headers(addr, method, path, &[("Content-Type", content_type)], body)
+}
+
+/// [`http`] with any request headers.
+pub(crate) fn http_with_headers(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<HttpResponse> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
-    );
+    ));
     s.write_all(head.as_bytes())?;
     // The server may answer (e.g. 429) without reading the body.
     let _ = s.write_all(body);
