@@ -329,6 +329,33 @@ pub fn for_each(
     }
 }
 
+/// [`for_each`] over a reader (files too large to hold in memory): strings
+/// are copied out of the stream instead of borrowed, and a JSON error ends
+/// the read (there is nothing to resynchronise on).
+///
+/// # Errors
+///
+/// `(traces handed over, the JSON or I/O error)`.
+pub fn for_each_reader<R: std::io::Read>(
+    reader: R,
+    names: &mut Interner,
+    opts: BuildOptions,
+    f: &mut dyn FnMut(Result<Trace, TraceError>),
+) -> Result<usize, (usize, serde_json::Error)> {
+    let mut n = 0usize;
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let res = (&mut de).deserialize_map(FastDoc {
+        n: &mut n,
+        names,
+        opts,
+        f,
+    });
+    match res.and_then(|()| de.end()) {
+        Ok(()) => Ok(n),
+        Err(e) => Err((n, e)),
+    }
+}
+
 struct FastDoc<'x> {
     n: &'x mut usize,
     names: &'x mut Interner,

@@ -145,7 +145,7 @@ pub enum RootSelector {
 }
 
 /// How to import.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ImportOptions {
     /// Validation choices.
     pub build: BuildOptions,
@@ -155,6 +155,23 @@ pub struct ImportOptions {
     pub overlap: OverlapThreshold,
     /// Which spans get records.
     pub roots: RootSelector,
+    /// Jaeger files whose (decompressed) size exceeds this are streamed
+    /// instead of read whole (default 256 MiB): memory stays bounded by a
+    /// batch of traces, at some cost in speed, and a JSON error ends the
+    /// file instead of only its trace.
+    pub stream_above_bytes: u64,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        ImportOptions {
+            build: BuildOptions::default(),
+            repair: RepairOptions::default(),
+            overlap: OverlapThreshold::default(),
+            roots: RootSelector::default(),
+            stream_above_bytes: 256 << 20,
+        }
+    }
 }
 
 /// Structural facts about one analysed trace (CRISP §6.2 histograms),
@@ -258,6 +275,11 @@ pub fn import_files(
         static BUFS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     }
     let one = |p: &PathBuf, inner_parallel: bool| {
+        if format == Format::Jaeger && size_hint(p) > opts.stream_above_bytes {
+            let mut imp = import_stream(p, opts, &tick);
+            imp.stats.files = 1;
+            return imp;
+        }
         BUFS.with(|b| {
             let (raw, text) = &mut *b.borrow_mut();
             let imp = match read_text_into(p, raw, text) {
@@ -306,6 +328,113 @@ pub fn import_files(
         done.into_iter().map(|(_, imp)| imp).collect()
     } else {
         paths.iter().map(|p| one(p, true)).collect()
+    };
+    let mut all = Import::default();
+    for p in parts {
+        all.merge(p);
+    }
+    all
+}
+
+/// The file's size, or for a gzip file its uncompressed size (mod 4 GiB,
+/// from the gzip trailer; at least the compressed size).
+fn size_hint(path: &Path) -> u64 {
+    use std::io::{Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return 0;
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let mut magic = [0u8; 2];
+    if len < 18 || f.read_exact(&mut magic).is_err() || magic != [0x1f, 0x8b] {
+        return len;
+    }
+    let mut isize = [0u8; 4];
+    match f
+        .seek(SeekFrom::End(-4))
+        .and_then(|_| f.read_exact(&mut isize))
+    {
+        Ok(()) => u64::from(u32::from_le_bytes(isize)).max(len),
+        Err(_) => len,
+    }
+}
+
+/// Stream a large Jaeger file: parse on this thread, analyse batches of
+/// traces in parallel.
+fn import_stream(path: &Path, opts: &ImportOptions, progress: Progress<'_>) -> Import {
+    const BATCH: usize = 4096;
+    let file_error = |e: String| Import {
+        errors: vec![TraceError::new(
+            format!("file:{}", path.display()),
+            Reason::Json(e),
+        )],
+        ..Default::default()
+    };
+    let f = match std::fs::File::open(path) {
+        Ok(f) => std::io::BufReader::with_capacity(1 << 20, f),
+        Err(e) => return file_error(format!("{}: {e}", path.display())),
+    };
+    let mut head = [0u8; 2];
+    let gz = std::fs::File::open(path)
+        .and_then(|mut g| g.read_exact(&mut head))
+        .is_ok()
+        && head == [0x1f, 0x8b];
+    let reader: Box<dyn Read> = if gz {
+        Box::new(std::io::BufReader::with_capacity(
+            1 << 20,
+            flate2::bufread::MultiGzDecoder::new(f),
+        ))
+    } else {
+        Box::new(f)
+    };
+    let mut imp = Import::default();
+    let mut batch: Vec<Result<Trace, TraceError>> = Vec::with_capacity(BATCH);
+    let mut names = model::Interner::default();
+    let res = jaeger::for_each_reader(reader, &mut names, opts.build, &mut |t| {
+        batch.push(t);
+        if batch.len() == BATCH {
+            imp.merge(analyze_all(
+                std::mem::take(&mut batch),
+                opts,
+                true,
+                progress,
+            ));
+        }
+    });
+    imp.merge(analyze_all(batch, opts, true, progress));
+    if let Err((n, e)) = res {
+        imp.stats.traces += 1;
+        imp.stats.rejected += 1;
+        imp.errors.push(TraceError::new(
+            format!("file:{} (after {n} traces)", path.display()),
+            Reason::Json(e.to_string()),
+        ));
+    }
+    imp
+}
+
+/// Analyse read traces (and count the rejected ones).
+fn analyze_all(
+    items: Vec<Result<Trace, TraceError>>,
+    opts: &ImportOptions,
+    parallel: bool,
+    progress: Progress<'_>,
+) -> Import {
+    let work = |w: &mut Worker, chunk: &[Result<Trace, TraceError>]| {
+        let mut imp = Import::default();
+        for item in chunk {
+            process_ref(item.as_ref(), opts, &mut w.scratch, &mut w.pieces, &mut imp);
+        }
+        progress(chunk.len() as u64);
+        imp
+    };
+    let parts: Vec<Import> = if parallel {
+        items
+            .par_chunks(CHUNK)
+            .map_init(Worker::default, work)
+            .collect()
+    } else {
+        let mut w = Worker::default();
+        items.chunks(CHUNK).map(|c| work(&mut w, c)).collect()
     };
     let mut all = Import::default();
     for p in parts {
@@ -454,7 +583,7 @@ fn finish_prebuilt(
     parallel: bool,
     progress: Progress<'_>,
 ) -> Import {
-    let mut imp = run(&traces, |t, _| t.clone(), opts, parallel, progress);
+    let mut imp = analyze_all(traces, opts, parallel, progress);
     imp.stats.rejected += errs.len() as u64;
     imp.stats.traces += errs.len() as u64;
     imp.errors.extend(errs);
@@ -472,13 +601,30 @@ fn process_one(
     pieces: &mut Vec<Piece>,
     imp: &mut Import,
 ) {
+    match res {
+        Ok(t) => process_ref(Ok(&t), opts, scratch, pieces, imp),
+        Err(e) => {
+            imp.stats.traces += 1;
+            imp.stats.rejected += 1;
+            imp.errors.push(e);
+        }
+    }
+}
+
+fn process_ref(
+    res: Result<&Trace, &TraceError>,
+    opts: &ImportOptions,
+    scratch: &mut crisp::Scratch,
+    pieces: &mut Vec<Piece>,
+    imp: &mut Import,
+) {
     imp.stats.traces += 1;
     match res {
         Ok(trace) => {
             imp.stats.spans += trace.spans.len() as u64;
             imp.stats.duplicates_dropped += trace.duplicates_dropped as u64;
             imp.stats.orphans += trace.orphans as u64;
-            for a in analyze(&trace, opts, scratch, pieces) {
+            for a in analyze(trace, opts, scratch, pieces) {
                 imp.stats.records += 1;
                 imp.stats.adjustments.add(&a.adjustments);
                 imp.analyzed.push(a);
@@ -486,7 +632,7 @@ fn process_one(
         }
         Err(e) => {
             imp.stats.rejected += 1;
-            imp.errors.push(e);
+            imp.errors.push(e.clone());
         }
     }
 }

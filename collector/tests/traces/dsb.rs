@@ -165,3 +165,18 @@ fn dsb_media_concurrency_and_hotel_sequence() {
         .sum();
     assert!(net > 0, "client spans' own time is network time");
 }
+
+#[test]
+fn dsb_streaming_reader_gives_the_same_records() {
+    let whole = import(&[media(50)], Format::Jaeger, &ImportOptions::default());
+    let opts = ImportOptions {
+        stream_above_bytes: 0,
+        ..Default::default()
+    };
+    let streamed = import(&[media(50)], Format::Jaeger, &opts);
+    assert_eq!(whole.stats, streamed.stats);
+    let a: Vec<String> = whole.records().map(|r| r.to_json()).collect();
+    let b: Vec<String> = streamed.records().map(|r| r.to_json()).collect();
+    assert_eq!(a.len(), 1000);
+    assert!(a == b, "streamed records differ");
+}
