@@ -531,7 +531,12 @@ impl Collector {
             Ok(())
         });
         tokio::select! {
-            res = &mut failed => { self.finish().await; res }
+            res = &mut failed => {
+                // One server failed: stop the others too, then the writer.
+                let _ = self.stop.send(true);
+                self.finish().await;
+                res
+            }
             () = signal => {
                 let _ = self.stop.send(true);
                 let res = failed.await;
