@@ -47,7 +47,7 @@ pub enum TracesCommand {
 #[derive(Debug, clap::Args)]
 pub struct InputArgs {
     /// Trace file format.
-    #[arg(long = "from", value_name = "jaeger|zipkin|otlp", value_parser = parse_format)]
+    #[arg(long = "from", value_name = "jaeger|zipkin|otlp|nezha", value_parser = parse_format)]
     pub from: Format,
     /// Trace files (gzipped or not).
     #[arg(required = true, value_name = "FILE")]
@@ -175,14 +175,15 @@ impl InputArgs {
         }
         if imp.analyzed.is_empty() {
             bail!(
-                "no trace could be analysed ({} read, {} rejected{})",
+                "no trace could be analysed ({} read, {} rejected{}); are the files {} traces?",
                 imp.stats.traces,
                 imp.stats.rejected,
                 if self.roots.is_empty() {
                     ""
                 } else {
                     ", or no span matched --root"
-                }
+                },
+                self.from
             );
         }
         Ok(imp)

@@ -56,6 +56,7 @@ pub mod analysis;
 pub mod crisp;
 pub mod jaeger;
 pub mod model;
+pub mod nezha;
 pub mod otlp;
 pub mod skew;
 mod tags;
@@ -74,6 +75,8 @@ pub enum Format {
     Zipkin,
     /// OTLP JSON (collector file exporter; one document or one per line).
     Otlp,
+    /// The span CSV of the Nezha data sets (one row per span).
+    Nezha,
 }
 
 impl FromStr for Format {
@@ -84,8 +87,9 @@ impl FromStr for Format {
             "jaeger" => Ok(Format::Jaeger),
             "zipkin" => Ok(Format::Zipkin),
             "otlp" | "otel" | "opentelemetry" => Ok(Format::Otlp),
+            "nezha" | "csv" => Ok(Format::Nezha),
             _ => Err(format!(
-                "unknown trace format {s:?} (expected jaeger, zipkin or otlp)"
+                "unknown trace format {s:?} (expected jaeger, zipkin, otlp or nezha)"
             )),
         }
     }
@@ -97,6 +101,7 @@ impl fmt::Display for Format {
             Format::Jaeger => "jaeger",
             Format::Zipkin => "zipkin",
             Format::Otlp => "otlp",
+            Format::Nezha => "nezha",
         })
     }
 }
@@ -571,6 +576,10 @@ pub fn import_text(
         }
         Format::Otlp => {
             let (traces, errs) = otlp::read(text, opts.build);
+            finish_prebuilt(traces, errs, opts, parallel, progress)
+        }
+        Format::Nezha => {
+            let (traces, errs) = nezha::read(text, opts.build);
             finish_prebuilt(traces, errs, opts, parallel, progress)
         }
     }

@@ -180,3 +180,30 @@ fn dsb_streaming_reader_gives_the_same_records() {
     assert_eq!(a.len(), 1000);
     assert!(a == b, "streamed records differ");
 }
+
+/// Nezha's Online Boutique span CSV (one fault-free minute): README: 502
+/// traces, no orphans, no multi-root traces, endpoint `frontend
+/// hipstershop.Frontend/Recv.`.
+#[test]
+fn nezha_onlineboutique_csv_imports_with_exact_totals() {
+    let path = testdata("traces/nezha-onlineboutique/normal/2022-08-23_17_00_trace.csv.gz");
+    let imp = import(&[path], Format::Nezha, &ImportOptions::default());
+    assert!(
+        imp.errors.is_empty(),
+        "{:?}",
+        &imp.errors[..imp.errors.len().min(3)]
+    );
+    assert_eq!((imp.stats.traces, imp.stats.records), (502, 502));
+    for a in &imp.analyzed {
+        let r = &a.record;
+        assert_eq!(
+            (r.service.as_str(), r.endpoint.as_deref()),
+            ("frontend", Some("hipstershop.Frontend/Recv."))
+        );
+        assert_eq!(r.path.total(), r.latency);
+        assert!(
+            a.shape.concurrency <= 2,
+            "README: at most 2 concurrent children"
+        );
+    }
+}
