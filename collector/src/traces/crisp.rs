@@ -51,6 +51,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cpt_sdk::{CriticalPath, Frame, FrameId, Record, SegmentKind, Trigger};
+use rustc_hash::FxHashMap;
 
 use super::model::{SpanKind, Trace};
 use super::skew::{Adjustments, Repaired, is_rpc_pair};
@@ -322,21 +323,17 @@ pub fn to_record(
     adj: &Adjustments,
 ) -> Record {
     let mut path = CriticalPath::new();
-    let mut frame_ids: Vec<Option<FrameId>> = vec![None; trace.spans.len()];
+    // Frame ids of the spans met, by span (sized by the path, not the trace).
+    let mut frame_ids: FxHashMap<u32, FrameId> = FxHashMap::default();
     let mut stack: Vec<FrameId> = Vec::new();
     let mut network = Duration::ZERO;
     for p in pieces {
         stack.clear();
         let mut cur = p.span;
         loop {
-            let id = match frame_ids[cur as usize] {
-                Some(id) => id,
-                None => {
-                    let id = path.intern(frame_of(trace, cur));
-                    frame_ids[cur as usize] = Some(id);
-                    id
-                }
-            };
+            let id = *frame_ids
+                .entry(cur)
+                .or_insert_with(|| path.intern(frame_of(trace, cur)));
             stack.push(id);
             if cur == root {
                 break;

@@ -748,105 +748,105 @@ pub fn analyze(
         return Vec::new();
     }
     let rep = skew::repair(trace, &opts.repair, &roots);
-    roots
-        .into_iter()
-        .map(|root| analyze_root(trace, &rep, root, opts, scratch, pieces))
-        .collect()
-}
-
-fn analyze_root(
-    trace: &Trace,
-    rep: &skew::Repaired,
-    root: u32,
-    opts: &ImportOptions,
-    scratch: &mut crisp::Scratch,
-    pieces: &mut Vec<Piece>,
-) -> Analyzed {
-    pieces.clear();
-    let walk = crisp::walk(trace, rep, root, &opts.overlap, scratch, pieces);
-    // Adjustments under this root only.
+    // One pass over the spans for every root's shape and adjustments
+    // (`owner[i]`: position in `roots` of the root whose subtree holds i).
     let n = trace.spans.len();
-    let mut inside = vec![false; n];
-    inside[root as usize] = true;
-    let mut adj = skew::Adjustments {
-        overlaps: walk.overlaps,
-        overlap_ns: walk.overlap_ns,
-        ..Default::default()
-    };
+    const NONE: u32 = u32::MAX;
+    let mut owner = vec![NONE; n];
     let mut depth = vec![0u32; n];
-    depth[root as usize] = 1;
-    let mut shape = Shape {
-        spans: 1,
-        depth: 1,
-        ..Default::default()
-    };
-    for i in (root as usize + 1)..n {
-        let Some(p) = trace.spans[i].parent else {
-            continue;
+    for (k, &r) in roots.iter().enumerate() {
+        owner[r as usize] = k as u32;
+        depth[r as usize] = 1;
+    }
+    let mut shapes = vec![
+        Shape {
+            spans: 1,
+            depth: 1,
+            ..Default::default()
         };
-        if !inside[p as usize] {
-            continue;
-        }
-        inside[i] = true;
-        shape.spans += 1;
-        depth[i] = depth[p as usize] + 1;
-        shape.depth = shape.depth.max(depth[i]);
-        if rep.shift[i] != 0 {
-            adj.shifted_spans += 1;
-            adj.max_shift_ns = adj.max_shift_ns.max(rep.shift[i].unsigned_abs());
-        }
-        if !rep.kept[i] {
-            adj.dropped_spans += 1;
-            if rep.kept[p as usize] {
-                // Root of the dropped subtree: its whole (shifted) duration.
-                adj.dropped_ns += trace.spans[i].duration_ns as u64;
+        roots.len()
+    ];
+    let mut adjs = vec![skew::Adjustments::default(); roots.len()];
+    let mut ev: Vec<(i64, i32)> = Vec::new();
+    for i in 0..n {
+        if owner[i] == NONE {
+            if let Some(p) = trace.spans[i].parent
+                && owner[p as usize] != NONE
+            {
+                owner[i] = owner[p as usize];
+                depth[i] = depth[p as usize] + 1;
+            } else {
+                continue;
             }
-            continue;
+            let k = owner[i] as usize;
+            let p = trace.spans[i].parent.expect("owned non-roots have parents") as usize;
+            let (shape, adj) = (&mut shapes[k], &mut adjs[k]);
+            shape.spans += 1;
+            shape.depth = shape.depth.max(depth[i]);
+            if rep.shift[i] != 0 {
+                adj.shifted_spans += 1;
+                adj.max_shift_ns = adj.max_shift_ns.max(rep.shift[i].unsigned_abs());
+            }
+            if !rep.kept[i] {
+                adj.dropped_spans += 1;
+                if rep.kept[p] {
+                    // Root of the dropped subtree: its whole (shifted) duration.
+                    adj.dropped_ns += trace.spans[i].duration_ns as u64;
+                }
+                continue;
+            }
+            let cut = trace.spans[i].duration_ns - (rep.end[i] - rep.start[i]);
+            if cut != 0 {
+                adj.truncated_spans += 1;
+                adj.truncated_ns += cut as u64;
+            }
         }
-        let cut = trace.spans[i].duration_ns - (rep.end[i] - rep.start[i]);
-        if cut != 0 {
-            adj.truncated_spans += 1;
-            adj.truncated_ns += cut as u64;
+        // Concurrency among this (kept, owned) span's children.
+        if rep.kept[i] {
+            let c = concurrency(trace, &rep, i as u32, &mut ev);
+            let k = owner[i] as usize;
+            shapes[k].concurrency = shapes[k].concurrency.max(c);
         }
     }
-    shape.concurrency = max_concurrency(trace, rep, &inside);
-    let mut seen = vec![false; n];
-    for p in pieces.iter() {
-        if !seen[p.span as usize] {
-            seen[p.span as usize] = true;
-            shape.path_spans += 1;
-        }
+    let mut out = Vec::with_capacity(roots.len());
+    for (k, &root) in roots.iter().enumerate() {
+        pieces.clear();
+        let walk = crisp::walk(trace, &rep, root, &opts.overlap, scratch, pieces);
+        let mut adj = adjs[k];
+        adj.overlaps = walk.overlaps;
+        adj.overlap_ns = walk.overlap_ns;
+        let mut shape = shapes[k];
+        let mut on_path: Vec<u32> = pieces.iter().map(|p| p.span).collect();
+        on_path.sort_unstable();
+        on_path.dedup();
+        shape.path_spans = on_path.len() as u32;
+        let record = crisp::to_record(trace, &rep, root, pieces, &adj);
+        out.push(Analyzed {
+            record,
+            shape,
+            adjustments: adj,
+        });
     }
-    let record = crisp::to_record(trace, rep, root, pieces, &adj);
-    Analyzed {
-        record,
-        shape,
-        adjustments: adj,
-    }
+    out
 }
 
-fn max_concurrency(trace: &Trace, rep: &skew::Repaired, inside: &[bool]) -> u32 {
-    let mut best = 0u32;
-    let mut ev: Vec<(i64, i32)> = Vec::new();
-    for (i, &ins) in inside.iter().enumerate() {
-        if !ins || !rep.kept[i] {
-            continue;
-        }
-        ev.clear();
-        for &c in trace.children(i as u32) {
-            let c = c as usize;
-            if rep.kept[c] && rep.end[c] > rep.start[c] {
-                ev.push((rep.start[c], 1));
-                ev.push((rep.end[c], -1));
-            }
-        }
-        // Ends sort before starts at equal times: touching is not concurrent.
-        ev.sort_unstable();
-        let mut cur = 0i32;
-        for &(_, d) in &ev {
-            cur += d;
-            best = best.max(cur as u32);
+/// The largest number of children of span `i` active at once (children
+/// touching end-to-start are not concurrent).
+fn concurrency(trace: &Trace, rep: &skew::Repaired, i: u32, ev: &mut Vec<(i64, i32)>) -> u32 {
+    ev.clear();
+    for &c in trace.children(i) {
+        let c = c as usize;
+        if rep.kept[c] && rep.end[c] > rep.start[c] {
+            ev.push((rep.start[c], 1));
+            ev.push((rep.end[c], -1));
         }
     }
-    best
+    // Ends sort before starts at equal times.
+    ev.sort_unstable();
+    let (mut cur, mut best) = (0i32, 0i32);
+    for &(_, d) in ev.iter() {
+        cur += d;
+        best = best.max(cur);
+    }
+    best as u32
 }

@@ -268,3 +268,22 @@ fn edge_one_pass_reader_hands_over_to_the_robust_one_at_a_bad_trace() {
         assert_eq!(ids.len(), 3);
     }
 }
+
+#[test]
+fn edge_many_roots_in_one_trace_stay_linear() {
+    // 20,000 parentless spans in one trace (e.g. a Zipkin file whose spans
+    // lost their parent ids): every span is a root with its own record.
+    let ids: Vec<String> = (0..20_000).map(|i| format!("r{i}")).collect();
+    let spans: Vec<(&str, Option<&str>, &str, i64, i64)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_str(), None, "op", i as i64, 5))
+        .collect();
+    let imp = run(&envelope(&[doc("flat", &spans)]));
+    assert_eq!(imp.stats.records, 20_000);
+    assert!(
+        imp.analyzed
+            .iter()
+            .all(|a| a.record.latency.as_micros() == 5 && a.shape.spans == 1)
+    );
+}
