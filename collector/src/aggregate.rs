@@ -25,9 +25,10 @@
 //! # How the fold is made fast
 //!
 //! Frames are interned once per record (a record's own frame table is small)
-//! and each segment's stack is looked up, as a `[u32]` slice in a reusable
-//! buffer, in a hash map of interned stacks: no allocation per segment, only
-//! per *new* stack. Per-stack sums live in dense vectors indexed by stack id.
+//! and each segment's stack is found by walking a trie of interned stacks,
+//! one `(parent node, frame) → node` lookup per frame in a hash map keyed by
+//! a `u64`: no allocation per segment, only per *new* stack, and no string
+//! or slice comparisons. Per-stack sums live in dense vectors indexed by stack id.
 //! Batches are split over one [`Partial`] per rayon worker, each with its own
 //! interner, and the partials are merged (remapping their few thousand stack
 //! ids) at the end, so workers never share a lock.
@@ -35,6 +36,7 @@
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cpt_sdk::path::{Accounting, Frame, SegmentKind};
@@ -111,15 +113,19 @@ pub struct StackStats {
 pub struct Detail {
     /// Sum over requests of the per-request time squared, in ns².
     pub sum_sq: u128,
-    /// Per-request times of the requests where the quantity is non-zero.
+    /// Per-request times of the requests where the quantity is non-zero
+    /// (for stacks: empty unless [`Aggregator::with_histograms`]).
     pub histogram: Histogram,
 }
 
 impl Detail {
-    fn add(&mut self, v: u64) {
+    #[inline]
+    fn add(&mut self, v: u64, histogram: bool) {
         let v2 = u128::from(v) * u128::from(v);
         self.sum_sq = self.sum_sq.saturating_add(v2);
-        self.histogram.record(v);
+        if histogram {
+            self.histogram.record(v);
+        }
     }
 
     fn merge(&mut self, o: &Detail) {
@@ -182,7 +188,24 @@ impl Aggregate {
         I: IntoIterator,
         I::Item: Borrow<Record> + Send + Sync,
     {
-        let mut agg = Aggregator::new(sel.clone());
+        Self::fold(Aggregator::new(sel.clone()), records)
+    }
+
+    /// [`Aggregate::from_records`] with per-stack latency histograms
+    /// (see [`Aggregator::with_histograms`]).
+    pub fn from_records_with_histograms<I>(sel: &Selection, records: I) -> Aggregate
+    where
+        I: IntoIterator,
+        I::Item: Borrow<Record> + Send + Sync,
+    {
+        Self::fold(Aggregator::new(sel.clone()).with_histograms(true), records)
+    }
+
+    fn fold<I>(mut agg: Aggregator, records: I) -> Aggregate
+    where
+        I: IntoIterator,
+        I::Item: Borrow<Record> + Send + Sync,
+    {
         let mut batch = Vec::with_capacity(BATCH);
         for r in records {
             batch.push(r);
@@ -428,6 +451,36 @@ fn apportion(sums: impl Iterator<Item = u64>, n: u64, total: u64) -> Vec<u64> {
     out
 }
 
+/// Hash of name, service and line; the file is left to the comparison
+/// (one node name rarely lives in two files), which saves hashing the
+/// longest string of the frame.
+fn frame_hash(f: &Frame) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = FxBuildHasher.build_hasher();
+    h.write(f.name.as_bytes());
+    h.write_u8(0xff);
+    h.write(f.service.as_bytes());
+    h.write_u32(f.location.as_ref().map_or(u32::MAX, |l| l.line));
+    h.finish()
+}
+
+fn same_str(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || **a == **b
+}
+
+fn same_frame(a: &Frame, b: &Frame) -> bool {
+    same_str(&a.name, &b.name)
+        && same_str(&a.service, &b.service)
+        && match (&a.location, &b.location) {
+            (None, None) => true,
+            (Some(x), Some(y)) => x.line == y.line && same_str(&x.file, &y.file),
+            _ => false,
+        }
+}
+
+/// Parent of a top-level trie node.
+const NO_PARENT: u32 = u32::MAX;
+
 /// Records per batch in [`Aggregate::from_records`].
 const BATCH: usize = 16 * 1024;
 
@@ -458,6 +511,18 @@ impl Aggregator {
             ordinal: 0,
             offered: 0,
         }
+    }
+
+    /// Also collect per-stack latency histograms ([`Detail::histogram`];
+    /// off by default: they cost about a sixth of the fold and only
+    /// `cpt histogram` needs them). The request-latency histogram and the
+    /// sums of squares (for confidence intervals) are always collected.
+    #[must_use]
+    pub fn with_histograms(mut self, on: bool) -> Self {
+        for p in &mut self.parts {
+            p.histograms = on;
+        }
+        self
     }
 
     /// The selection.
@@ -554,16 +619,19 @@ struct Kept {
 #[derive(Debug)]
 struct Partial {
     frames: Vec<Frame>,
-    frame_ix: FxMap<Frame, u32>,
-    stack_ix: FxMap<Box<[u32]>, u32>,
-    stacks: Vec<Box<[u32]>>,
+    frame_by_hash: FxMap<u64, u32>,
+    collisions: FxMap<Frame, u32>,
+    /// Stack trie: node → (parent node or NO_PARENT, frame); every node is a
+    /// stack (root..=node), and sums are indexed by node.
+    nodes: Vec<(u32, u32)>,
+    node_ix: FxMap<u64, u32>,
     sums: Vec<u64>,
     counts: Vec<u64>,
     details: Vec<Detail>,
     kind_frames: [u32; 4],
     // per-record scratch, reused
     local: Vec<u32>,
-    buf: Vec<u32>,
+    prev: Vec<(u32, u32)>,
     cur: Vec<u64>,
     touched: Vec<u32>,
     // totals
@@ -575,6 +643,7 @@ struct Partial {
     start_range: Option<(u64, u64)>,
     // percentile band: contributions kept until finish
     keep: bool,
+    histograms: bool,
     kept: Vec<Kept>,
     entries: Vec<(u32, u64)>,
 }
@@ -583,15 +652,16 @@ impl Partial {
     fn new(keep: bool) -> Self {
         let mut p = Partial {
             frames: Vec::new(),
-            frame_ix: FxMap::default(),
-            stack_ix: FxMap::default(),
-            stacks: Vec::new(),
+            frame_by_hash: FxMap::default(),
+            collisions: FxMap::default(),
+            nodes: Vec::new(),
+            node_ix: FxMap::default(),
             sums: Vec::new(),
             counts: Vec::new(),
             details: Vec::new(),
             kind_frames: [0; 4],
             local: Vec::new(),
-            buf: Vec::new(),
+            prev: Vec::new(),
             cur: Vec::new(),
             touched: Vec::new(),
             matched: 0,
@@ -601,6 +671,7 @@ impl Partial {
             accounting: Accounting::default(),
             start_range: None,
             keep,
+            histograms: false,
             kept: Vec::new(),
             entries: Vec::new(),
         };
@@ -611,14 +682,48 @@ impl Partial {
         p
     }
 
+    /// Intern a frame: look its 64-bit hash up, confirm with a comparison
+    /// that tries pointer equality of the shared strings before their bytes
+    /// (records built in-process share `Arc<str>`s), and fall back to a
+    /// full-key map only on a hash collision.
+    #[inline]
     fn intern_frame(&mut self, f: &Frame) -> u32 {
-        if let Some(&id) = self.frame_ix.get(f) {
-            return id;
+        let h = frame_hash(f);
+        match self.frame_by_hash.get(&h) {
+            Some(&id) if same_frame(&self.frames[id as usize], f) => id,
+            Some(_) => {
+                if let Some(&id) = self.collisions.get(f) {
+                    return id;
+                }
+                let id = self.frames.len() as u32;
+                self.frames.push(f.clone());
+                self.collisions.insert(f.clone(), id);
+                id
+            }
+            None => {
+                let id = self.frames.len() as u32;
+                self.frames.push(f.clone());
+                self.frame_by_hash.insert(h, id);
+                id
+            }
         }
-        let id = self.frames.len() as u32;
-        self.frames.push(f.clone());
-        self.frame_ix.insert(f.clone(), id);
-        id
+    }
+
+    /// The trie node for `frame` under `parent`, created on first use.
+    #[inline]
+    fn child(&mut self, parent: u32, frame: u32) -> u32 {
+        let key = (u64::from(parent) << 32) | u64::from(frame);
+        if let Some(&n) = self.node_ix.get(&key) {
+            return n;
+        }
+        let n = self.nodes.len() as u32;
+        self.nodes.push((parent, frame));
+        self.node_ix.insert(key, n);
+        self.sums.push(0);
+        self.counts.push(0);
+        self.details.push(Detail::default());
+        self.cur.push(0);
+        n
     }
 
     fn push(&mut self, sel: &Selection, r: &Record, ordinal: u64) {
@@ -628,6 +733,7 @@ impl Partial {
         self.matched += 1;
         let path = &r.path;
         self.local.clear();
+        self.prev.clear();
         for f in path.frames() {
             let id = self.intern_frame(f);
             self.local.push(id);
@@ -639,26 +745,28 @@ impl Partial {
                 continue;
             }
             latency = latency.saturating_add(ns);
-            self.buf.clear();
-            self.buf
-                .extend(seg.stack.iter().map(|id| self.local[id.0 as usize]));
-            if seg.kind != SegmentKind::Busy {
-                self.buf.push(self.kind_frames[kind_slot(seg.kind)]);
+            // Walk the stack trie: one small integer-keyed lookup per frame,
+            // reusing the nodes of the prefix shared with the previous
+            // segment (siblings under one parent share all but the leaf).
+            let mut node = NO_PARENT;
+            let mut depth = 0;
+            while depth < seg.stack.len()
+                && depth < self.prev.len()
+                && self.prev[depth].0 == seg.stack[depth].0
+            {
+                node = self.prev[depth].1;
+                depth += 1;
             }
-            let sid = match self.stack_ix.get(self.buf.as_slice()) {
-                Some(&s) => s,
-                None => {
-                    let s = self.stacks.len() as u32;
-                    let key: Box<[u32]> = self.buf.as_slice().into();
-                    self.stacks.push(key.clone());
-                    self.stack_ix.insert(key, s);
-                    self.sums.push(0);
-                    self.counts.push(0);
-                    self.details.push(Detail::default());
-                    self.cur.push(0);
-                    s
-                }
-            };
+            self.prev.truncate(depth);
+            for id in &seg.stack[depth..] {
+                let f = self.local[id.0 as usize];
+                node = self.child(node, f);
+                self.prev.push((id.0, node));
+            }
+            if seg.kind != SegmentKind::Busy {
+                node = self.child(node, self.kind_frames[kind_slot(seg.kind)]);
+            }
+            let sid = node;
             let c = &mut self.cur[sid as usize];
             if *c == 0 {
                 self.touched.push(sid);
@@ -684,7 +792,7 @@ impl Partial {
                 let v = std::mem::take(&mut self.cur[s]);
                 self.sums[s] = self.sums[s].saturating_add(v);
                 self.counts[s] += 1;
-                self.details[s].add(v);
+                self.details[s].add(v, self.histograms);
             }
             self.touched.clear();
             self.add_request(latency, r.start_unix_nanos, &r.path.accounting);
@@ -694,7 +802,7 @@ impl Partial {
     fn add_request(&mut self, latency: u64, start: Option<u64>, acc: &Accounting) {
         self.requests += 1;
         self.latency_sum = self.latency_sum.saturating_add(latency);
-        self.latency.add(latency);
+        self.latency.add(latency, true);
         self.accounting.add(acc);
         if let Some(t) = start {
             self.start_range = Some(match self.start_range {
@@ -716,7 +824,7 @@ impl Partial {
                     let s = s as usize;
                     self.sums[s] = self.sums[s].saturating_add(v);
                     self.counts[s] += 1;
-                    self.details[s].add(v);
+                    self.details[s].add(v, self.histograms);
                 }
                 self.add_request(k.latency, k.start_unix_nanos, &k.accounting);
             }
@@ -724,9 +832,31 @@ impl Partial {
         }
     }
 
+    /// The frames of trie node `n`, root first.
+    fn stack_of(&self, mut n: u32) -> Box<[u32]> {
+        let mut v = Vec::new();
+        while n != NO_PARENT {
+            let (parent, frame) = self.nodes[n as usize];
+            v.push(frame);
+            n = parent;
+        }
+        v.reverse();
+        v.into()
+    }
+
     fn into_aggregate(self) -> Aggregate {
-        let stacks = self
-            .stacks
+        // Only nodes some segment ended at are sample stacks; inner prefixes
+        // have no time and no requests and are dropped by canonicalize.
+        let stacks: Vec<Box<[u32]>> = (0..self.nodes.len() as u32)
+            .map(|n| {
+                if self.counts[n as usize] > 0 {
+                    self.stack_of(n)
+                } else {
+                    Box::from([])
+                }
+            })
+            .collect();
+        let stacks = stacks
             .into_iter()
             .zip(self.sums)
             .zip(self.counts)
@@ -942,6 +1072,26 @@ pub(crate) mod tests {
         let agg = Aggregate::from_records(&Selection::new().with_percentile(low), &recs);
         assert_eq!(agg.requests(), 8);
         assert_eq!(agg.mean_latency(), Duration::from_micros(4500));
+    }
+
+    #[test]
+    fn aggregate_frames_differing_only_by_file_stay_apart() {
+        // Same name, service and line hash alike; the file tells them apart.
+        let mk = |file: &str| {
+            let mut p = CriticalPath::new();
+            let f = Frame::new("A", "handler").with_location(file, 12);
+            p.push_frames([f], ms(1), SegmentKind::Busy);
+            Record::new("A", Trigger::Sampled, p)
+        };
+        let agg = Aggregate::from_records(&Selection::new(), [mk("a.rs"), mk("b.rs"), mk("a.rs")]);
+        let files: Vec<&str> = agg
+            .frames()
+            .iter()
+            .map(|f| &*f.location.as_ref().unwrap().file)
+            .collect();
+        assert_eq!(files, ["a.rs", "b.rs"]);
+        let sums: Vec<u64> = agg.stacks().iter().map(|s| s.sum_nanos).collect();
+        assert_eq!(sums, [2_000_000, 1_000_000]);
     }
 
     #[test]

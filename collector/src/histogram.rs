@@ -183,6 +183,10 @@ pub struct Report {
 
 impl Report {
     /// Build the report; rows sorted by mean per request, descending.
+    ///
+    /// Per-stack distributions need an aggregate built with histograms
+    /// ([`crate::aggregate::Aggregator::with_histograms`]); without them
+    /// the quantile columns are 0.
     pub fn new(agg: &Aggregate) -> Report {
         let n = agg.requests();
         let mut rows: Vec<Row> = agg
@@ -405,7 +409,10 @@ mod tests {
 
     #[test]
     fn cpt_table1_histogram_separates_frequency_from_duration() {
-        let agg = Aggregate::from_records(&Selection::new(), crate::aggregate::tests::table1());
+        let agg = Aggregate::from_records_with_histograms(
+            &Selection::new(),
+            crate::aggregate::tests::table1(),
+        );
         let rep = Report::new(&agg);
         let row = |s: &str| rep.rows.iter().find(|r| r.stack == s).unwrap().clone();
         // A1/A2: 5 ms per request on average, but 10 ms on the one path it is on.

@@ -282,9 +282,9 @@ fn load_store(path: &Path, _: &mut [&mut Aggregator], _: &mut LoadStats) -> anyh
 }
 
 /// Load, aggregate one selection, merge any profile inputs.
-fn aggregate(src: &SourceArgs, select: &SelectArgs) -> anyhow::Result<Aggregate> {
+fn aggregate(src: &SourceArgs, select: &SelectArgs, histograms: bool) -> anyhow::Result<Aggregate> {
     let sel = select.selection();
-    let mut agg = Aggregator::new(sel.clone());
+    let mut agg = Aggregator::new(sel.clone()).with_histograms(histograms);
     let mut profiles = Vec::new();
     let stats = load(src, &mut [&mut agg], Some(&mut profiles))?;
     if !profiles.is_empty() && sel != Selection::new() {
@@ -363,7 +363,7 @@ pub struct ProfileArgs {
 ///
 /// Unreadable inputs, a bad line under `--strict`, an unwritable output.
 pub fn run_profile(args: ProfileArgs) -> anyhow::Result<()> {
-    let agg = aggregate(&args.source, &args.select)?;
+    let agg = aggregate(&args.source, &args.select, false)?;
     write_out(Some(&args.output), &profile::encode_gzip(&agg))?;
     eprintln!("cpt: wrote {}: {}", args.output.display(), summary(&agg));
     eprintln!(
@@ -397,7 +397,7 @@ pub struct FlameArgs {
 ///
 /// As `cpt profile`, or an empty selection (nothing to draw).
 pub fn run_flame(args: FlameArgs) -> anyhow::Result<()> {
-    let agg = aggregate(&args.source, &args.select)?;
+    let agg = aggregate(&args.source, &args.select, false)?;
     let opts = FlameOptions {
         title: args.title,
         subtitle: None,
@@ -427,7 +427,7 @@ pub struct FoldedArgs {
 ///
 /// As `cpt profile`.
 pub fn run_folded(args: FoldedArgs) -> anyhow::Result<()> {
-    let agg = aggregate(&args.source, &args.select)?;
+    let agg = aggregate(&args.source, &args.select, false)?;
     write_out(args.output.as_deref(), folded(&agg).as_bytes())
 }
 
@@ -470,7 +470,7 @@ pub struct HistogramArgs {
 ///
 /// As `cpt profile`.
 pub fn run_histogram(args: HistogramArgs) -> anyhow::Result<()> {
-    let agg = aggregate(&args.source, &args.select)?;
+    let agg = aggregate(&args.source, &args.select, true)?;
     let rep = Report::new(&agg);
     if agg.latency_detail().is_none() {
         eprintln!("cpt: note: profile inputs carry no per-request spread; histograms are empty");

@@ -1,0 +1,194 @@
+//! Aggregating 10⁶ records of about 30 segments into a pprof profile
+//! (issue 4 target: ≤ 2 s on a 2-core machine), side by side with a
+//! straightforward baseline: a sequential `HashMap<Vec<String>, u64>` fold
+//! keyed by frame-label stacks.
+//!
+//! The input is 10⁶ record references cycling over 10⁴ distinct generated
+//! records (Figure 1–like services, ~200 distinct stacks of depth 2–7, some
+//! network / unattributed / blind-spot segments). Cycling keeps memory near
+//! 50 MB instead of ~5 GB; every reference is aggregated as a separate
+//! request. JSON parsing is not included (both sides start from `Record`s).
+//!
+//! `CPT_BENCH_RECORDS=N` changes the record count. Run:
+//! `cargo bench -p cpt-benches --bench aggregate`.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use cpt_collector::aggregate::{Aggregate, stack_label};
+use cpt_collector::profile::encode_gzip;
+use cpt_collector::selection::{PercentileBand, Selection};
+use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
+use cpt_sdk::record::Record;
+use cpt_sdk::trigger::Trigger;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// ~200 distinct frame stacks over services A–F, depth 2–7.
+fn stack_pool(rng: &mut Rng) -> Vec<Vec<Frame>> {
+    let services = ["A", "B", "C", "D", "E", "F"];
+    let root = Frame::new("A", "A1").with_location("a/src/main.rs", 40);
+    let mut pool = Vec::new();
+    for i in 0..200u64 {
+        let depth = 2 + rng.below(6) as usize;
+        let mut stack = vec![root.clone()];
+        for d in 1..depth {
+            let svc = services[(rng.below(services.len() as u64)) as usize];
+            let name = format!("{svc}{}_{}", d, (i + d as u64) % 13);
+            let mut f = Frame::new(svc, name);
+            // Location is a function of the name: one frame, one location.
+            if ((i + d as u64) % 13) % 2 == 0 {
+                f = f.with_location(
+                    format!("{}/src/handler.rs", svc.to_lowercase()),
+                    d as u32 * 10,
+                );
+            }
+            stack.push(f);
+        }
+        pool.push(stack);
+    }
+    pool
+}
+
+fn records(distinct: usize) -> Vec<Record> {
+    let mut rng = Rng(42);
+    let stacks = stack_pool(&mut rng);
+    (0..distinct)
+        .map(|i| {
+            let mut p = CriticalPath::new();
+            let segments = 25 + rng.below(11); // 25..=35, mean 30
+            for s in 0..segments {
+                let stack = &stacks[rng.below(stacks.len() as u64) as usize];
+                let kind = match rng.below(20) {
+                    0 => SegmentKind::Network,
+                    1 => SegmentKind::Unattributed,
+                    2 if s % 7 == 0 => SegmentKind::BlindSpot,
+                    3 => SegmentKind::Queueing,
+                    _ => SegmentKind::Busy,
+                };
+                let us = 10 + rng.below(2_000);
+                p.push_frames(stack.iter().cloned(), Duration::from_micros(us), kind);
+            }
+            let mut r = Record::new("A", Trigger::Sampled, p);
+            r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i as u64 * 1_000_000);
+            r
+        })
+        .collect()
+}
+
+/// The straightforward fold: one `Vec<String>` key per segment.
+fn baseline(recs: &[&Record]) -> HashMap<Vec<String>, u64> {
+    let mut m: HashMap<Vec<String>, u64> = HashMap::new();
+    let mut n = 0u64;
+    for r in recs {
+        if r.trigger != Trigger::Sampled {
+            continue;
+        }
+        n += 1;
+        for seg in r.path.segments() {
+            let mut key: Vec<String> = r
+                .path
+                .stack_frames(seg)
+                .map(|f| format!("{} ({})", f.name, f.service))
+                .collect();
+            if seg.kind != SegmentKind::Busy {
+                key.push(format!("[{}]", seg.kind));
+            }
+            *m.entry(key).or_default() += seg.duration.as_nanos() as u64;
+        }
+    }
+    for v in m.values_mut() {
+        *v /= n.max(1);
+    }
+    m
+}
+
+fn cpt(recs: &[&Record], sel: &Selection) -> Vec<u8> {
+    encode_gzip(&Aggregate::from_records(sel, recs.iter().copied()))
+}
+
+/// Both folds agree (means within 1 ns of rounding) before anything is timed.
+fn check_same(recs: &[&Record]) {
+    let agg = Aggregate::from_records(&Selection::new(), recs.iter().copied());
+    let base = baseline(recs);
+    assert_eq!(agg.stacks().len(), base.len(), "stack counts differ");
+    let kinds = |l: &str| l.replace("[blind spot]", "[blind_spot]");
+    for (s, mean) in agg.stacks().iter().zip(agg.mean_nanos()) {
+        let key: Vec<String> = kinds(&stack_label(&agg, s, "\u{1}"))
+            .split('\u{1}')
+            .map(str::to_owned)
+            .collect();
+        let want = base
+            .get(&key)
+            .unwrap_or_else(|| panic!("baseline lacks {key:?}"));
+        assert!(mean.abs_diff(*want) <= 1, "{key:?}: {mean} vs {want}");
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let n: usize = std::env::var("CPT_BENCH_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let pool = records(10_000.min(n));
+    let refs: Vec<&Record> = (0..n).map(|i| &pool[i % pool.len()]).collect();
+    let segments: usize = refs.iter().map(|r| r.path.segments().len()).sum();
+    check_same(&refs[..pool.len()]);
+    eprintln!(
+        "aggregate bench: {n} records, {segments} segments ({:.1} per record), {} rayon threads",
+        segments as f64 / n as f64,
+        rayon_threads()
+    );
+
+    // One timed run of each, for the ratio line (criterion below gives the
+    // distributions).
+    let t = Instant::now();
+    black_box(cpt(&refs, &Selection::new()));
+    let ours = t.elapsed();
+    let t = Instant::now();
+    black_box(baseline(&refs));
+    let theirs = t.elapsed();
+    eprintln!(
+        "aggregate bench: cpt {:.3} s, baseline {:.3} s, baseline/cpt = {:.1}x",
+        ours.as_secs_f64(),
+        theirs.as_secs_f64(),
+        theirs.as_secs_f64() / ours.as_secs_f64()
+    );
+
+    let mut g = c.benchmark_group(format!("aggregate_{n}_records"));
+    g.sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(10))
+        .throughput(Throughput::Elements(n as u64));
+    g.bench_function("cpt_profile", |b| b.iter(|| cpt(&refs, &Selection::new())));
+    let p95 = Selection::new().with_percentile(PercentileBand::parse("p95-p100").unwrap());
+    g.bench_function("cpt_profile_p95_band", |b| b.iter(|| cpt(&refs, &p95)));
+    g.bench_function("baseline_hashmap_vec_string", |b| {
+        b.iter(|| baseline(&refs))
+    });
+    g.finish();
+}
+
+fn rayon_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
