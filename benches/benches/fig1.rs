@@ -28,6 +28,7 @@ use cpt_examples::system::{self, Config, Work};
 use cpt_sdk::layer::CriticalPathLayer;
 use tonic::transport::Channel;
 use tracing::Dispatch;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::prelude::*;
 
 struct Setup {
@@ -177,8 +178,14 @@ fn main() {
             r.fetch_add(1, Ordering::Relaxed);
         })
         .build();
-    let cpt = Dispatch::new(tracing_subscriber::registry().with(layer));
-    let plain = Dispatch::new(tracing_subscriber::registry());
+    // As a service would run: library spans below INFO (h2, hyper, tower
+    // create them per poll) are off; cpt's and the services' spans are INFO.
+    let cpt = Dispatch::new(
+        tracing_subscriber::registry()
+            .with(LevelFilter::INFO)
+            .with(layer),
+    );
+    let plain = Dispatch::new(tracing_subscriber::registry().with(LevelFilter::INFO));
 
     let mut setups = [
         setup(

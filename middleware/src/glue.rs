@@ -112,7 +112,11 @@ pub(crate) fn codec_version_header() -> HeaderValue {
 /// Encode a path for [`header::PATH`](crate::header::PATH).
 pub(crate) fn encode_header(path: &CriticalPath, max_bytes: usize) -> Option<HeaderValue> {
     let bytes = codec::encode(path, &EncodeOptions::new().with_max_bytes(max_bytes));
-    HeaderValue::from_str(&BASE64.encode(bytes)).ok()
+    let mut value = HeaderValue::from_str(&BASE64.encode(bytes)).ok()?;
+    // A path is large and different every time: HPACK must not put it in its
+    // dynamic table (it would evict every other header's entry).
+    value.set_sensitive(true);
+    Some(value)
 }
 
 /// Why a callee's path header was not used.

@@ -84,7 +84,12 @@ fn main() -> anyhow::Result<()> {
         .with_service("demo")
         .with_sink(sink.clone())
         .build();
-    tracing_subscriber::registry().with(layer).init();
+    // Library spans below INFO (h2, hyper, tower create them per poll) are
+    // off, as in a typical service; cpt's and the services' spans are INFO.
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::filter::LevelFilter::INFO)
+        .with(layer)
+        .init();
 
     let config = Config {
         sample_rate: args.sample_rate,

@@ -273,3 +273,41 @@ fn untraced_request_produces_no_record_and_no_metadata() {
         assert!(back.is_empty(), "no cpt metadata returned: {back:?}");
     });
 }
+
+#[test]
+fn entry_record_carries_w3c_trace_id_and_request_id() {
+    run(|recorder| async move {
+        let c = serve_grpc(ServerLayer::grpc("C").with_sampler(always), c_service()).await;
+        raw_c1(
+            c,
+            &[
+                (
+                    &header::TRACEPARENT,
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                ),
+                (&header::REQUEST_ID, "req-77"),
+            ],
+        )
+        .await;
+        raw_c1(c, &[(&header::TRACEPARENT, "00-not-a-trace-id-01")]).await;
+        let records = recorder.wait_for(2).await;
+        assert_eq!(records.len(), 2, "{records:#?}");
+        assert_eq!(
+            records[0].trace_id.as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        assert_eq!(records[0].request_id.as_deref(), Some("req-77"));
+        assert_eq!(records[0].endpoint.as_deref(), Some(method::C_C1));
+        assert_eq!(
+            records[1].trace_id, None,
+            "a malformed traceparent is ignored"
+        );
+        assert!(
+            records[1]
+                .request_id
+                .as_deref()
+                .is_some_and(|id| id.len() == 32),
+            "generated id"
+        );
+    });
+}
