@@ -32,7 +32,7 @@
 //!   while a blocker that the walk just left was *queued* (created, not yet
 //!   polled): that time is the blocker's **queueing**.
 //! - an RPC node with a callee outcome attached is replaced by the callee's
-//!   path via [`merge::splice`](super::merge::splice) (network/undercount,
+//!   path via [`merge::splice`] (network/undercount,
 //!   overcount, blind spot).
 //!
 //! The segments sum to the root's latency exactly, whatever the input: times
