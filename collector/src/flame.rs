@@ -110,6 +110,57 @@ pub fn flame_svg(agg: &Aggregate, opts: &FlameOptions) -> io::Result<Vec<u8>> {
     Ok(svg)
 }
 
+/// A differential flame graph (inferno): frame widths are the test
+/// selection's mean times, colours the change from the base selection (red:
+/// slower, blue: faster), as `difffolded.pl` + `flamegraph.pl` draw it.
+///
+/// # Errors
+///
+/// If both aggregates are empty or inferno fails.
+pub fn diff_flame_svg(
+    base: &Aggregate,
+    test: &Aggregate,
+    opts: &FlameOptions,
+) -> io::Result<Vec<u8>> {
+    let mut diffed = Vec::new();
+    inferno::differential::from_readers(
+        inferno::differential::Options::default(),
+        folded(base).as_bytes(),
+        folded(test).as_bytes(),
+        &mut diffed,
+    )?;
+    if diffed.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "both selections are empty: nothing to draw",
+        ));
+    }
+    let mut o = Options::default();
+    o.title = opts.title.clone().unwrap_or_else(|| {
+        format!(
+            "cpt diff: mean {} ({} requests) → {} ({} requests)",
+            fmt_ns(base.mean_latency().as_nanos() as u64),
+            base.requests(),
+            fmt_ns(test.mean_latency().as_nanos() as u64),
+            test.requests()
+        )
+    });
+    o.subtitle = opts.subtitle.clone();
+    o.count_name = "ns/request".into();
+    o.name_type = "Frame:".into();
+    o.deterministic = true;
+    if opts.inverted {
+        o.direction = flamegraph::Direction::Inverted;
+    }
+    let text =
+        String::from_utf8(diffed).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_unstable();
+    let mut svg = Vec::new();
+    flamegraph::from_lines(&mut o, lines, &mut svg)?;
+    Ok(svg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +184,30 @@ mod tests {
         for name in ["A1 (A)", "A2 (A)", "B1 (B)", "mean 12.00ms over 2 requests"] {
             assert!(svg.contains(name), "svg lacks {name}");
         }
+    }
+
+    #[test]
+    fn cpt_table1_diff_flame_colours_changes() {
+        let t = table1();
+        let base = Aggregate::from_records(&Selection::new(), &t[..1]);
+        let test = Aggregate::from_records(&Selection::new(), &t[1..]);
+        let svg = diff_flame_svg(&base, &test, &FlameOptions::default()).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(
+            svg.contains("B1 (B)") && svg.contains("16.00ms (1 requests)"),
+            "{}",
+            &svg[..400]
+        );
+        // B1 is new in the test arm (+4 ms of 8 ms), A2 gone (-10 ms).
+        assert!(
+            svg.contains("B1 (B) (4,000,000 ns/request, 50.00%; +50.00%)"),
+            "{svg}"
+        );
+        // A1 self time fell from 6 to 4 ms: -2 ms of 8 ms.
+        assert!(
+            svg.contains("A1 (A) (8,000,000 ns/request, 100.00%; -25.00%)"),
+            "{svg}"
+        );
     }
 
     #[test]

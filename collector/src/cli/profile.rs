@@ -530,6 +530,9 @@ pub struct DiffArgs {
     /// Directory for base.pb.gz and test.pb.gz (for `go tool pprof -diff_base`).
     #[arg(short, long, value_name = "DIR")]
     output: Option<PathBuf>,
+    /// Also draw a differential flame graph (widths: test; red slower, blue faster).
+    #[arg(long, value_name = "OUT.svg")]
+    flame: Option<PathBuf>,
 }
 
 /// Run `cpt diff`.
@@ -606,6 +609,12 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<()> {
             b.display(),
             t.display()
         );
+    }
+    if let Some(path) = &args.flame {
+        let svg = crate::flame::diff_flame_svg(&base, &test, &FlameOptions::default())
+            .context("cannot draw the differential flame graph")?;
+        write_out(Some(path), &svg)?;
+        eprintln!("cpt: wrote {}", path.display());
     }
     let text = match args.format {
         Format::Csv => report.to_csv(),

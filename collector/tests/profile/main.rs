@@ -253,6 +253,7 @@ fn cli_flame_histogram_diff() {
     );
 
     let out_dir = dir.path().join("diff");
+    let diff_svg = dir.path().join("diff.svg");
     let (report, stderr) = ok(&[
         "diff",
         "--base",
@@ -262,8 +263,15 @@ fn cli_flame_histogram_diff() {
         "--all",
         "-o",
         out_dir.to_str().unwrap(),
+        "--flame",
+        diff_svg.to_str().unwrap(),
         input,
     ]);
+    let diff_svg = std::fs::read_to_string(diff_svg).unwrap();
+    assert!(
+        diff_svg.contains("B1 (B)") && diff_svg.contains("cpt diff"),
+        "no diff flame"
+    );
     assert!(stderr.contains("go tool pprof -diff_base"), "{stderr}");
     assert!(
         report.contains("base: 1 requests, mean latency 16.00ms"),
