@@ -461,9 +461,9 @@ fn convert(t: JTrace<'_>, names: &mut Interner, opts: BuildOptions) -> Result<Tr
             .as_ref()
             .filter(|r| same_trace(r))
             .or_else(|| s.references.follows_from.as_ref().filter(|r| same_trace(r)))
-            .map(|r| Box::<str>::from(&*r.span_id));
+            .map(|r| Cow::Borrowed(&*r.span_id));
         spans.push(RawSpan {
-            id: Box::from(&*s.span_id),
+            id: Cow::Borrowed(&*s.span_id),
             parent_id: parent,
             service,
             operation: names.get(&s.operation),

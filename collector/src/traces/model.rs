@@ -8,6 +8,7 @@
 //! rejected whole with a [`TraceError`] naming the span, so the caller can
 //! count it, report it and go on with the next trace.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -135,14 +136,15 @@ impl Trace {
     }
 }
 
-/// A span as a reader found it, before validation.
+/// A span as a reader found it, before validation. Ids may borrow from
+/// the document being read.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RawSpan {
+pub struct RawSpan<'a> {
     /// The span id (unique within the trace after the reader's own
     /// disambiguation, e.g. Zipkin's shared client/server ids).
-    pub id: Box<str>,
+    pub id: Cow<'a, str>,
     /// The parent's id, if any.
-    pub parent_id: Option<Box<str>>,
+    pub parent_id: Option<Cow<'a, str>>,
     /// Service name.
     pub service: Arc<str>,
     /// Operation name.
@@ -252,7 +254,7 @@ impl TraceError {
 /// The first problem found, naming the span.
 pub fn build(
     trace_id: &str,
-    mut raw: Vec<RawSpan>,
+    raw: Vec<RawSpan<'_>>,
     opts: BuildOptions,
 ) -> Result<Trace, TraceError> {
     let err = |reason| TraceError::new(trace_id, reason);
@@ -404,9 +406,9 @@ pub fn build(
                 (clocks.len() - 1) as u32
             }
         };
-        let r = &mut raw[i];
+        let r = &raw[i];
         spans.push(Span {
-            span_id: std::mem::take(&mut r.id),
+            span_id: Box::from(&*r.id),
             parent: p,
             service: r.service.clone(),
             operation: r.operation.clone(),
@@ -501,7 +503,12 @@ impl Interner {
 mod tests {
     use super::*;
 
-    fn raw(id: &str, parent: Option<&str>, start: Option<i64>, dur: Option<i64>) -> RawSpan {
+    fn raw<'a>(
+        id: &'a str,
+        parent: Option<&'a str>,
+        start: Option<i64>,
+        dur: Option<i64>,
+    ) -> RawSpan<'a> {
         RawSpan {
             id: id.into(),
             parent_id: parent.map(Into::into),

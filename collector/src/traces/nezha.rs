@@ -54,7 +54,7 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
     }
     let mut names = Interner::default();
     let mut order: Vec<&str> = Vec::new();
-    let mut by_trace: HashMap<&str, Vec<RawSpan>> = HashMap::new();
+    let mut by_trace: HashMap<&str, Vec<RawSpan<'_>>> = HashMap::new();
     let mut bad: HashMap<&str, String> = HashMap::new();
     for (n, line) in lines {
         if line.trim().is_empty() {

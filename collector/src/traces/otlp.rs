@@ -226,7 +226,7 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
     }
     let mut names = Interner::default();
     let mut order: Vec<String> = Vec::new();
-    let mut by_trace: HashMap<String, Vec<RawSpan>> = HashMap::new();
+    let mut by_trace: HashMap<String, Vec<RawSpan<'static>>> = HashMap::new();
     let mut bad: HashMap<String, String> = HashMap::new();
     for doc in &docs {
         for rs in &doc.resource_spans {

@@ -282,7 +282,14 @@ mod tests {
     use super::*;
     use crate::traces::model::{BuildOptions, RawSpan, build};
 
-    fn span(id: &str, parent: Option<&str>, kind: SpanKind, host: &str, s: i64, d: i64) -> RawSpan {
+    fn span<'a>(
+        id: &'a str,
+        parent: Option<&'a str>,
+        kind: SpanKind,
+        host: &str,
+        s: i64,
+        d: i64,
+    ) -> RawSpan<'a> {
         RawSpan {
             id: id.into(),
             parent_id: parent.map(Into::into),
