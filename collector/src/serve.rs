@@ -416,6 +416,26 @@ impl Collector {
     /// Open the store, bind the listeners and start serving on the current
     /// tokio runtime.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use cpt_collector::serve::{Collector, ServeConfig};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = ServeConfig::new("cpt.db")
+    ///     .with_grpc("127.0.0.1:7070".parse()?)
+    ///     .with_http("127.0.0.1:7071".parse()?);
+    /// let collector = Collector::start(config).await?;
+    /// println!("gRPC on {:?}", collector.grpc_addr());
+    /// collector
+    ///     .run_until(async {
+    ///         let _ = tokio::signal::ctrl_c().await;
+    ///     })
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// When the store cannot be opened or an address cannot be bound.

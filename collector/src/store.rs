@@ -274,6 +274,25 @@ impl Store {
     /// Open (creating if needed) the store at `path` for reading and
     /// writing, with [`Durability::Full`].
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use cpt_collector::store::{Store, StoreQuery};
+    /// use cpt_sdk::{CriticalPath, Frame, Record, SegmentKind, Trigger};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("cpt.db");
+    ///
+    /// let mut p = CriticalPath::new();
+    /// p.push_frames([Frame::new("A", "A1")], std::time::Duration::from_millis(3), SegmentKind::Busy);
+    /// let mut store = Store::open(&path)?;
+    /// store.insert(&[Record::new("A", Trigger::Sampled, p)])?; // durable when it returns
+    ///
+    /// let query = StoreQuery { service: Some("A".into()), ..StoreQuery::default() };
+    /// let records: Vec<Record> = store.query(&query)?.collect::<Result<_, _>>()?;
+    /// assert_eq!(records.len(), 1);
+    /// # Ok::<(), cpt_collector::store::StoreError>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// When SQLite cannot open or initialise the file, or it holds a newer
