@@ -9,7 +9,9 @@
 //!
 //! # Pipeline
 //!
-//! 1. **Read** ([`jaeger`], [`zipkin`], [`otlp`]): gzipped or plain files;
+//! 1. **Read** ([`jaeger`], [`zipkin`], [`otlp`], [`nezha`] CSV): gzipped or
+//!    plain files (Jaeger files above [`ImportOptions::stream_above_bytes`]
+//!    are streamed);
 //!    each trace is validated into the neutral [`model::Trace`]. A trace
 //!    that is malformed (truncated JSON, missing parents, cycles, duplicate
 //!    span ids, negative durations) is rejected with a [`TraceError`]
