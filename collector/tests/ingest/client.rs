@@ -199,3 +199,61 @@ fn client_exports_to_cpt_serve_over_grpc_and_http() {
     want.sort_by(|a, b| a.request_id.cmp(&b.request_id));
     assert_eq!(got, want);
 }
+
+#[test]
+fn client_backs_off_on_resource_exhausted_until_the_collector_catches_up() {
+    let c = TestCollector::start(|c| c.with_max_pending_batches(1));
+    // Stall the writer and fill the single pending slot.
+    let blocker = rusqlite::Connection::open(&c.store).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let addr = c.http();
+    let first = std::thread::spawn(move || {
+        post_records(
+            addr,
+            cpt_collector::ingest::CONTENT_TYPE_JSON_LINES,
+            &json_lines(&records("first", 3)),
+        )
+    });
+    let t0 = Instant::now();
+    while http(addr, "GET", "/v1/stats", "text/plain", b"")
+        .unwrap()
+        .json()["pending_batches"]
+        != 1
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the first batch never became pending"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut client =
+        CollectorClient::builder(Endpoint::parse(&format!("grpc://{}", c.grpc())).unwrap())
+            .with_initial_backoff(Duration::from_millis(20))
+            .with_max_backoff(Duration::from_millis(100))
+            .with_max_attempts(50)
+            .build();
+    let stats = client.stats();
+    let sender = std::thread::spawn(move || client.send(&records("retried", 5)));
+    let t0 = Instant::now();
+    while stats.retries() < 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the client never retried"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        stats.last_error().unwrap().contains("ResourceExhausted"),
+        "{:?}",
+        stats.last_error()
+    );
+    blocker.execute_batch("ROLLBACK").unwrap();
+    sender
+        .join()
+        .unwrap()
+        .expect("delivered once the collector caught up");
+    assert_eq!(first.join().unwrap().status, 200);
+    assert_eq!(stats.exported_records(), 5);
+    assert!(c.stats().overloaded >= 2);
+    assert_eq!(c.stored().len(), 8);
+}

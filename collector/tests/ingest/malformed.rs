@@ -148,3 +148,62 @@ fn post_gzip(addr: std::net::SocketAddr, body: &[u8]) -> HttpResponse {
     )
     .unwrap()
 }
+
+/// Sends raw bytes as the gRPC request message.
+#[derive(Debug, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = proto::ExportResponse;
+    type Encoder = RawEncoder;
+    type Decoder = tonic_prost::ProstDecoder<proto::ExportResponse>;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstCodec::<proto::RecordBatch, proto::ExportResponse>::default().decoder()
+    }
+}
+
+#[derive(Debug)]
+struct RawEncoder;
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+#[test]
+fn ingest_grpc_garbage_is_invalid_argument_naming_the_decode_error() {
+    let c = TestCollector::start(|c| c);
+    let status = c.rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", c.grpc()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.unwrap();
+        let path = http::uri::PathAndQuery::from_static(cpt_collector::ingest::GRPC_EXPORT_PATH);
+        // Field 1 (records) claims 5 bytes and has 2.
+        grpc.unary(tonic::Request::new(b"\x0a\x05ab".to_vec()), path, RawCodec)
+            .await
+            .unwrap_err()
+    });
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("malformed protobuf message"),
+        "{}",
+        status.message()
+    );
+    assert!(c.stored().is_empty());
+}
