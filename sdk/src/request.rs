@@ -383,3 +383,10 @@ fn otel_trace_id(d: &Dispatch, id: &Id) -> Option<String> {
     let sc = span.span_context();
     sc.is_valid().then(|| sc.trace_id().to_string())
 }
+
+/// What a `task::Tracked` future needs to report its node's wakes.
+pub(crate) fn wake_target(span: &Span) -> Option<(NodeState, Arc<dyn crate::clock::Clock>)> {
+    with_layer(span, |layer, d, id| {
+        Some((layer.node(d, id)?, layer.shared.clock.clone()))
+    })
+}

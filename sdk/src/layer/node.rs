@@ -78,6 +78,12 @@ struct LiveNode {
     resumptions: Vec<Resumption>,
     next_blocker: Option<NodeId>,
     callee: Option<CalleeOutcome>,
+    /// Earliest wake since the last exit (set only by `task::Tracked`).
+    woken: Option<Duration>,
+    /// Woken while running (a self-wake, `yield_now`): runnable at exit.
+    woken_running: bool,
+    /// `(woken, resumed)`: ready to run but not running.
+    runnable: Vec<(Duration, Duration)>,
 }
 
 impl LiveNode {
@@ -103,6 +109,9 @@ impl LiveNode {
             resumptions: Vec::new(),
             next_blocker: None,
             callee: None,
+            woken: None,
+            woken_running: false,
+            runnable: Vec::new(),
         }
     }
 }
@@ -226,6 +235,11 @@ impl Request {
         if n.first_poll.is_none() {
             n.first_poll = Some(now);
         }
+        if let Some(w) = n.woken.take()
+            && w < now
+        {
+            n.runnable.push((w, now));
+        }
         if let Some(b) = n.next_blocker.take() {
             n.resumptions.push(Resumption {
                 at: now,
@@ -260,6 +274,9 @@ impl Request {
             }
             n.last_exit = Some(now);
             n.exit_seq = seq;
+            if std::mem::take(&mut n.woken_running) {
+                n.woken = Some(now);
+            }
         }
     }
 
@@ -273,6 +290,18 @@ impl Request {
             } else {
                 now()
             });
+        }
+    }
+
+    /// The node's future was woken (its waker fired) at `now`.
+    pub(crate) fn wake(&self, node: NodeId, now: Duration) {
+        let mut st = self.state();
+        if let Some(n) = st.nodes.get_mut(node.index()) {
+            if n.open.is_some() {
+                n.woken_running = true;
+            } else if n.woken.is_none() {
+                n.woken = Some(now);
+            }
         }
     }
 
@@ -358,6 +387,7 @@ impl Request {
                 end_seq: n.exit_seq,
                 busy,
                 resumptions: n.resumptions,
+                runnable: n.runnable,
                 callee: n.callee,
             });
         }

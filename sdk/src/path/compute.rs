@@ -135,6 +135,13 @@ pub struct Node {
     pub busy: Vec<Busy>,
     /// Explicit resumptions (see [`Resumption`]).
     pub resumptions: Vec<Resumption>,
+    /// `(woken, resumed)` intervals: the node was ready to run (its waker
+    /// had fired) but was not running yet. Known only for futures whose
+    /// wakes are observed (`task::Tracked`); during such a stretch the node
+    /// is not waiting on a dependency but queued for its thread, so the time
+    /// belongs to whatever its parent was polling instead (a `join!` sibling,
+    /// the parent itself) or is the node's queueing.
+    pub runnable: Vec<(Duration, Duration)>,
     /// The callee's outcome, for an RPC node.
     pub callee: Option<CalleeOutcome>,
 }
@@ -151,6 +158,7 @@ impl Node {
             end_seq: 0,
             busy: Vec::new(),
             resumptions: Vec::new(),
+            runnable: Vec::new(),
             callee: None,
         }
     }
@@ -267,6 +275,10 @@ struct Prep {
     nested: Range<usize>,
     /// Explicit resumptions with a blocker, sorted by time.
     explicit: Range<usize>,
+    /// Ready-but-not-running stretches, sorted.
+    runnable: Range<usize>,
+    /// The node ran inside its parent's polls (it has nested intervals).
+    polled_by_parent: bool,
 }
 
 /// Every node's timeline; flat arrays so that preparing a graph allocates a
@@ -281,6 +293,8 @@ struct Prepared {
     nested: Vec<(u64, u64, usize)>,
     /// `(at, blocker)`.
     explicit: Vec<(u64, usize)>,
+    /// `(woken, resumed)`.
+    runnable: Vec<(u64, u64)>,
 }
 
 /// Sort `(owner, item)` pairs by owner, keep the items, and give each owner
@@ -335,6 +349,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
     }
     let mut ends = Vec::new();
     let mut nested = Vec::new();
+    let mut polled = Vec::new();
     for (i, node) in graph.nodes.iter().enumerate() {
         let Some(p) = nodes[i].parent else { continue };
         let (fp, end) = (nodes[i].first_poll, nodes[i].end);
@@ -345,12 +360,31 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
             let (s, e) = (clamp(iv.start).max(fp), clamp(iv.end).min(end));
             if s < e {
                 nested.push((p, (s, e, i)));
+                polled.push(i);
             }
         }
+    }
+    for i in polled {
+        nodes[i].polled_by_parent = true;
     }
     let (explicit, explicit_r) = group(explicit, n);
     let (ends, ends_r) = group(ends, n);
     let (nested, nested_r) = group(nested, n);
+
+    // Ready-but-not-running stretches, clipped.
+    let mut runnable = Vec::new();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let (fp, end) = (nodes[i].first_poll, nodes[i].end);
+        let from = runnable.len();
+        runnable.extend(
+            node.runnable
+                .iter()
+                .map(|&(w, r)| (clamp(w).max(fp), clamp(r).min(end)))
+                .filter(|(w, r)| w < r),
+        );
+        runnable[from..].sort_unstable();
+        nodes[i].runnable = from..runnable.len();
+    }
 
     // Own busy time: entered intervals (clipped, merged) minus nested ones.
     let mut own = Vec::new();
@@ -384,6 +418,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
         ends,
         nested,
         explicit,
+        runnable,
     }
 }
 
@@ -460,8 +495,12 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         queued: None,
     }];
     let mut cursor = stop;
-    let work: usize =
-        pr.own.len() + pr.nested.len() + pr.ends.len() + pr.explicit.len() + 2 * prep.len();
+    let work: usize = pr.own.len()
+        + pr.nested.len()
+        + pr.ends.len()
+        + pr.explicit.len()
+        + pr.runnable.len()
+        + 2 * prep.len();
     let mut budget = work.saturating_mul(8).saturating_add(1024);
 
     let seg = |pieces: &mut Vec<Piece>, node, lo: u64, hi: u64, kind| {
@@ -554,9 +593,10 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
             p.first_poll
         };
 
+        let g0 = g0.max(floor);
+
         // Waiting since g0. Explicit blocker, or the child that ended last
         // (only events above the floor can explain time above it).
-        let g0 = g0.max(floor);
         let explicit = latest_in(explicit, g0, t, |e| e.0)
             .filter(|&&(_, b)| eligible(b, &visited, &on_stack, prep))
             .copied();
@@ -573,6 +613,75 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
             (Some(x), Some(c)) => Some(if c.0 > x.0 { c } else { x }),
             (x, c) => x.or(c),
         };
+        // The node was not waiting on a dependency but its thread was busy
+        // elsewhere: it was ready to run (woken, not yet polled), or it is
+        // polled by its parent and the parent was still in the same poll
+        // (running its own code or a sibling, e.g. after a `yield_now`).
+        // That time belongs to what the parent ran, else it is queueing.
+        let b_at = blocker.map_or(0, |b| b.0);
+        let runnable = &pr.runnable[p.runnable.clone()];
+        let rk = runnable.partition_point(|iv| iv.0 < t);
+        let ready = (rk > 0 && runnable[rk - 1].1 >= t).then(|| runnable[rk - 1].0);
+        if let Some(par) = p
+            .parent
+            .filter(|_| t > b_at && (ready.is_some() || p.polled_by_parent))
+        {
+            let lo_w = g0.max(b_at).max(ready.unwrap_or(0));
+            let pn = &pr.nested[prep[par].nested.clone()];
+            let j = pn.partition_point(|iv| iv.0 < t);
+            let pown = &pr.own[prep[par].own.clone()];
+            let k = pown.partition_point(|iv| iv.0 < t);
+            if lo_w < t {
+                if j > 0 {
+                    let (s, e, c) = pn[j - 1];
+                    if e >= t && c != n && !on_stack[c] {
+                        on_stack[c] = true;
+                        stack.push(WalkFrame {
+                            node: c,
+                            limit: s.max(lo_w),
+                            queued: None,
+                        });
+                        continue;
+                    }
+                }
+                if k > 0 && pown[k - 1].1 >= t {
+                    let lo = pown[k - 1].0.max(lo_w);
+                    seg(&mut pieces, par, lo, t, SegmentKind::Busy);
+                    cursor = lo;
+                    continue;
+                }
+            }
+            // Nothing of the parent's ran at the cursor: stop at its latest
+            // activity before the cursor.
+            let sibling_end = pn[..j]
+                .iter()
+                .filter(|iv| iv.2 != n && iv.1 < t)
+                .map(|iv| iv.1)
+                .max()
+                .unwrap_or(0);
+            let own_end = if k > 0 { pown[k - 1].1.min(t) } else { 0 };
+            let parent_end = sibling_end.max(own_end);
+            if ready.is_some() && lo_w < t {
+                let lo = lo_w.max(parent_end);
+                seg(&mut pieces, n, lo, t, SegmentKind::Queueing);
+                cursor = lo;
+                continue;
+            }
+            if parent_end > b_at.max(g0) && parent_end < t {
+                // Plain wait down to the parent's last activity, then look again.
+                let nested_end = nested[..nested.partition_point(|iv| iv.0 < t)]
+                    .iter()
+                    .map(|iv| iv.1)
+                    .filter(|&e| e < t)
+                    .max()
+                    .unwrap_or(0);
+                let lo = parent_end.max(nested_end).max(floor);
+                unattributed(&mut pieces, top, n, lo, t);
+                cursor = lo;
+                continue;
+            }
+        }
+
         if let Some((at, b)) = blocker
             && at == t
         {
@@ -1040,6 +1149,71 @@ mod tests {
         check(&path, &[("P/S", 10, Q), ("P/S", 5, U)]);
         assert_eq!(path.accounting.queueing, ms(10));
         assert_eq!(path.accounting.unattributed, ms(5));
+    }
+
+    #[test]
+    fn runnable_time_belongs_to_what_the_parent_polled_instead() {
+        // a and b yield to each other inside P's polls; b was ready from 5
+        // (woken) to 8 while a ran, and a from 3 to 5 while b ran.
+        let mut g = Graph::new();
+        let p = add(&mut g, None, "P", 0, None, &[(0, 10, false)]);
+        let a = add(
+            &mut g,
+            Some(p),
+            "a",
+            0,
+            Some(8),
+            &[(0, 3, true), (5, 8, true)],
+        );
+        let b = add(
+            &mut g,
+            Some(p),
+            "b",
+            0,
+            Some(10),
+            &[(3, 5, true), (8, 10, true)],
+        );
+        g.get_mut(a).unwrap().runnable.push((ms(3), ms(5)));
+        g.get_mut(b).unwrap().runnable.push((ms(5), ms(8)));
+        let path = compute(&g, p, ms(10));
+        check(
+            &path,
+            &[("P/a", 3, B), ("P/b", 2, B), ("P/a", 3, B), ("P/b", 2, B)],
+        );
+        // Without wakes too: b is polled by P, and P's poll was running a.
+        g.get_mut(b).unwrap().runnable.clear();
+        let path = compute(&g, p, ms(10));
+        check(
+            &path,
+            &[("P/a", 3, B), ("P/b", 2, B), ("P/a", 3, B), ("P/b", 2, B)],
+        );
+    }
+
+    #[test]
+    fn runnable_with_nothing_else_running_is_queueing() {
+        let mut g = Graph::new();
+        let p = add(&mut g, None, "P", 0, None, &[(0, 1, false), (9, 10, false)]);
+        let c = add(
+            &mut g,
+            Some(p),
+            "c",
+            1,
+            Some(9),
+            &[(1, 2, false), (8, 9, false)],
+        );
+        g.get_mut(c).unwrap().runnable.push((ms(5), ms(8)));
+        let path = compute(&g, p, ms(10));
+        check(
+            &path,
+            &[
+                ("P", 1, B),
+                ("P/c", 1, B),
+                ("P/c", 3, U),
+                ("P/c", 3, Q),
+                ("P/c", 1, B),
+                ("P", 1, B),
+            ],
+        );
     }
 
     #[test]

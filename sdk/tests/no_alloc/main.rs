@@ -55,6 +55,12 @@ fn untraced_spans(n: usize) {
     }
 }
 
+/// Allocations during `f`, the least of three runs: a per-span allocation
+/// shows in every run; a one-off in the harness or a lazy static does not.
+fn least(f: impl Fn()) -> usize {
+    (0..3).map(|_| count(&f)).min().unwrap()
+}
+
 fn count(f: impl FnOnce()) -> usize {
     ALLOCS.store(0, Ordering::Relaxed);
     COUNTING.with(|c| c.set(true));
@@ -71,7 +77,7 @@ fn untraced_spans_allocate_nothing_in_the_layer() {
     // Warm up the registry's slab pages and thread-local span stack.
     untraced_spans(64);
     assert_eq!(
-        count(|| untraced_spans(1000)),
+        least(|| untraced_spans(1000)),
         0,
         "no traced request in flight"
     );
@@ -85,7 +91,7 @@ fn untraced_spans_allocate_nothing_in_the_layer() {
     ));
     untraced_spans(64);
     assert_eq!(
-        count(|| untraced_spans(1000)),
+        least(|| untraced_spans(1000)),
         0,
         "a traced request in flight"
     );

@@ -74,6 +74,72 @@ async fn join_of_cpu_bound_children_on_one_thread_is_serialised() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn join_of_cpu_bound_children_that_yield_is_serialised() {
+    // Branches that yield (tokio's coop budget does this to CPU-heavy loops)
+    // interleave on one thread: while one waits for its turn, its parent's
+    // poll is running the sibling, so that time is the sibling's.
+    let t = Traced::new();
+    let root = t.root("R");
+    async {
+        task::join(
+            ("a", async {
+                t.work(3);
+                tokio::task::yield_now().await;
+                t.work(3);
+            }),
+            ("b", async {
+                t.work(2);
+                tokio::task::yield_now().await;
+                t.work(2);
+            }),
+        )
+        .await;
+    }
+    .instrument(root.clone())
+    .await;
+    let done = request::finish(&root).unwrap();
+    assert_eq!(done.latency, ms(10));
+    // tokio::join! rotates which branch it polls first: a 0-3, b 3-5, then
+    // b 5-7, a 7-10. Every millisecond is one branch's CPU, both on the path.
+    expect::path()
+        .segment_kind(["R", "a"], ms(3), Busy)
+        .segment_kind(["R", "b"], ms(4), Busy)
+        .segment_kind(["R", "a"], ms(3), Busy)
+        .assert(&done.path);
+}
+
+#[tokio::test(start_paused = true)]
+async fn plain_join_of_cpu_bound_children_that_yield_is_serialised() {
+    // The same with tokio::join! and plain spans (no wake tracking).
+    let t = Traced::new();
+    let root = t.root("R");
+    async {
+        tokio::join!(
+            async {
+                t.work(3);
+                tokio::task::yield_now().await;
+                t.work(3);
+            }
+            .instrument(info_span!("a")),
+            async {
+                t.work(2);
+                tokio::task::yield_now().await;
+                t.work(2);
+            }
+            .instrument(info_span!("b")),
+        );
+    }
+    .instrument(root.clone())
+    .await;
+    let done = request::finish(&root).unwrap();
+    expect::path()
+        .segment_kind(["R", "a"], ms(3), Busy)
+        .segment_kind(["R", "b"], ms(4), Busy)
+        .segment_kind(["R", "a"], ms(3), Busy)
+        .assert(&done.path);
+}
+
+#[tokio::test(start_paused = true)]
 async fn tokio_spawn_with_awaited_handle() {
     let t = Traced::new();
     let root = t.root("R");
