@@ -173,8 +173,20 @@ impl StoreQuery {
         }
     }
 
+    /// The query in insertion (`id`) order. With an indexable filter
+    /// (service, endpoint, time range) the matching ids are found through an
+    /// index and the rows fetched by id in order, so SQLite never sorts the
+    /// (large) rows themselves; otherwise one scan in rowid order.
     fn to_sql(&self) -> (String, Vec<Value>) {
-        let mut sql = String::from("SELECT id, record FROM records WHERE 1 = 1");
+        let indexed = self.service.is_some()
+            || self.endpoint.is_some()
+            || self.since_unix_nanos.is_some()
+            || self.until_unix_nanos.is_some();
+        let mut sql = String::from(if indexed {
+            "SELECT id, record FROM records WHERE id IN (SELECT id FROM records WHERE 1 = 1"
+        } else {
+            "SELECT id, record FROM records WHERE 1 = 1"
+        });
         let mut params = Vec::new();
         if let Some(s) = &self.service {
             sql.push_str(" AND service = ?");
@@ -198,10 +210,13 @@ impl StoreQuery {
         }
         for (k, v) in &self.labels {
             sql.push_str(
-                " AND EXISTS (SELECT 1 FROM json_each(records.labels) WHERE key = ? AND value = ?)",
+                " AND EXISTS (SELECT 1 FROM json_each(labels) WHERE key = ? AND value = ?)",
             );
             params.push(Value::Text(k.clone()));
             params.push(Value::Text(v.clone()));
+        }
+        if indexed {
+            sql.push(')');
         }
         sql.push_str(" ORDER BY id");
         (sql, params)
@@ -687,9 +702,38 @@ mod tests {
             ("trigger", q(|q| q.trigger = Some(Trigger::Forced)), vec![2]),
             ("label", q(|q| q.labels = vec![("arm".into(), "b".into())]), vec![2, 3]),
             ("label missing", q(|q| q.labels = vec![("zone".into(), "b".into())]), vec![]),
+            ("service+label", q(|q| { q.service = Some("A".into()); q.labels = vec![("arm".into(), "b".into())] }), vec![2, 3]),
+            ("service+trigger+range", q(|q| { q.service = Some("A".into()); q.trigger = Some(Trigger::Sampled); q.since_unix_nanos = Some(150) }), vec![3]),
         ];
         for (name, query, want) in cases {
             assert_eq!(latencies(&store, query), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn store_query_uses_the_index_and_never_sorts_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db")).unwrap();
+        let query = StoreQuery {
+            service: Some("A".into()),
+            since_unix_nanos: Some(1),
+            ..StoreQuery::default()
+        };
+        for q in [query, StoreQuery::default()] {
+            let (sql, params) = q.to_sql();
+            let plan: Vec<String> = store
+                .conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map(params_from_iter(params), |r| r.get::<_, String>(3))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let plan = plan.join("; ");
+            assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+            if q.service.is_some() {
+                assert!(plan.contains("INDEX records_by_service"), "{sql}: {plan}");
+            }
         }
     }
 
