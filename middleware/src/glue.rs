@@ -57,9 +57,10 @@ pub(crate) struct RootOptions {
     pub(crate) emit_record: bool,
 }
 
-/// Make the request's root node.
+/// Make the request's root node. Its span has target `cpt`, so its frame
+/// carries no source location (it would point here, not at the service).
 pub(crate) fn begin_root(opts: RootOptions) -> tracing::Span {
-    let span = tracing::info_span!("cpt.server");
+    let span = tracing::info_span!(target: "cpt", "cpt.server");
     let mut ro = RequestOptions::new(Some(opts.trigger))
         .with_service(opts.service)
         .with_name(opts.endpoint.as_str())
@@ -90,7 +91,7 @@ pub(crate) fn current_trigger() -> Option<Trigger> {
 /// Make an RPC node, a child of the current node.
 pub(crate) fn begin_rpc(callee: &str, method: &str) -> tracing::Span {
     let name = format!("{callee} {method}");
-    tracing::info_span!("cpt.client", cpt.name = %name)
+    tracing::info_span!(target: "cpt", "cpt.client", cpt.name = %name)
 }
 
 /// Attach what the callee returned to the RPC node.
