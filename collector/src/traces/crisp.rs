@@ -323,27 +323,40 @@ pub fn to_record(
     adj: &Adjustments,
 ) -> Record {
     let mut path = CriticalPath::new();
-    // Frame ids of the spans met, by span (sized by the path, not the trace).
-    let mut frame_ids: FxHashMap<u32, FrameId> = FxHashMap::default();
+    // The current stack (spans and their frame ids, root first) and each of
+    // its spans' depth in it. Consecutive pieces share most of their stack,
+    // so each piece climbs only to the nearest span already on the stack:
+    // the walk up the tree is linear in the path's moves, not its depth.
+    let mut spans_on: Vec<u32> = Vec::new();
     let mut stack: Vec<FrameId> = Vec::new();
+    let mut depth_of: FxHashMap<u32, usize> = FxHashMap::default();
+    let mut climb: Vec<u32> = Vec::new();
     let mut network = Duration::ZERO;
     for p in pieces {
-        stack.clear();
+        climb.clear();
         let mut cur = p.span;
-        loop {
-            let id = *frame_ids
-                .entry(cur)
-                .or_insert_with(|| path.intern(frame_of(trace, cur)));
-            stack.push(id);
+        let keep = loop {
+            if let Some(&k) = depth_of.get(&cur) {
+                break k + 1;
+            }
+            climb.push(cur);
             if cur == root {
-                break;
+                break 0;
             }
             match trace.spans[cur as usize].parent {
-                Some(p) => cur = p,
-                None => break,
+                Some(up) => cur = up,
+                None => break 0,
             }
+        };
+        for gone in spans_on.drain(keep..) {
+            depth_of.remove(&gone);
         }
-        stack.reverse();
+        stack.truncate(keep);
+        for &sp in climb.iter().rev() {
+            depth_of.insert(sp, spans_on.len());
+            spans_on.push(sp);
+            stack.push(path.intern(frame_of(trace, sp)));
+        }
         let d = Duration::from_nanos(p.ns);
         if p.kind == SegmentKind::Network {
             network += d;

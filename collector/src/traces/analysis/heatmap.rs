@@ -3,7 +3,7 @@
 //! paths ending in the operation collapsed into its row), colored by its
 //! share of the trace's latency. Rows are sorted by a chosen percentile of
 //! their cells (the page can re-sort by another), columns by latency, slowest
-//! first. The output is one self-contained HTML file (inline data, script
+//! first. Hovering a row's name shows its top 5 call chains. The output is one self-contained HTML file (inline data, script
 //! and style; no network).
 
 use std::collections::HashMap;
@@ -56,6 +56,9 @@ pub struct HeatMap {
     pub cols: Vec<Column>,
     /// Exclusive ns, row-major (`rows.len() × cols.len()`).
     pub cells: Vec<u64>,
+    /// Per row, its top 5 call chains (root → operation) by total time over
+    /// the columns, with that time in ns (CRISP: shown on hover).
+    pub chains: Vec<Vec<(String, u64)>>,
     /// Records offered (before sampling columns).
     pub traces_total: usize,
 }
@@ -81,14 +84,34 @@ pub fn build(records: &[&Record], opts: &HeatMapOptions) -> HeatMap {
     let ncols = picked.len();
     let mut row_of: HashMap<String, usize> = HashMap::new();
     let mut rows: Vec<Vec<u64>> = Vec::new();
+    let mut chains: Vec<HashMap<String, u64>> = Vec::new();
     for (c, &i) in picked.iter().enumerate() {
         for ((svc, op), ns) in exclusive_by_operation(records[i]) {
             let label = format!("{op} ({svc})");
             let r = *row_of.entry(label).or_insert_with(|| {
                 rows.push(vec![0; ncols]);
+                chains.push(HashMap::new());
                 rows.len() - 1
             });
             rows[r][c] += ns;
+        }
+        let rec = records[i];
+        for seg in rec.path.segments() {
+            let Some(&leaf) = seg.stack.last() else {
+                continue;
+            };
+            let f = rec.path.frame(leaf);
+            let Some(&r) = row_of.get(&format!("{} ({})", f.name, f.service)) else {
+                continue;
+            };
+            let chain = rec
+                .path
+                .stack_frames(seg)
+                .map(|f| format!("{} ({})", f.name, f.service))
+                .collect::<Vec<_>>()
+                .join(" → ");
+            *chains[r].entry(chain).or_default() +=
+                u64::try_from(seg.duration.as_nanos()).unwrap_or(u64::MAX);
         }
     }
     let mut labels: Vec<(String, usize)> = row_of.into_iter().collect();
@@ -101,8 +124,13 @@ pub fn build(records: &[&Record], opts: &HeatMapOptions) -> HeatMap {
     labels.sort_by(|a, b| key(b.1).cmp(&key(a.1)).then_with(|| a.0.cmp(&b.0)));
     labels.truncate(opts.max_rows.max(1));
     let mut cells = Vec::with_capacity(labels.len() * ncols);
+    let mut top_chains = Vec::with_capacity(labels.len());
     for (_, r) in &labels {
         cells.extend_from_slice(&rows[*r]);
+        let mut v: Vec<(String, u64)> = chains[*r].drain().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v.truncate(5);
+        top_chains.push(v);
     }
     HeatMap {
         rows: labels.into_iter().map(|(l, _)| l).collect(),
@@ -122,6 +150,7 @@ pub fn build(records: &[&Record], opts: &HeatMapOptions) -> HeatMap {
             })
             .collect(),
         cells,
+        chains: top_chains,
         traces_total: records.len(),
     }
 }
@@ -267,6 +296,13 @@ const tip = document.getElementById("tip");
 cv.addEventListener("mousemove", e => {
   const rect = cv.getBoundingClientRect();
   const x = Math.floor((e.clientX - rect.left - LABEL) / CW), y = Math.floor((e.clientY - rect.top - TOP) / CH);
+  if (x < 0 && y >= 0 && y < R) {
+    const r = rowOrder[y];
+    tip.textContent = D.rows[r] + "\ntop call chains (time over these traces):\n" +
+      D.chains[r].map(([c, ns]) => "  " + fmt(ns) + "  " + c).join("\n");
+    tip.style.left = (e.clientX + 14) + "px"; tip.style.top = (e.clientY + 14) + "px"; tip.style.display = "block";
+    return;
+  }
   if (x < 0 || x >= C || y < 0 || y >= R) { tip.style.display = "none"; return; }
   const r = rowOrder[y], c = colOrder[x], col = D.cols[c], v = cell(r, c);
   tip.textContent = `${D.rows[r]}\ntrace ${col.trace}  (${col.endpoint})\nexclusive ${fmt(v)}  = ${(100 * v / Math.max(col.latency_ns, 1)).toFixed(1)}% of ${fmt(col.latency_ns)}`;
@@ -321,6 +357,10 @@ mod tests {
         assert_eq!(m.rows, ["cache (C)", "/x (A)", "db (B)"]);
         assert_eq!(m.cell(0, 0), 5_000_000);
         assert_eq!(m.cell(2, 0), 50_000_000);
+        assert_eq!(
+            m.chains[2],
+            vec![("/x (A) → db (B)".to_string(), 50_000_000)]
+        );
         // By max, db leads.
         let m = build(
             &refs,
