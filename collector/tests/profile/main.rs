@@ -289,3 +289,25 @@ fn cli_flame_histogram_diff() {
     let out = cpt(&["diff", "--base", "colour=red", input]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown selection key \"colour\""));
 }
+
+#[test]
+fn cli_profile_is_byte_identical_to_the_library_profile() {
+    // What the demo writes in-process (Aggregate::from_records + encode_gzip)
+    // and what `cpt profile` writes from the JSON Lines file are the same bytes.
+    let recs = table1_records();
+    let lib =
+        cpt_collector::profile::encode_gzip(&cpt_collector::aggregate::Aggregate::from_records(
+            &cpt_collector::selection::Selection::new(),
+            &recs,
+        ));
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_jsonl(dir.path(), "r.jsonl", &recs, "");
+    let out = dir.path().join("p.pb.gz");
+    ok(&[
+        "profile",
+        "-o",
+        out.to_str().unwrap(),
+        input.to_str().unwrap(),
+    ]);
+    assert_eq!(std::fs::read(&out).unwrap(), lib);
+}
