@@ -50,6 +50,15 @@ fn bench_plain(c: &mut Criterion, name: &str, dispatch: Dispatch) {
 }
 
 fn spans(c: &mut Criterion) {
+    // Warm the allocator, the slab pages and the CPU before the first case,
+    // which otherwise measures start-up noise.
+    tracing::dispatcher::with_default(&Dispatch::new(tracing_subscriber::registry()), || {
+        let parent = tracing::info_span!("parent");
+        let _p = parent.enter();
+        for _ in 0..2_000_000 {
+            one_span();
+        }
+    });
     bench_plain(
         c,
         "span/1_registry",
