@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 const SECRET: &str = "streaming-secret";
-const ITEM: Duration = Duration::from_millis(15);
+const ITEM: Duration = Duration::from_millis(25);
 
 /// C with a streaming `Scan` (each item: C2 doing `ITEM` of I/O) and a `C1`
 /// that always fails.
