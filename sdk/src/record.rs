@@ -24,13 +24,17 @@
 //!   name, and its service is the service of the entry before it (the
 //!   record's `service` for the first entry). Written as an object it is
 //!   `{"name", "service", "file", "line"}` (all but `name` optional, with the
-//!   same inheritance for `service`). Writers use the string form whenever
-//!   service and location add nothing.
+//!   same inheritance for `service`). A frame written without `file` has the
+//!   location of the nearest earlier frame of the record with the same
+//!   service and name (none if there is none); `"file": ""` says "no
+//!   location" explicitly. So a frame's location is written once per record,
+//!   and writers use the string form whenever service and location add
+//!   nothing.
 //! - `kind` is absent for busy segments, else one of `queueing`,
 //!   `unattributed`, `network`, `blind_spot` (see [`SegmentKind`]).
 //! - `latency_ns` must equal the sum of the segments' `ns`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,6 +107,9 @@ impl Record {
     }
 
     fn to_wire(&self) -> wire::Record<'_> {
+        // The location each (service, name) was last written with: a frame
+        // written without `file` takes it (see the module docs).
+        let mut last: HashMap<(&str, &str), Option<&Location>> = HashMap::new();
         let path = self
             .path
             .segments()
@@ -114,17 +121,27 @@ impl Record {
                     .iter()
                     .map(|id| {
                         let f = self.path.frame(*id);
-                        let entry = if &*f.service == parent_service && f.location.is_none() {
+                        let key = (&*f.service, &*f.name);
+                        let implied = last.get(&key).copied().unwrap_or(None);
+                        let location_implied = implied == f.location.as_ref();
+                        let entry = if &*f.service == parent_service && location_implied {
                             wire::Frame::Name(f.name.to_string().into())
                         } else {
+                            let (file, line) = match (&f.location, location_implied) {
+                                (_, true) => (None, None),
+                                (Some(l), false) => (Some(l.file.to_string().into()), Some(l.line)),
+                                // Says "no location" against an earlier located frame.
+                                (None, false) => (Some("".into()), None),
+                            };
                             wire::Frame::Full {
                                 name: f.name.to_string().into(),
                                 service: (&*f.service != parent_service)
                                     .then(|| f.service.to_string().into()),
-                                file: f.location.as_ref().map(|l| l.file.to_string().into()),
-                                line: f.location.as_ref().map(|l| l.line),
+                                file,
+                                line,
                             }
                         };
+                        last.insert(key, f.location.as_ref());
                         parent_service = &f.service;
                         entry
                     })
@@ -163,6 +180,7 @@ impl Record {
             .ok_or_else(|| RecordError::UnknownTrigger(w.trigger.to_string()))?;
         let service: Arc<str> = Arc::from(&*w.service);
         let mut path = CriticalPath::new();
+        let mut last: HashMap<(Arc<str>, Arc<str>), Option<Location>> = HashMap::new();
         let mut sum: u64 = 0;
         for (i, seg) in w.path.into_iter().enumerate() {
             if seg.stack.is_empty() {
@@ -178,25 +196,36 @@ impl Record {
             let mut parent = service.clone();
             let mut ids = Vec::with_capacity(seg.stack.len());
             for f in seg.stack {
-                let frame = match f {
-                    wire::Frame::Name(name) => Frame {
-                        service: parent.clone(),
-                        name: Arc::from(&*name),
-                        location: None,
-                    },
+                let (name, service, location) = match f {
+                    wire::Frame::Name(name) => (name, None, None),
                     wire::Frame::Full {
                         name,
                         service,
                         file,
                         line,
-                    } => Frame {
-                        service: service.map_or_else(|| parent.clone(), |s| Arc::from(&*s)),
-                        name: Arc::from(&*name),
-                        location: file.map(|file| Location {
-                            file: Arc::from(&*file),
-                            line: line.unwrap_or(0),
+                    } => (
+                        name,
+                        service,
+                        file.map(|file| {
+                            (!file.is_empty()).then(|| Location {
+                                file: Arc::from(&*file),
+                                line: line.unwrap_or(0),
+                            })
                         }),
-                    },
+                    ),
+                };
+                let service = service.map_or_else(|| parent.clone(), |s| Arc::from(&*s));
+                let name: Arc<str> = Arc::from(&*name);
+                let key = (service.clone(), name.clone());
+                let location = match location {
+                    Some(explicit) => explicit,
+                    None => last.get(&key).cloned().flatten(),
+                };
+                last.insert(key, location.clone());
+                let frame = Frame {
+                    service,
+                    name,
+                    location,
                 };
                 parent = frame.service.clone();
                 ids.push(path.intern(frame));
@@ -312,7 +341,7 @@ mod wire {
     use super::Labels;
     use serde::{Deserialize, Serialize};
 
-        #[derive(Serialize, Deserialize)]
+    #[derive(Serialize, Deserialize)]
     pub(super) struct Record<'a> {
         #[serde(borrow)]
         pub(super) service: Cow<'a, str>,
@@ -387,7 +416,11 @@ mod tests {
         p.push_frames([a1.clone()], ms(5), SegmentKind::Busy);
         p.push_frames([a1.clone(), b1], ms(20), SegmentKind::Busy);
         p.push_frames([a1.clone()], ms(8), SegmentKind::Busy);
-        p.push_frames([a1, Frame::new("A", "A2")], ms(2), SegmentKind::Unattributed);
+        p.push_frames(
+            [a1, Frame::new("A", "A2")],
+            ms(2),
+            SegmentKind::Unattributed,
+        );
         p.accounting.unattributed = ms(2);
         let mut r = Record::new("A", Trigger::Sampled, p);
         r.endpoint = Some("/a.A/Run".into());
@@ -407,6 +440,30 @@ mod tests {
         );
         let back = Record::from_json(&line).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn json_writes_each_location_once_and_keeps_differing_ones() {
+        let mut p = CriticalPath::new();
+        let a1 = Frame::new("A", "A1").with_location("a.rs", 3);
+        let b1 = Frame::new("B", "B1").with_location("b.rs", 7);
+        let b1_other = Frame::new("B", "B1").with_location("b2.rs", 9);
+        let b1_bare = Frame::new("B", "B1");
+        p.push_frames([a1.clone(), b1.clone()], ms(1), SegmentKind::Busy);
+        p.push_frames([a1.clone()], ms(1), SegmentKind::Busy);
+        p.push_frames([a1.clone(), b1.clone()], ms(1), SegmentKind::Network);
+        p.push_frames([a1.clone(), b1_bare], ms(1), SegmentKind::Busy);
+        p.push_frames([a1.clone(), b1_other], ms(1), SegmentKind::Busy);
+        p.push_frames([a1, b1], ms(1), SegmentKind::Busy);
+        let r = Record::new("A", Trigger::Sampled, p);
+        let line = r.to_json();
+        assert_eq!(line.matches("a.rs").count(), 1, "{line}");
+        assert_eq!(line.matches("b.rs").count(), 2, "{line}");
+        assert!(
+            line.contains(r#"{"name":"B1","service":"B","file":""}"#),
+            "{line}"
+        );
+        assert_eq!(Record::from_json(&line).unwrap(), r);
     }
 
     #[test]
