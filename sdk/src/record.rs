@@ -14,7 +14,8 @@
 //!          {"stack":["A1"],"ns":8000000},
 //!          {"stack":["A1","A2"],"ns":2000000,"kind":"unattributed"}],
 //!  "accounting":{"network_ns":0,"overcount_ns":0,"blind_spot_ns":0,
-//!                "unattributed_ns":2000000,"queueing_ns":0,"truncated_ns":0}}
+//!                "unattributed_ns":2000000,"queueing_ns":0,"truncated_ns":0,
+//!                "clock_skew_ns":0}}
 //! ```
 //!
 //! - `service`, `trigger`, `latency_ns` and `path` are required; `endpoint`,
@@ -171,6 +172,7 @@ impl Record {
                 unattributed_ns: duration_ns(a.unattributed),
                 queueing_ns: duration_ns(a.queueing),
                 truncated_ns: duration_ns(a.truncated),
+                clock_skew_ns: duration_ns(a.clock_skew),
             }),
         }
     }
@@ -249,6 +251,7 @@ impl Record {
                 unattributed: Duration::from_nanos(a.unattributed_ns),
                 queueing: Duration::from_nanos(a.queueing_ns),
                 truncated: Duration::from_nanos(a.truncated_ns),
+                clock_skew: Duration::from_nanos(a.clock_skew_ns),
             };
         }
         Ok(Record {
@@ -398,6 +401,7 @@ mod wire {
         pub(super) unattributed_ns: u64,
         pub(super) queueing_ns: u64,
         pub(super) truncated_ns: u64,
+        pub(super) clock_skew_ns: u64,
     }
 }
 

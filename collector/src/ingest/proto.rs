@@ -150,6 +150,9 @@ pub struct Accounting {
     /// Truncated (coarsened) time.
     #[prost(uint64, tag = "6")]
     pub truncated_nanos: u64,
+    /// Time cut by clock-skew repair (imported traces).
+    #[prost(uint64, tag = "7")]
+    pub clock_skew_nanos: u64,
 }
 
 /// What is wrong with a protobuf record, naming the field.
@@ -217,6 +220,7 @@ impl From<&SdkRecord> for Record {
                 unattributed_nanos: nanos(a.unattributed),
                 queueing_nanos: nanos(a.queueing),
                 truncated_nanos: nanos(a.truncated),
+                clock_skew_nanos: nanos(a.clock_skew),
             }),
         }
     }
@@ -335,6 +339,7 @@ impl Record {
                 unattributed: Duration::from_nanos(a.unattributed_nanos),
                 queueing: Duration::from_nanos(a.queueing_nanos),
                 truncated: Duration::from_nanos(a.truncated_nanos),
+                clock_skew: Duration::from_nanos(a.clock_skew_nanos),
             };
         }
         Ok(SdkRecord {
@@ -409,7 +414,7 @@ mod tests {
             0x42, 6, 0x0a, 1, b'k', 0x12, 1, b'v', // 8 labels {k: v}
             0x4a, 11, 0x0a, 1, b'x', 0x12, 1, b'S', 0x1a, 1, b'f', 0x20, 3, // 9 frame x @ f:3
             0x52, 7, 0x0a, 1, 0, 0x10, 7, 0x18, 4, // 10 segment [0] 7ns BLIND_SPOT
-            0x5a, 12, 0x08, 1, 0x10, 2, 0x18, 3, 0x20, 4, 0x28, 5, 0x30, 6, // 11 accounting
+            0x5a, 14, 0x08, 1, 0x10, 2, 0x18, 3, 0x20, 4, 0x28, 5, 0x30, 6, 0x38, 8, // 11 accounting
         ];
         let mut batch = vec![0x0a, record.len() as u8];
         batch.extend(&record);
@@ -421,7 +426,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             r.to_json(),
-            r#"{"service":"S","endpoint":"e","trigger":"forced","latency_ns":7,"start_unix_nanos":9,"request_id":"r","trace_id":"t","labels":{"k":"v"},"path":[{"stack":[{"name":"x","file":"f","line":3}],"ns":7,"kind":"blind_spot"}],"accounting":{"network_ns":1,"overcount_ns":2,"blind_spot_ns":3,"unattributed_ns":4,"queueing_ns":5,"truncated_ns":6}}"#
+            r#"{"service":"S","endpoint":"e","trigger":"forced","latency_ns":7,"start_unix_nanos":9,"request_id":"r","trace_id":"t","labels":{"k":"v"},"path":[{"stack":[{"name":"x","file":"f","line":3}],"ns":7,"kind":"blind_spot"}],"accounting":{"network_ns":1,"overcount_ns":2,"blind_spot_ns":3,"unattributed_ns":4,"queueing_ns":5,"truncated_ns":6,"clock_skew_ns":8}}"#
         );
         let resp = ExportResponse::decode(&[0x08, 5][..]).unwrap();
         assert_eq!(resp.accepted_records, 5);

@@ -313,7 +313,8 @@ pub fn frame_of(trace: &Trace, span: u32) -> Frame {
 ///
 /// The stack of each segment is the chain of spans from `root` to the
 /// piece's span, one frame each ([`frame_of`]). Network pieces are summed in
-/// the accounting; the repair's [`Adjustments`] go into labels (prefix
+/// the accounting; the time the repair's [`Adjustments`] cut is
+/// `accounting.clock_skew`, and their detail goes into labels (prefix
 /// `skew.`); the trace and root span ids and start time are kept.
 pub fn to_record(
     trace: &Trace,
@@ -364,6 +365,11 @@ pub fn to_record(
         path.push(stack.clone(), d, p.kind);
     }
     path.accounting.network = network;
+    path.accounting.clock_skew = Duration::from_nanos(
+        adj.truncated_ns
+            .saturating_add(adj.dropped_ns)
+            .saturating_add(adj.overlap_ns),
+    );
     let r = &trace.spans[root as usize];
     let mut rec = Record::new(r.service.to_string(), Trigger::Sampled, path);
     rec.endpoint = Some(r.operation.to_string());

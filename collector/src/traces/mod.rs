@@ -26,9 +26,10 @@
 //!
 //! # Accounting of repairs
 //!
-//! The record model's [`Accounting`](cpt_sdk::Accounting) has no field for
-//! clock-skew repair, so the repairs go into the record's labels, only when
-//! non-zero (values are decimal integers):
+//! The time the repair cut (truncated + dropped + clipped overlaps) is the
+//! record's [`Accounting::clock_skew`](cpt_sdk::Accounting::clock_skew); the
+//! detail of every repair goes into the record's labels, only when non-zero
+//! (values are decimal integers):
 //!
 //! | label | meaning |
 //! |---|---|

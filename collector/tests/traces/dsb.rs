@@ -63,7 +63,8 @@ fn dsb_media_and_hotel_paths_sum_to_the_root_latency() {
     }
 }
 
-/// Every nanosecond the repair moved or cut is in the record's labels:
+/// Every nanosecond the repair moved or cut is in the record's labels, and
+/// the time it cut is the record's `accounting.clock_skew`:
 /// Σ (raw − repaired duration) over kept spans = `skew.truncated_ns`,
 /// Σ durations of dropped subtree roots = `skew.dropped_ns`, and every kept
 /// span lies inside its parent after repair.
@@ -110,6 +111,12 @@ fn dsb_every_adjusted_nanosecond_is_accounted() {
                 (adj.truncated_ns, adj.dropped_ns, adj.dropped_spans),
                 (cut, dropped, dropped_spans),
                 "{}",
+                t.trace_id
+            );
+            assert_eq!(
+                a[0].record.accounting().clock_skew.as_nanos() as u64,
+                adj.truncated_ns + adj.dropped_ns + adj.overlap_ns,
+                "{}: accounting.clock_skew is the time the repair cut",
                 t.trace_id
             );
             assert_eq!(

@@ -355,5 +355,6 @@ fn accounting_from_wire(a: AccountingProto) -> Accounting {
         unattributed: Duration::from_nanos(a.unattributed_nanos),
         queueing: Duration::from_nanos(a.queueing_nanos),
         truncated: Duration::from_nanos(a.truncated_nanos),
+        clock_skew: Duration::from_nanos(a.clock_skew_nanos),
     }
 }

@@ -219,5 +219,6 @@ fn accounting_to_wire(a: &Accounting) -> AccountingProto {
         unattributed_nanos: nanos(a.unattributed),
         queueing_nanos: nanos(a.queueing),
         truncated_nanos: nanos(a.truncated),
+        clock_skew_nanos: nanos(a.clock_skew),
     }
 }

@@ -31,7 +31,7 @@
 //! stacks do not fit (thousands of alternating kinds, or names longer than
 //! the limit), the path becomes a single busy segment with an empty stack
 //! (under the caller's RPC frame once spliced) carrying the exact total, all
-//! of it counted as truncated. That form is at most 90 bytes, and
+//! of it counted as truncated. That form is at most 101 bytes, and
 //! `max_bytes` is never taken below [`MIN_MAX_BYTES`], so encoding cannot
 //! fail.
 //!

@@ -27,6 +27,7 @@
 //!   uint64 unattributed_nanos = 4;
 //!   uint64 queueing_nanos = 5;
 //!   uint64 truncated_nanos = 6;
+//!   uint64 clock_skew_nanos = 7;
 //! }
 //! ```
 //!
@@ -84,4 +85,6 @@ pub(crate) struct AccountingProto {
     pub(crate) queueing_nanos: u64,
     #[prost(uint64, tag = "6")]
     pub(crate) truncated_nanos: u64,
+    #[prost(uint64, tag = "7")]
+    pub(crate) clock_skew_nanos: u64,
 }

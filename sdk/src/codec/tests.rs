@@ -68,6 +68,7 @@ fn fig2a_merged() -> CriticalPath {
         unattributed: ms(1),
         queueing: ms(3),
         truncated: Duration::ZERO,
+        clock_skew: Duration::ZERO,
     };
     p
 }
@@ -251,10 +252,11 @@ fn fallback_with_every_field_at_maximum_fits_min_max_bytes() {
         unattributed: Duration::MAX,
         queueing: Duration::MAX,
         truncated: Duration::MAX,
+        clock_skew: Duration::MAX,
     };
     let bytes = encode(&p, &EncodeOptions::new().with_max_bytes(1));
     // The documented bound of the fallback form (codec module docs).
-    assert!(bytes.len() <= 90, "{}", bytes.len());
+    assert!(bytes.len() <= 101, "{}", bytes.len());
     assert!(is_fallback(
         &decode(&bytes, &DecodeLimits::default()).unwrap()
     ));
@@ -626,7 +628,7 @@ fn arb_duration() -> impl Strategy<Value = Duration> {
 }
 
 fn arb_accounting() -> impl Strategy<Value = Accounting> {
-    prop::array::uniform6(prop_oneof![3 => Just(0u64), 1 => any::<u64>()]).prop_map(|a| {
+    prop::array::uniform7(prop_oneof![3 => Just(0u64), 1 => any::<u64>()]).prop_map(|a| {
         let d = Duration::from_nanos;
         Accounting {
             network: d(a[0]),
@@ -635,6 +637,7 @@ fn arb_accounting() -> impl Strategy<Value = Accounting> {
             unattributed: d(a[3]),
             queueing: d(a[4]),
             truncated: d(a[5]),
+            clock_skew: d(a[6]),
         }
     })
 }

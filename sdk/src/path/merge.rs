@@ -185,6 +185,7 @@ pub fn splice(
             unattributed: scale.apply_duration(a.unattributed),
             queueing: scale.apply_duration(a.queueing),
             truncated: scale.apply_duration(a.truncated),
+            clock_skew: scale.apply_duration(a.clock_skew),
         };
         into.accounting.add(&scaled);
         SpliceOutcome::Overcount { excess }
@@ -398,6 +399,7 @@ mod tests {
             unattributed: ms(4),
             queueing: ms(2),
             truncated: ms(8),
+            clock_skew: ms(6),
         };
         // Exact: added as is.
         let (mut a, prefix) = caller();
@@ -415,6 +417,7 @@ mod tests {
                 unattributed: ms(2),
                 queueing: ms(1),
                 truncated: ms(4),
+                clock_skew: ms(3),
             }
         );
     }

@@ -143,8 +143,8 @@ pub struct Segment {
 
 /// Time the path could not explain in detail, always kept in the total.
 ///
-/// Every field except [`Accounting::overcount`] and
-/// [`Accounting::truncated`] is also present on the path as segments of the
+/// Every field except [`Accounting::overcount`],
+/// [`Accounting::truncated`] and [`Accounting::clock_skew`] is also present on the path as segments of the
 /// matching [`SegmentKind`]; overcount is time a callee *claimed* beyond what
 /// the caller saw and was scaled away; truncated is time whose detail was
 /// folded into parent frames to fit a size limit.
@@ -162,6 +162,11 @@ pub struct Accounting {
     pub queueing: Duration,
     /// Time whose frames were folded into parents to fit a size limit.
     pub truncated: Duration,
+    /// Time cut from spans by clock-skew repair when the path was computed
+    /// from an imported trace (children truncated to fit their parent,
+    /// dropped wholly outside it, or overlapping siblings clipped). Not on
+    /// the path; zero for paths the SDK recorded.
+    pub clock_skew: Duration,
 }
 
 impl Accounting {
@@ -173,6 +178,7 @@ impl Accounting {
         self.unattributed = self.unattributed.saturating_add(other.unattributed);
         self.queueing = self.queueing.saturating_add(other.queueing);
         self.truncated = self.truncated.saturating_add(other.truncated);
+        self.clock_skew = self.clock_skew.saturating_add(other.clock_skew);
     }
 
     /// True when every field is zero.
