@@ -5,9 +5,11 @@
 //!
 //! The input is 10⁶ record references cycling over 10⁴ distinct generated
 //! records (Figure 1–like services, ~200 distinct stacks of depth 2–7, some
-//! network / unattributed / blind-spot segments). Cycling keeps memory near
-//! 50 MB instead of ~5 GB; every reference is aggregated as a separate
-//! request. JSON parsing is not included (both sides start from `Record`s).
+//! network / unattributed / blind-spot segments). Each record has its own
+//! copies of its frame strings, as records decoded from the wire do (no
+//! `Arc` shared across records). Cycling keeps memory near 100 MB instead of
+//! ~5 GB; every reference is aggregated as a separate request. JSON parsing
+//! is not included (both sides start from `Record`s).
 //!
 //! `CPT_BENCH_RECORDS=N` changes the record count. Run:
 //! `cargo bench -p cpt-benches --bench aggregate`.
@@ -67,6 +69,14 @@ fn stack_pool(rng: &mut Rng) -> Vec<Vec<Frame>> {
     pool
 }
 
+fn fresh(f: &Frame) -> Frame {
+    let mut g = Frame::new(&*f.service, &*f.name);
+    if let Some(l) = &f.location {
+        g = g.with_location(&*l.file, l.line);
+    }
+    g
+}
+
 fn records(distinct: usize) -> Vec<Record> {
     let mut rng = Rng(42);
     let stacks = stack_pool(&mut rng);
@@ -84,7 +94,9 @@ fn records(distinct: usize) -> Vec<Record> {
                     _ => SegmentKind::Busy,
                 };
                 let us = 10 + rng.below(2_000);
-                p.push_frames(stack.iter().cloned(), Duration::from_micros(us), kind);
+                // Fresh strings per record, as records decoded from the wire
+                // or from JSON have: no Arc sharing across records.
+                p.push_frames(stack.iter().map(fresh), Duration::from_micros(us), kind);
             }
             let mut r = Record::new("A", Trigger::Sampled, p);
             r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i as u64 * 1_000_000);
