@@ -35,12 +35,13 @@
 //!   `unattributed`, `network`, `blind_spot` (see [`SegmentKind`]).
 //! - `latency_ns` must equal the sum of the segments' `ns`.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::path::{Accounting, CriticalPath, Frame, Location, SegmentKind};
+use crate::path::{Accounting, CriticalPath, Frame, FrameId, Location, SegmentKind};
 use crate::trigger::Trigger;
 
 /// User labels attached to a request (A/B arm, region, …), sorted by key.
@@ -126,18 +127,18 @@ impl Record {
                         let implied = last.get(&key).copied().unwrap_or(None);
                         let location_implied = implied == f.location.as_ref();
                         let entry = if &*f.service == parent_service && location_implied {
-                            wire::Frame::Name(f.name.to_string().into())
+                            wire::Frame::Name(Cow::Borrowed(&*f.name))
                         } else {
                             let (file, line) = match (&f.location, location_implied) {
                                 (_, true) => (None, None),
-                                (Some(l), false) => (Some(l.file.to_string().into()), Some(l.line)),
+                                (Some(l), false) => (Some(Cow::Borrowed(&*l.file)), Some(l.line)),
                                 // Says "no location" against an earlier located frame.
                                 (None, false) => (Some("".into()), None),
                             };
                             wire::Frame::Full {
-                                name: f.name.to_string().into(),
+                                name: Cow::Borrowed(&*f.name),
                                 service: (&*f.service != parent_service)
-                                    .then(|| f.service.to_string().into()),
+                                    .then(|| Cow::Borrowed(&*f.service)),
                                 file,
                                 line,
                             }
@@ -180,9 +181,11 @@ impl Record {
     fn from_wire(w: wire::Record<'_>) -> Result<Record, RecordError> {
         let trigger = Trigger::parse(&w.trigger)
             .ok_or_else(|| RecordError::UnknownTrigger(w.trigger.to_string()))?;
-        let service: Arc<str> = Arc::from(&*w.service);
         let mut path = CriticalPath::new();
-        let mut last: HashMap<(Arc<str>, Arc<str>), Option<Location>> = HashMap::new();
+        // The frame each (service, name) last stood for: a stack entry
+        // without `file` is that frame (see the module docs). Keyed by the
+        // input's strings, so a repeated frame costs a lookup, no allocation.
+        let mut last: HashMap<(Cow<'_, str>, Cow<'_, str>), FrameId> = HashMap::new();
         let mut sum: u64 = 0;
         for (i, seg) in w.path.into_iter().enumerate() {
             if seg.stack.is_empty() {
@@ -195,42 +198,37 @@ impl Record {
                     kind: k.to_string(),
                 })?,
             };
-            let mut parent = service.clone();
+            let mut parent: Cow<'_, str> = w.service.clone();
             let mut ids = Vec::with_capacity(seg.stack.len());
             for f in seg.stack {
-                let (name, service, location) = match f {
-                    wire::Frame::Name(name) => (name, None, None),
+                let (name, service, file, line) = match f {
+                    wire::Frame::Name(name) => (name, None, None, None),
                     wire::Frame::Full {
                         name,
                         service,
                         file,
                         line,
-                    } => (
-                        name,
-                        service,
-                        file.map(|file| {
-                            (!file.is_empty()).then(|| Location {
-                                file: Arc::from(&*file),
-                                line: line.unwrap_or(0),
-                            })
-                        }),
-                    ),
+                    } => (name, service, file, line),
                 };
-                let service = service.map_or_else(|| parent.clone(), |s| Arc::from(&*s));
-                let name: Arc<str> = Arc::from(&*name);
-                let key = (service.clone(), name.clone());
-                let location = match location {
-                    Some(explicit) => explicit,
-                    None => last.get(&key).cloned().flatten(),
+                let key = (service.unwrap_or(parent), name);
+                let id = match (file, last.get(&key)) {
+                    (None, Some(id)) => *id,
+                    (file, _) => {
+                        let location = file.filter(|f| !f.is_empty()).map(|file| Location {
+                            file: Arc::from(&*file),
+                            line: line.unwrap_or(0),
+                        });
+                        let id = path.intern(Frame {
+                            service: Arc::from(&*key.0),
+                            name: Arc::from(&*key.1),
+                            location,
+                        });
+                        last.insert(key.clone(), id);
+                        id
+                    }
                 };
-                last.insert(key, location.clone());
-                let frame = Frame {
-                    service,
-                    name,
-                    location,
-                };
-                parent = frame.service.clone();
-                ids.push(path.intern(frame));
+                ids.push(id);
+                parent = key.0;
             }
             sum = sum
                 .checked_add(seg.ns)
@@ -340,6 +338,7 @@ impl fmt::Display for Record {
 /// The serde shapes of the JSON Lines form, kept apart from the model.
 mod wire {
     use std::borrow::Cow;
+    use std::fmt;
 
     use super::Labels;
     use serde::{Deserialize, Serialize};
@@ -376,20 +375,98 @@ mod wire {
         pub(super) kind: Option<Cow<'a, str>>,
     }
 
-    #[derive(Serialize, Deserialize)]
+    /// A stack entry: a bare name, or `{"name", "service", "file", "line"}`.
+    ///
+    /// Deserialized by hand: `#[serde(untagged)]` buffers every entry before
+    /// trying the variants, which made parsing records several times slower.
+    #[derive(Serialize)]
     #[serde(untagged)]
     pub(super) enum Frame<'a> {
-        Name(#[serde(borrow)] Cow<'a, str>),
+        Name(Cow<'a, str>),
         Full {
-            #[serde(borrow)]
             name: Cow<'a, str>,
-            #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+            #[serde(skip_serializing_if = "Option::is_none")]
             service: Option<Cow<'a, str>>,
-            #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+            #[serde(skip_serializing_if = "Option::is_none")]
             file: Option<Cow<'a, str>>,
-            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[serde(skip_serializing_if = "Option::is_none")]
             line: Option<u32>,
         },
+    }
+
+    /// A string borrowed from the input when it has no escapes.
+    struct Str<'a>(Cow<'a, str>);
+
+    impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_str(StrVisitor(std::marker::PhantomData))
+        }
+    }
+
+    struct StrVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+    impl<'de: 'a, 'a> serde::de::Visitor<'de> for StrVisitor<'a> {
+        type Value = Str<'a>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Str(Cow::Borrowed(v)))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Str(Cow::Owned(v.to_owned())))
+        }
+        fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+            Ok(Str(Cow::Owned(v)))
+        }
+    }
+
+    impl<'de: 'a, 'a> Deserialize<'de> for Frame<'a> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(FrameVisitor(std::marker::PhantomData))
+        }
+    }
+
+    struct FrameVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+    impl<'de: 'a, 'a> serde::de::Visitor<'de> for FrameVisitor<'a> {
+        type Value = Frame<'a>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a frame: a name string or {\"name\", \"service\", \"file\", \"line\"}")
+        }
+        fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Frame::Name(Cow::Borrowed(v)))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Frame::Name(Cow::Owned(v.to_owned())))
+        }
+        fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+            Ok(Frame::Name(Cow::Owned(v)))
+        }
+        fn visit_map<M: serde::de::MapAccess<'de>>(
+            self,
+            mut m: M,
+        ) -> Result<Self::Value, M::Error> {
+            let (mut name, mut service, mut file, mut line) = (None, None, None, None);
+            while let Some(key) = m.next_key::<Str<'_>>()? {
+                match &*key.0 {
+                    "name" => name = Some(m.next_value::<Str<'a>>()?.0),
+                    "service" => service = m.next_value::<Option<Str<'a>>>()?.map(|s| s.0),
+                    "file" => file = m.next_value::<Option<Str<'a>>>()?.map(|s| s.0),
+                    "line" => line = m.next_value::<Option<u32>>()?,
+                    _ => {
+                        m.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+            }
+            let name = name.ok_or_else(|| serde::de::Error::missing_field("name"))?;
+            Ok(Frame::Full {
+                name,
+                service,
+                file,
+                line,
+            })
+        }
     }
 
     #[derive(Serialize, Deserialize, Default)]
@@ -491,6 +568,8 @@ mod tests {
         (r#"{"service":"S","trigger":"sampled","latency_ns":1,"path":[{"stack":["x"],"ns":1,"kind":"nap"}]}"#, "unknown kind"),
         (r#"{"service":"S","trigger":"sampled","latency_ns":0,"path":[{"stack":["x"],"ns":18446744073709551615},{"stack":["y"],"ns":1}]}"#, "overflow"),
         (r#"{"trigger":"sampled","latency_ns":0,"path":[]}"#, "missing field `service`"),
+        (r#"{"service":"S","trigger":"sampled","latency_ns":1,"path":[{"stack":[3],"ns":1}]}"#, "expected a frame"),
+        (r#"{"service":"S","trigger":"sampled","latency_ns":1,"path":[{"stack":[{"file":"f"}],"ns":1}]}"#, "missing field `name`"),
     ];
 
     #[test]
