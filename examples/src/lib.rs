@@ -4,8 +4,10 @@
 //!   layer and cpt client layers on its channels, plus one HTTP hop (B → C,
 //!   axum and a hyper-util client) and one server-streaming RPC (`C.Scan`).
 //! - [`proto`]: their messages and gRPC glue, written by hand.
-//! - `demo` (binary): starts all three on loopback, drives load, writes
-//!   records as JSON Lines.
+//! - [`demo`]: the Figure 1 demo (the `demo` binary): starts all three on
+//!   loopback, drives load, writes records as JSON Lines and ships them to a
+//!   collector, writes the profile.
 
+pub mod demo;
 pub mod proto;
 pub mod system;
