@@ -97,8 +97,8 @@
 //! MSRV: 1.85 (edition 2024).
 #![deny(unsafe_code)]
 
-pub mod codec;
 pub mod clock;
+pub mod codec;
 pub mod export;
 #[cfg(feature = "layer")]
 pub mod layer;
@@ -109,9 +109,9 @@ pub mod request;
 pub mod sink;
 #[cfg(feature = "layer")]
 pub mod task;
-pub mod trigger;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod trigger;
 
 pub use path::{Accounting, CriticalPath, Frame, FrameId, Location, Segment, SegmentKind};
 pub use record::{Labels, Record, RecordError, RecordSink};
