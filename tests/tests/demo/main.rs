@@ -202,3 +202,92 @@ fn demo_fig1_unreachable_collector_fails_fast_and_counts_every_record() {
     // The file still has every record.
     assert_eq!(line_count(&dir.path().join("records.jsonl")), 20);
 }
+
+/// Issue 4's interop check on the demo's own profile: `go tool pprof` reads
+/// it (`-top`, `-traces`, `-raw`, `-svg`), names frames of all three
+/// services, and its total is the mean latency of the sampled requests.
+/// Without `go` this prints a loud notice and passes, except under
+/// `CPT_REQUIRE_PPROF=1` (set by `.ci/run`), where it fails.
+#[test]
+fn demo_fig1_go_tool_pprof_reads_the_demo_profile() {
+    let have_go = std::process::Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_go {
+        let msg = "\n!!! `go` NOT FOUND: pprof interop check of the demo's profile NOT RUN.\n\
+                   !!! Install it: apt-get install -y golang-go graphviz\n";
+        assert!(
+            std::env::var("CPT_REQUIRE_PPROF").as_deref() != Ok("1"),
+            "{msg}CPT_REQUIRE_PPROF=1: this test must run"
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), msg.as_bytes());
+        return;
+    }
+    let r = &demo_run().report;
+    let dir = demo_run().dir.path();
+    let pprof = |args: &[&str]| -> String {
+        let out = std::process::Command::new("go")
+            .args(["tool", "pprof"])
+            .args(args)
+            .arg(&r.profile_path)
+            .env("PPROF_TMPDIR", dir)
+            .env("HOME", dir)
+            .env("GOCACHE", dir.join("gocache"))
+            .output()
+            .expect("run go tool pprof");
+        assert!(
+            out.status.success(),
+            "go tool pprof {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    let top = pprof(&["-top", "-unit=ms"]);
+    assert!(top.contains("Type: critical_path"), "{top}");
+    for frame in ["A1 (A)", "A2 (A)", "B1 (B)", "C1 (C)"] {
+        assert!(
+            top.lines().any(|l| l.trim_end().ends_with(frame)),
+            "no -top row for {frame}:\n{top}"
+        );
+    }
+    // "Showing nodes accounting for X, Y% of Z total": Z is the mean latency.
+    let total_ms: f64 = top
+        .split(" of ")
+        .nth(1)
+        .and_then(|rest| rest.split("ms total").next())
+        .and_then(|z| z.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no total in\n{top}"));
+    let sampled: Vec<_> = demo::read_records(&out("records.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.trigger == Trigger::Sampled)
+        .collect();
+    let mean_ms =
+        sampled.iter().map(|r| r.latency.as_secs_f64()).sum::<f64>() * 1e3 / sampled.len() as f64;
+    assert!(
+        (total_ms - mean_ms).abs() <= 0.01 * mean_ms + 0.01,
+        "pprof total {total_ms} ms vs mean latency {mean_ms} ms\n{top}"
+    );
+
+    let traces = pprof(&["-traces"]);
+    assert!(
+        traces.contains("B1 (B)") && traces.contains("C1 (C)"),
+        "{traces}"
+    );
+    let raw = pprof(&["-raw"]);
+    assert!(raw.contains("critical_path/nanoseconds"), "{raw}");
+    assert!(
+        raw.contains("examples/src/system.rs"),
+        "source locations: {raw}"
+    );
+    let has_dot = std::process::Command::new("dot")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if has_dot || std::env::var("CPT_REQUIRE_PPROF").as_deref() == Ok("1") {
+        let svg = pprof(&["-svg"]);
+        assert!(svg.contains("<svg") && svg.contains("C1 (C)"), "no SVG");
+    }
+}
