@@ -315,18 +315,7 @@ pub fn for_each(
     opts: BuildOptions,
     f: &mut dyn FnMut(Result<Trace, TraceError>),
 ) -> Result<usize, (usize, serde_json::Error)> {
-    let mut n = 0usize;
-    let mut de = serde_json::Deserializer::from_str(doc);
-    let res = (&mut de).deserialize_map(FastDoc {
-        n: &mut n,
-        names,
-        opts,
-        f,
-    });
-    match res.and_then(|()| de.end()) {
-        Ok(()) => Ok(n),
-        Err(e) => Err((n, e)),
-    }
+    drive(serde_json::Deserializer::from_str(doc), names, opts, f)
 }
 
 /// [`for_each`] over a reader (files too large to hold in memory): strings
@@ -342,8 +331,23 @@ pub fn for_each_reader<R: std::io::Read>(
     opts: BuildOptions,
     f: &mut dyn FnMut(Result<Trace, TraceError>),
 ) -> Result<usize, (usize, serde_json::Error)> {
+    drive(
+        serde_json::Deserializer::from_reader(reader),
+        names,
+        opts,
+        f,
+    )
+}
+
+/// Feed a whole Jaeger document to [`FastDoc`], counting the traces handed
+/// over even when the JSON breaks off.
+fn drive<'de, R: serde_json::de::Read<'de>>(
+    mut de: serde_json::Deserializer<R>,
+    names: &mut Interner,
+    opts: BuildOptions,
+    f: &mut dyn FnMut(Result<Trace, TraceError>),
+) -> Result<usize, (usize, serde_json::Error)> {
     let mut n = 0usize;
-    let mut de = serde_json::Deserializer::from_reader(reader);
     let res = (&mut de).deserialize_map(FastDoc {
         n: &mut n,
         names,

@@ -427,28 +427,9 @@ fn analyze_all(
     parallel: bool,
     progress: Progress<'_>,
 ) -> Import {
-    let work = |w: &mut Worker, chunk: &[Result<Trace, TraceError>]| {
-        let mut imp = Import::default();
-        for item in chunk {
-            process_ref(item.as_ref(), opts, &mut w.scratch, &mut w.pieces, &mut imp);
-        }
-        progress(chunk.len() as u64);
-        imp
-    };
-    let parts: Vec<Import> = if parallel {
-        items
-            .par_chunks(CHUNK)
-            .map_init(Worker::default, work)
-            .collect()
-    } else {
-        let mut w = Worker::default();
-        items.chunks(CHUNK).map(|c| work(&mut w, c)).collect()
-    };
-    let mut all = Import::default();
-    for p in parts {
-        all.merge(p);
-    }
-    all
+    fold_chunks(&items, parallel, progress, |w, item, imp| {
+        process_ref(item.as_ref(), opts, &mut w.scratch, &mut w.pieces, imp);
+    })
 }
 
 /// [`read_text`] into caller-owned buffers (`raw` for the file's bytes,
@@ -664,11 +645,25 @@ fn run<T: Sync>(
     parallel: bool,
     progress: Progress<'_>,
 ) -> Import {
+    fold_chunks(items, parallel, progress, |w, item, imp| {
+        let res = parse(item, &mut w.names);
+        process_one(res, opts, &mut w.scratch, &mut w.pieces, imp);
+    })
+}
+
+/// Run `each` over `items` in chunks (on the rayon pool when `parallel`),
+/// one [`Worker`] per thread, reporting progress per chunk, and merge the
+/// per-chunk imports.
+fn fold_chunks<T: Sync>(
+    items: &[T],
+    parallel: bool,
+    progress: Progress<'_>,
+    each: impl Fn(&mut Worker, &T, &mut Import) + Sync,
+) -> Import {
     let work = |w: &mut Worker, chunk: &[T]| {
         let mut imp = Import::default();
         for item in chunk {
-            let res = parse(item, &mut w.names);
-            process_one(res, opts, &mut w.scratch, &mut w.pieces, &mut imp);
+            each(w, item, &mut imp);
         }
         progress(chunk.len() as u64);
         imp
