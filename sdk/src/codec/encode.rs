@@ -1,6 +1,6 @@
 //! Writing a [`CriticalPath`] in the wire form, coarsening it to fit.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::time::Duration;
 
 use prost::Message;
@@ -81,7 +81,7 @@ fn build(
 ) -> Option<PathProto> {
     let mut strings = StringTable::default();
     // (parent ref, frame) -> entry index; parent ref 0 is "no parent".
-    let mut entries: HashMap<(u32, FrameId), u32> = HashMap::new();
+    let mut entries: HashMap<(u32, FrameId), u32> = HashMap::default();
     let mut msg = PathProto {
         version: VERSION,
         ..PathProto::default()

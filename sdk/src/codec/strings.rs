@@ -1,6 +1,6 @@
 //! [`StringTable`]: the deduplicated strings of an encoded path.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Interns strings in first-use order and hands out their indices.
 ///

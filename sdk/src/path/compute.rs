@@ -41,10 +41,11 @@
 //! hostile depth cannot overflow the stack), and whatever the budget leaves
 //! is reported as unattributed time on the root.
 
-use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::ops::Range;
 use std::time::Duration;
+
+use rustc_hash::FxHashMap;
 
 use super::merge::{self, Callee};
 use super::{CriticalPath, Frame, FrameId, SegmentKind};
@@ -168,7 +169,7 @@ impl Node {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Graph {
     frames: Vec<Frame>,
-    frame_index: HashMap<Frame, FrameRef>,
+    frame_index: FxHashMap<Frame, FrameRef>,
     nodes: Vec<Node>,
 }
 
@@ -291,6 +292,9 @@ struct Prepared {
     ends: Vec<(u64, u64, usize)>,
     /// `(start, end, child)`.
     nested: Vec<(u64, u64, usize)>,
+    /// Running maximum of `nested` ends within each node's range:
+    /// `(end, child)` of the latest-ending interval so far.
+    nested_max: Vec<(u64, usize)>,
     /// `(at, blocker)`.
     explicit: Vec<(u64, usize)>,
     /// `(woken, resumed)`.
@@ -370,6 +374,16 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
     let (explicit, explicit_r) = group(explicit, n);
     let (ends, ends_r) = group(ends, n);
     let (nested, nested_r) = group(nested, n);
+    let mut nested_max = Vec::with_capacity(nested.len());
+    for r in &nested_r {
+        let mut m = (0, usize::MAX);
+        for &(_, e, c) in &nested[r.clone()] {
+            if e >= m.0 {
+                m = (e, c);
+            }
+            nested_max.push(m);
+        }
+    }
 
     // Ready-but-not-running stretches, clipped.
     let mut runnable = Vec::new();
@@ -417,6 +431,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
         own,
         ends,
         nested,
+        nested_max,
         explicit,
         runnable,
     }
@@ -653,12 +668,8 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
             }
             // Nothing of the parent's ran at the cursor: stop at its latest
             // activity before the cursor.
-            let sibling_end = pn[..j]
-                .iter()
-                .filter(|iv| iv.2 != n && iv.1 < t)
-                .map(|iv| iv.1)
-                .max()
-                .unwrap_or(0);
+            let sibling_end =
+                latest_end_before(pn, &pr.nested_max[prep[par].nested.clone()], j, t, Some(n));
             let own_end = if k > 0 { pown[k - 1].1.min(t) } else { 0 };
             let parent_end = sibling_end.max(own_end);
             if ready.is_some() && lo_w < t {
@@ -669,12 +680,13 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
             }
             if parent_end > b_at.max(g0) && parent_end < t {
                 // Plain wait down to the parent's last activity, then look again.
-                let nested_end = nested[..nested.partition_point(|iv| iv.0 < t)]
-                    .iter()
-                    .map(|iv| iv.1)
-                    .filter(|&e| e < t)
-                    .max()
-                    .unwrap_or(0);
+                let nested_end = latest_end_before(
+                    nested,
+                    &pr.nested_max[p.nested.clone()],
+                    nested.partition_point(|iv| iv.0 < t),
+                    t,
+                    None,
+                );
                 let lo = parent_end.max(nested_end).max(floor);
                 unattributed(&mut pieces, top, n, lo, t);
                 cursor = lo;
@@ -717,12 +729,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         }
 
         // Unattributed down to the latest event before the cursor.
-        let nested_end = nested[..j]
-            .iter()
-            .map(|iv| iv.1)
-            .filter(|&e| e < t)
-            .max()
-            .unwrap_or(0);
+        let nested_end = latest_end_before(nested, &pr.nested_max[p.nested.clone()], j, t, None);
         let lo = g0
             .max(blocker.map_or(0, |b| b.0))
             .max(nested_end)
@@ -734,6 +741,32 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         seg(&mut pieces, root, start, cursor, SegmentKind::Unattributed);
     }
     pieces
+}
+
+/// The latest end before `t` among `nested[..j]` (skipping `except`'s
+/// intervals), or 0. `max` is the running maximum of `nested`'s ends: when
+/// the latest-ending interval so far already qualifies it is the answer, and
+/// the scan (quadratic over a long walk) is only a fallback.
+fn latest_end_before(
+    nested: &[(u64, u64, usize)],
+    max: &[(u64, usize)],
+    j: usize,
+    t: u64,
+    except: Option<usize>,
+) -> u64 {
+    if j == 0 {
+        return 0;
+    }
+    let (e, c) = max[j - 1];
+    if e < t && Some(c) != except {
+        return e;
+    }
+    nested[..j]
+        .iter()
+        .filter(|iv| Some(iv.2) != except && iv.1 < t)
+        .map(|iv| iv.1)
+        .max()
+        .unwrap_or(0)
 }
 
 fn eligible(b: usize, visited: &[bool], on_stack: &[bool], prep: &[Prep]) -> bool {
@@ -816,9 +849,10 @@ fn latest_in<T>(v: &[T], lo: u64, hi: u64, key: impl Fn(&T) -> u64) -> Option<&T
 /// callees.
 fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mut CriticalPath) {
     let mut stacks = Stacks {
-        memo: vec![None; prep.len()],
-        deep: vec![false; prep.len()],
+        memo: vec![UNKNOWN; prep.len()],
+        arena: Vec::new(),
         frames: vec![None; graph.frames.len()],
+        chain: Vec::new(),
     };
     for piece in pieces.into_iter().rev() {
         match piece {
@@ -838,10 +872,11 @@ fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mu
                 if deep {
                     path.accounting.truncated = path.accounting.truncated.saturating_add(d);
                 }
-                path.push(stack, d, kind);
+                path.push_slice(&stacks.arena[stack], d, kind);
             }
             Piece::Splice { node, observed } => {
                 let (prefix, deep) = stacks.get(graph, prep, root, node, path);
+                let prefix = &stacks.arena[prefix];
                 let d = Duration::from_nanos(observed);
                 if deep {
                     path.accounting.truncated = path.accounting.truncated.saturating_add(d);
@@ -850,22 +885,31 @@ fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mu
                     Some(CalleeOutcome::Path(p)) => Callee::Path(p),
                     Some(CalleeOutcome::BlindSpot { callee }) => Callee::BlindSpot { callee },
                     None => {
-                        path.push(prefix, d, SegmentKind::Busy);
+                        path.push_slice(prefix, d, SegmentKind::Busy);
                         continue;
                     }
                 };
-                merge::splice(path, &prefix, d, callee);
+                merge::splice(path, prefix, d, callee);
             }
         }
     }
 }
 
-/// Frame stacks of nodes, root first, memoised; built without recursion.
+/// A node whose stack is not resolved yet.
+const UNKNOWN: (u32, u32, bool) = (u32::MAX, 0, false);
+
+/// Frame stacks of nodes, root first, memoised in one arena; built without
+/// recursion. A node's stack is its parent's plus its own frame, so each
+/// resolved node costs one copy of its parent's stack, and a segment costs
+/// none (it borrows the arena).
 struct Stacks {
-    memo: Vec<Option<Vec<FrameId>>>,
-    deep: Vec<bool>,
+    /// Per node: `(start, len, deep)` in `arena`, or [`UNKNOWN`].
+    memo: Vec<(u32, u32, bool)>,
+    arena: Vec<FrameId>,
     /// Graph frame -> path frame id, interned on first use.
     frames: Vec<Option<FrameId>>,
+    /// Scratch for the climb.
+    chain: Vec<usize>,
 }
 
 impl Stacks {
@@ -876,21 +920,22 @@ impl Stacks {
         root: usize,
         node: usize,
         path: &mut CriticalPath,
-    ) -> (Vec<FrameId>, bool) {
-        if self.memo[root].is_none() {
+    ) -> (Range<usize>, bool) {
+        if self.memo[root] == UNKNOWN {
             let f = self.frame_id(graph, root, path);
-            self.memo[root] = Some(vec![f]);
+            self.memo[root] = (self.arena.len() as u32, 1, false);
+            self.arena.push(f);
         }
         // Climb to a known ancestor; a chain longer than the graph is a cycle.
-        let mut chain = Vec::new();
+        self.chain.clear();
         let mut cur = node;
         let mut known = None;
         for _ in 0..=prep.len() {
-            if self.memo[cur].is_some() {
+            if self.memo[cur] != UNKNOWN {
                 known = Some(cur);
                 break;
             }
-            chain.push(cur);
+            self.chain.push(cur);
             match prep[cur].parent {
                 Some(p) => cur = p,
                 None => break,
@@ -898,25 +943,26 @@ impl Stacks {
         }
         // Unknown ancestry (not under the root, or a cycle): hang it under the root.
         let mut base = known.unwrap_or(root);
-        for &c in chain.iter().rev() {
+        for i in (0..self.chain.len()).rev() {
+            let c = self.chain[i];
             if c == root {
                 continue;
             }
-            let parent = self.memo[base].as_ref().expect("base is memoised");
-            let (mut stack, mut deep) = (parent.clone(), self.deep[base]);
-            if stack.len() < MAX_STACK_DEPTH {
-                stack.push(self.frame_id(graph, c, path));
+            let (start, len, mut deep) = self.memo[base];
+            let from = self.arena.len();
+            self.arena
+                .extend_from_within(start as usize..(start + len) as usize);
+            if (len as usize) < MAX_STACK_DEPTH {
+                let f = self.frame_id(graph, c, path);
+                self.arena.push(f);
             } else {
                 deep = true;
             }
-            self.memo[c] = Some(stack);
-            self.deep[c] = deep;
+            self.memo[c] = (from as u32, (self.arena.len() - from) as u32, deep);
             base = c;
         }
-        (
-            self.memo[node].clone().expect("node is memoised"),
-            self.deep[node],
-        )
+        let (start, len, deep) = self.memo[node];
+        (start as usize..(start + len) as usize, deep)
     }
 
     fn frame_id(&mut self, graph: &Graph, node: usize, path: &mut CriticalPath) -> FrameId {

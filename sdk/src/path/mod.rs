@@ -15,10 +15,12 @@ pub mod coarsen;
 pub mod compute;
 pub mod merge;
 
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+
+use rustc_hash::FxHashMap;
 
 /// Where a node's code lives, when the instrumentation knows it
 /// (`tracing::Metadata::file` / `line`).
@@ -192,7 +194,7 @@ impl Accounting {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CriticalPath {
     frames: Vec<Frame>,
-    index: HashMap<Frame, FrameId>,
+    index: FxHashMap<Frame, FrameId>,
     segments: Vec<Segment>,
     /// What the path could not explain in detail.
     pub accounting: Accounting,
@@ -206,15 +208,18 @@ impl CriticalPath {
 
     /// Intern a frame, returning its id (the same id for an equal frame).
     pub fn intern(&mut self, frame: Frame) -> FrameId {
-        if let Some(id) = self.index.get(&frame) {
-            return *id;
+        match self.index.entry(frame) {
+            Entry::Occupied(e) => *e.get(),
+            Entry::Vacant(e) => {
+                let id = FrameId(
+                    u32::try_from(self.frames.len())
+                        .expect("more than u32::MAX frames; this is a bug"),
+                );
+                self.frames.push(e.key().clone());
+                e.insert(id);
+                id
+            }
         }
-        let id = FrameId(
-            u32::try_from(self.frames.len()).expect("more than u32::MAX frames; this is a bug"),
-        );
-        self.frames.push(frame.clone());
-        self.index.insert(frame, id);
-        id
     }
 
     /// The frame behind an id.
@@ -243,18 +248,7 @@ impl CriticalPath {
     ///
     /// If a frame id did not come from this path's table.
     pub fn push(&mut self, stack: Vec<FrameId>, duration: Duration, kind: SegmentKind) {
-        assert!(
-            stack.iter().all(|f| (f.0 as usize) < self.frames.len()),
-            "segment names a frame this path does not have; this is a bug"
-        );
-        if duration.is_zero() {
-            return;
-        }
-        if let Some(last) = self.segments.last_mut()
-            && last.kind == kind
-            && last.stack == stack
-        {
-            last.duration = last.duration.saturating_add(duration);
+        if self.extend_last(&stack, duration, kind) {
             return;
         }
         self.segments.push(Segment {
@@ -262,6 +256,43 @@ impl CriticalPath {
             duration,
             kind,
         });
+    }
+
+    /// [`push`](Self::push) from a borrowed stack: allocates only when the
+    /// segment does not merge into the previous one.
+    ///
+    /// # Panics
+    ///
+    /// If a frame id did not come from this path's table.
+    pub fn push_slice(&mut self, stack: &[FrameId], duration: Duration, kind: SegmentKind) {
+        if self.extend_last(stack, duration, kind) {
+            return;
+        }
+        self.segments.push(Segment {
+            stack: stack.to_vec(),
+            duration,
+            kind,
+        });
+    }
+
+    /// Checks `stack`; true when nothing is left to append (empty, or merged
+    /// into the previous segment).
+    fn extend_last(&mut self, stack: &[FrameId], duration: Duration, kind: SegmentKind) -> bool {
+        assert!(
+            stack.iter().all(|f| (f.0 as usize) < self.frames.len()),
+            "segment names a frame this path does not have; this is a bug"
+        );
+        if duration.is_zero() {
+            return true;
+        }
+        if let Some(last) = self.segments.last_mut()
+            && last.kind == kind
+            && last.stack == stack
+        {
+            last.duration = last.duration.saturating_add(duration);
+            return true;
+        }
+        false
     }
 
     /// Append a segment given by frames rather than ids (interning them).
