@@ -213,14 +213,18 @@ fn main() {
             },
         ),
     ];
+    // `CPT_BENCH_ONLY_TRACED=1` runs the traced configuration alone (for
+    // profiling its cost with perf); no ratios are printed then.
+    let only_traced = std::env::var_os("CPT_BENCH_ONLY_TRACED").is_some();
+    let active = if only_traced { 1 } else { setups.len() };
     // Warm up connections and caches.
-    for s in &mut setups {
+    for s in &mut setups[..active] {
         round(s, n / 4 + 1);
         s.latencies.clear();
         s.throughput.clear();
     }
     for _ in 0..rounds {
-        for s in &mut setups {
+        for s in &mut setups[..active] {
             round(s, n);
         }
     }
@@ -232,12 +236,16 @@ fn main() {
         "{:<38} {:>10} {:>10} {:>10} {:>10}",
         "configuration", "mean", "p50", "p99", "req/s"
     );
-    let st: Vec<Stats> = setups.iter().map(stats).collect();
+    let st: Vec<Stats> = setups[..active].iter().map(stats).collect();
     for (s, x) in setups.iter().zip(&st) {
         println!(
             "{:<38} {:>10.1?} {:>10.1?} {:>10.1?} {:>10.0}",
             s.name, x.mean, x.p50, x.p99, x.rps
         );
+    }
+    println!("records emitted: {}", records.load(Ordering::Relaxed));
+    if only_traced {
+        return;
     }
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!(
@@ -252,5 +260,4 @@ fn main() {
         ratio(st[1].p99, st[2].p99),
         st[1].rps / st[2].rps
     );
-    println!("records emitted: {}", records.load(Ordering::Relaxed));
 }

@@ -319,6 +319,8 @@ pub fn run(config: &DemoConfig) -> anyhow::Result<DemoReport> {
         })
     })?;
     drop(runtime);
+    // A's records are computed in the background (off its responses' path).
+    layer_handle.flush(Duration::from_secs(2));
     let emitted = layer_handle.records_emitted();
 
     // Ship what is queued, bounded, then stop both workers.

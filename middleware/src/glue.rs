@@ -83,6 +83,12 @@ pub(crate) fn finish_root(root: &tracing::Span) -> Option<CriticalPath> {
     request::finish(root).map(|f| f.path)
 }
 
+/// End the request rooted at `root`; its path and record are made in the
+/// background.
+pub(crate) fn finish_root_detached(root: &tracing::Span) {
+    request::finish_detached(root);
+}
+
 /// The trigger of the traced request the current span belongs to.
 pub(crate) fn current_trigger() -> Option<Trigger> {
     request::current_trigger()

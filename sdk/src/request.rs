@@ -270,6 +270,26 @@ pub fn finish(span: &Span) -> Option<Finished> {
     })
 }
 
+/// End the traced request rooted at `span` now, like [`finish`], but
+/// compute its path and emit its record in the background: for a request
+/// nobody waits on the path of (an entry point), so that its response does
+/// not wait for the computation. Paths that cannot be queued are dropped and
+/// counted ([`Handle::records_dropped`](crate::layer::Handle::records_dropped));
+/// [`Handle::flush`](crate::layer::Handle::flush) waits for the queue.
+///
+/// Returns false if `span` is not the root of a traced request or the
+/// request already finished.
+pub fn finish_detached(span: &Span) -> bool {
+    with_layer(span, |layer, d, id| {
+        let state = layer.node(d, id)?;
+        if state.node != Request::root() {
+            return None;
+        }
+        layer.finish_detached(&state.request).then_some(())
+    })
+    .is_some()
+}
+
 /// The trigger of the traced request the current span belongs to; `None`
 /// when untraced. This is what a client middleware propagates.
 ///

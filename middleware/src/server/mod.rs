@@ -392,11 +392,16 @@ impl Ending {
     }
 
     /// End the root node now; the encoded path when it is to be returned.
+    ///
+    /// When no path is returned (this service is the entry point), the path
+    /// is computed and the record emitted in the background: the response
+    /// does not wait for either.
     fn finish(self) -> Option<HeaderValue> {
-        let path = glue::finish_root(&self.root)?;
         if !self.return_path {
+            glue::finish_root_detached(&self.root);
             return None;
         }
+        let path = glue::finish_root(&self.root)?;
         let value = glue::encode_header(&path, self.config.max_path_bytes);
         if value.is_some() {
             Counters::bump(&self.config.counters.paths_returned);

@@ -95,6 +95,7 @@ impl Builder {
             clock: self.clock,
             in_flight: AtomicU64::new(0),
             emitted: AtomicU64::new(0),
+            finisher: Default::default(),
         });
         (
             CriticalPathLayer {
@@ -117,6 +118,7 @@ impl fmt::Debug for Handle {
         f.debug_struct("Handle")
             .field("service", &self.shared.service)
             .field("records_emitted", &self.records_emitted())
+            .field("records_dropped", &self.records_dropped())
             .field("requests_in_flight", &self.requests_in_flight())
             .finish()
     }
@@ -126,6 +128,20 @@ impl Handle {
     /// Records sent to the sink so far.
     pub fn records_emitted(&self) -> u64 {
         self.shared.emitted.load(Ordering::Relaxed)
+    }
+
+    /// Records of detached requests
+    /// ([`request::finish_detached`](crate::request::finish_detached))
+    /// dropped because the background queue was full.
+    pub fn records_dropped(&self) -> u64 {
+        self.shared.finisher.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Wait until the records of every request detached so far reached the
+    /// sink, or `timeout` passed; true when none is pending. For tests and
+    /// orderly shutdown.
+    pub fn flush(&self, timeout: std::time::Duration) -> bool {
+        self.shared.finisher.flush(timeout)
     }
 
     /// Traced requests begun and not yet finished.

@@ -27,8 +27,10 @@
 //! never allocate and never take the request lock.
 
 mod builder;
+mod finisher;
 pub(crate) mod node;
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -70,6 +72,22 @@ pub(crate) struct Shared {
     /// outside a traced request: callbacks return after this one load.
     pub(crate) in_flight: AtomicU64,
     pub(crate) emitted: AtomicU64,
+    /// Computes the paths of detached requests off the request path.
+    pub(crate) finisher: finisher::Finisher,
+}
+
+impl Shared {
+    /// Compute an ended request's path and emit its record.
+    fn emit(&self, request: &Request, ended: node::Ended) -> node::Outcome {
+        let outcome = ended.outcome(request);
+        if request.emit_record
+            && let Some(sink) = &self.sink
+        {
+            sink.emit(request.record(&outcome));
+            self.emitted.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
+    }
 }
 
 /// Registry access for a subscriber type fixed at `on_layer` time, so the
@@ -141,22 +159,96 @@ impl CriticalPathLayer {
 
     /// Finish a request now; emit its record when asked.
     pub(crate) fn finish(&self, request: &Request) -> Option<node::Outcome> {
-        let now = self.shared.clock.now();
-        let outcome = request.finish(now)?;
+        let ended = request.end(self.shared.clock.now())?;
         self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if request.emit_record
-            && let Some(sink) = &self.shared.sink
-        {
-            sink.emit(request.record(&outcome));
-            self.shared.emitted.fetch_add(1, Ordering::Relaxed);
+        Some(self.shared.emit(request, ended))
+    }
+
+    /// End a request now; compute its path and emit its record in the
+    /// background (see [`finisher`]). True if the request was traced and
+    /// not finished before.
+    pub(crate) fn finish_detached(&self, request: &Arc<Request>) -> bool {
+        let Some(ended) = request.end(self.shared.clock.now()) else {
+            return false;
+        };
+        self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if !request.emit_record || self.shared.sink.is_none() {
+            return true;
         }
-        Some(outcome)
+        if let Err((request, ended)) = self
+            .shared
+            .finisher
+            .submit(&self.shared, (request.clone(), ended))
+        {
+            self.shared.emit(&request, ended);
+        }
+        true
     }
 
     #[inline]
     fn idle(&self) -> bool {
         self.shared.in_flight.load(Ordering::Relaxed) == 0
     }
+
+    fn key(&self) -> usize {
+        Arc::as_ptr(&self.shared) as usize
+    }
+
+    /// The parent of a new span as this thread's entered stack knows it:
+    /// `Some(Some(state))` a node, `Some(None)` a span that is not a node,
+    /// `None` unknown (ask the registry).
+    ///
+    /// A contextual parent is the registry's current span, which is the top
+    /// of the stack whenever the stack is complete: every span this layer
+    /// sees entered while a request is traced is on it, nodes or not. Spans a
+    /// per-layer filter hides are not, matching the registry, whose parent
+    /// skips them too. An empty stack means spans may have been entered
+    /// before tracing began: unknown.
+    fn cached_parent(&self, attrs: &Attributes<'_>) -> Option<Option<NodeState>> {
+        let key = self.key();
+        ENTERED.with_borrow(|stack| {
+            let mut mine = stack.iter().rev().filter(|e| e.0 == key);
+            if attrs.is_contextual() {
+                mine.next().map(|e| e.2.clone())
+            } else {
+                let parent = attrs.parent()?;
+                mine.find(|e| e.1 == *parent).map(|e| e.2.clone())
+            }
+        })
+    }
+
+    fn push_entered(&self, id: &Id, state: Option<NodeState>) {
+        let key = self.key();
+        ENTERED.with_borrow_mut(|stack| {
+            // A guard leaked with `mem::forget` never exits: bound the stack
+            // and let the registry answer for what does not fit.
+            if stack.len() < MAX_ENTERED {
+                stack.push((key, id.clone(), state));
+            }
+        });
+    }
+
+    /// Remove `id`'s innermost entry (normally the top: exits nest); its
+    /// state as [`cached_parent`](Self::cached_parent) gives it.
+    fn pop_entered(&self, id: &Id) -> Option<Option<NodeState>> {
+        let key = self.key();
+        ENTERED.with_borrow_mut(|stack| {
+            let i = stack.iter().rposition(|e| e.0 == key && e.1 == *id)?;
+            Some(stack.remove(i).2)
+        })
+    }
+}
+
+/// Entries beyond this on one thread's entered stack are not cached.
+const MAX_ENTERED: usize = 64;
+
+thread_local! {
+    /// Spans entered on this thread while a request was traced, innermost
+    /// last, with the layer that saw them and their node state (`None`: not
+    /// a node). Exit, and creating a child of the current span, take the
+    /// state from here instead of a registry lookup. A span cannot close
+    /// while it is entered, so an entry never outlives its span.
+    static ENTERED: RefCell<Vec<(usize, Id, Option<NodeState>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Reads the `cpt.name` field, which names a node dynamically.
@@ -192,9 +284,18 @@ where
             return;
         }
         let Some(span) = ctx.span(id) else { return };
-        let Some(parent) = span.parent() else { return };
-        let Some(state) = parent.extensions().get::<NodeState>().cloned() else {
-            return;
+        // The parent is usually the span this thread is in: take its state
+        // from the entered stack rather than from the registry.
+        let state = match self.cached_parent(attrs) {
+            Some(Some(state)) => state,
+            Some(None) => return,
+            None => {
+                let Some(parent) = span.parent() else { return };
+                let Some(state) = parent.extensions().get::<NodeState>().cloned() else {
+                    return;
+                };
+                state
+            }
         };
         let meta = attrs.metadata();
         let name = if meta.fields().field("cpt.name").is_some() {
@@ -219,18 +320,29 @@ where
         }
         let Some(span) = ctx.span(id) else { return };
         let ext = span.extensions();
-        if let Some(s) = ext.get::<NodeState>() {
+        let state = ext.get::<NodeState>().cloned();
+        drop(ext);
+        if let Some(s) = &state {
             s.request.enter(s.node, self.shared.clock.now());
         }
+        self.push_entered(id, state);
     }
 
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        // Popped even when idle, so that the stack never keeps a node whose
+        // request finished while it was entered.
+        let cached = self.pop_entered(id);
         if self.idle() {
             return;
         }
-        let Some(span) = ctx.span(id) else { return };
-        let ext = span.extensions();
-        if let Some(s) = ext.get::<NodeState>() {
+        let state = match cached {
+            Some(state) => state,
+            None => {
+                let Some(span) = ctx.span(id) else { return };
+                span.extensions().get::<NodeState>().cloned()
+            }
+        };
+        if let Some(s) = state {
             s.request.exit(s.node, self.shared.clock.now());
         }
     }

@@ -14,15 +14,15 @@
 //! table and do nothing.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
 use tracing::Metadata;
 
 use crate::path::compute::{self, Busy, CalleeOutcome, FrameRef, Graph, Node, NodeId, Resumption};
-use crate::path::{CriticalPath, Frame};
+use crate::path::{CriticalPath, Frame, Location};
 use crate::record::{Labels, Record};
 use crate::trigger::Trigger;
 
@@ -77,7 +77,7 @@ struct LiveNode {
     depth: u32,
     resumptions: Vec<Resumption>,
     next_blocker: Option<NodeId>,
-    callee: Option<CalleeOutcome>,
+    callee: Option<Box<CalleeOutcome>>,
     /// Earliest wake since the last exit (set only by `task::Tracked`).
     woken: Option<Duration>,
     /// Woken while running (a self-wake, `yield_now`): runnable at exit.
@@ -133,6 +133,34 @@ pub(crate) fn thread_token() -> u32 {
     })
 }
 
+/// The name and source location of a callsite's frame, made once per
+/// callsite for the life of the process (callsites are static and finite), so
+/// a request's frames cost reference counts, not string copies.
+fn callsite_frame(meta: &'static Metadata<'static>) -> (Arc<str>, Option<Location>) {
+    type Cache = RwLock<FxHashMap<usize, (Arc<str>, Option<Location>)>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Cache::default);
+    let key = meta as *const Metadata<'static> as usize;
+    if let Some(f) = cache.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return f.clone();
+    }
+    // Helper spans (target "cpt") would all point into this crate.
+    let location = match (meta.file(), meta.line(), meta.target() == "cpt") {
+        (Some(file), Some(line), false) => Some(Location {
+            file: Arc::from(file),
+            line,
+        }),
+        _ => None,
+    };
+    let f = (Arc::<str>::from(meta.name()), location);
+    cache
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(key)
+        .or_insert(f)
+        .clone()
+}
+
 /// What the root's end produced.
 #[derive(Debug)]
 pub(crate) struct Outcome {
@@ -179,7 +207,11 @@ impl Request {
             start_unix_nanos: init.start_unix_nanos,
             labels: Mutex::new(init.labels),
             state: Mutex::new(State {
-                nodes: vec![root],
+                nodes: {
+                    let mut nodes = Vec::with_capacity(8);
+                    nodes.push(root);
+                    nodes
+                },
                 seq: 0,
                 finished: false,
             }),
@@ -326,7 +358,7 @@ impl Request {
         let mut st = self.state();
         match st.nodes.get_mut(node.index()) {
             Some(n) => {
-                n.callee = Some(outcome);
+                n.callee = Some(Box::new(outcome));
                 true
             }
             None => false,
@@ -345,25 +377,41 @@ impl Request {
         st.nodes.clear();
     }
 
-    /// End the request now (once): compute its path.
-    pub(crate) fn finish(&self, now: Duration) -> Option<Outcome> {
-        let nodes = {
-            let mut st = self.state();
-            if st.finished {
-                return None;
-            }
-            st.finished = true;
-            std::mem::take(&mut st.nodes)
-        };
+    /// End the request now (once), leaving the path to compute: what
+    /// happens to its nodes from here on is not recorded.
+    pub(crate) fn end(&self, now: Duration) -> Option<Ended> {
+        let mut st = self.state();
+        if st.finished {
+            return None;
+        }
+        st.finished = true;
+        Some(Ended {
+            nodes: std::mem::take(&mut st.nodes),
+            now,
+        })
+    }
+}
+
+/// A request that ended and whose path is not computed yet.
+#[derive(Debug)]
+pub(crate) struct Ended {
+    nodes: Vec<LiveNode>,
+    now: Duration,
+}
+
+impl Ended {
+    /// Compute the path of `request`, which ended as `self`.
+    pub(crate) fn outcome(self, request: &Request) -> Outcome {
+        let Ended { nodes, now } = self;
         let mut graph = Graph::new();
         // One frame per callsite (or per dynamic name) per request.
-        let mut by_callsite: HashMap<usize, FrameRef> = HashMap::new();
+        let mut by_callsite: FxHashMap<usize, FrameRef> = FxHashMap::default();
         for (i, n) in nodes.into_iter().enumerate() {
             let frame = match n.name {
-                Some(name) => graph.frame(self.frame(n.meta, name)),
+                Some(name) => graph.frame(request.frame(n.meta, Some(name))),
                 None => *by_callsite
                     .entry(n.meta as *const Metadata<'static> as usize)
-                    .or_insert_with(|| graph.frame(self.frame(n.meta, Arc::from(n.meta.name())))),
+                    .or_insert_with(|| graph.frame(request.frame(n.meta, None))),
             };
             let mut busy = n.busy;
             if let Some((start, _, nested)) = n.open {
@@ -388,24 +436,22 @@ impl Request {
                 busy,
                 resumptions: n.resumptions,
                 runnable: n.runnable,
-                callee: n.callee,
+                callee: n.callee.map(|c| *c),
             });
         }
         let path = compute::compute(&graph, Request::root(), now);
         let latency = path.total();
-        Some(Outcome { path, latency })
+        Outcome { path, latency }
     }
+}
 
-    fn frame(&self, meta: &'static Metadata<'static>, name: Arc<str>) -> Frame {
-        let frame = Frame {
+impl Request {
+    fn frame(&self, meta: &'static Metadata<'static>, name: Option<Arc<str>>) -> Frame {
+        let (static_name, location) = callsite_frame(meta);
+        Frame {
             service: self.service.clone(),
-            name,
-            location: None,
-        };
-        // Helper spans (target "cpt") would all point into this crate.
-        match (meta.file(), meta.line(), meta.target() == "cpt") {
-            (Some(file), Some(line), false) => frame.with_location(file, line),
-            _ => frame,
+            name: name.unwrap_or(static_name),
+            location,
         }
     }
 

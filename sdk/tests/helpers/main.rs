@@ -248,3 +248,57 @@ async fn callee_path_and_blind_spot_are_spliced() {
     assert_eq!(done.path.accounting.blind_spot, ms(2));
     assert_eq!(done.latency, ms(35));
 }
+
+/// An entry point's path is computed off the request path: `finish_detached`
+/// ends the request at once (later work is not on its path), and the record
+/// reaches the sink from the background thread, exact as with `finish`.
+#[tokio::test(start_paused = true)]
+async fn finish_detached_emits_the_same_record_from_the_background() {
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::prelude::*;
+
+    type Emitted = Vec<(Option<String>, Record)>;
+    let got: Arc<Mutex<Emitted>> = Arc::default();
+    let sink = got.clone();
+    let clock = cpt_sdk::testing::ManualClock::with_tokio();
+    let (layer, handle) = cpt_sdk::layer::CriticalPathLayer::builder()
+        .with_service("A")
+        .with_clock(clock.clone())
+        .with_sink(move |r: Record| {
+            let thread = std::thread::current().name().map(str::to_owned);
+            sink.lock().unwrap().push((thread, r));
+        })
+        .build();
+    let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+    let root = info_span!("root", cpt.name = "A1");
+    assert!(request::begin(
+        &root,
+        RequestOptions::new(Some(Trigger::Sampled)).with_name("A1")
+    ));
+    async {
+        clock.advance(ms(5));
+        sleep(ms(20)).instrument(info_span!("B1")).await;
+        clock.advance(ms(3));
+    }
+    .instrument(root.clone())
+    .await;
+    assert!(request::finish_detached(&root));
+    // Ended: neither finish ends it again, and time after is not on it.
+    assert!(!request::finish_detached(&root));
+    assert!(request::finish(&root).is_none());
+    clock.advance(ms(7));
+    assert_eq!(handle.requests_in_flight(), 0);
+    assert!(handle.flush(std::time::Duration::from_secs(5)));
+    let got = got.lock().unwrap();
+    assert_eq!(got.len(), 1);
+    let (thread, r) = &got[0];
+    assert_eq!(thread.as_deref(), Some("cpt-finish"));
+    assert_eq!(r.latency, ms(28));
+    expect::path()
+        .segment(["A1"], ms(5))
+        .segment(["A1", "B1"], ms(20))
+        .segment(["A1"], ms(3))
+        .assert(&r.path);
+    assert_eq!(handle.records_emitted(), 1);
+    assert_eq!(handle.records_dropped(), 0);
+}
