@@ -22,7 +22,7 @@ use prost::Message;
 
 use super::proto::{AccountingProto, PathProto};
 use super::{DecodeLimits, VERSION, kind};
-use crate::path::{Accounting, CriticalPath, Frame, FrameId, Location};
+use crate::path::{Accounting, CriticalPath, Frame, FrameId, Location, Stack};
 
 /// Why bytes could not be read as a critical path.
 ///
@@ -325,7 +325,7 @@ fn build(msg: &PathProto, depths: &[usize]) -> CriticalPath {
             }
         }
         debug_assert_eq!(chain.len(), chain.first().map_or(0, |e| depths[*e]));
-        let mut stack = Vec::with_capacity(chain.len());
+        let mut stack = Stack::with_capacity(chain.len());
         for &e in chain.iter().rev() {
             let id = *frame_of[e].get_or_insert_with(|| {
                 let file = if has_locations { msg.tree_file[e] } else { 0 };

@@ -192,7 +192,7 @@ mod tests {
         assert_eq!(p.frames().len(), 3);
         p.coarsen(1);
         assert_eq!(p.frames().len(), 1);
-        assert_eq!(p.segments()[0].stack, vec![FrameId(0)]);
+        assert_eq!(p.segments()[0].stack[..], [FrameId(0)]);
     }
 
     #[test]

@@ -26,7 +26,7 @@
 
 use std::time::Duration;
 
-use super::{Accounting, CriticalPath, Frame, FrameId, SegmentKind};
+use super::{Accounting, CriticalPath, Frame, FrameId, SegmentKind, Stack};
 
 /// What came back from a callee for one RPC.
 #[derive(Clone, Copy, Debug)]
@@ -122,7 +122,7 @@ pub fn splice(
         Callee::Path(path) => path,
         Callee::BlindSpot { callee } => {
             let leaf = into.intern(Frame::new(callee, callee));
-            let mut stack = prefix.to_vec();
+            let mut stack = Stack::from_slice(prefix);
             stack.push(leaf);
             into.push(stack, observed, SegmentKind::BlindSpot);
             into.accounting.blind_spot = into.accounting.blind_spot.saturating_add(observed);
@@ -139,7 +139,7 @@ pub fn splice(
     // Callee frame id -> id in `into`, filled as frames are first used.
     let mut map: Vec<Option<FrameId>> = vec![None; path.frames().len()];
     let mut push = |into: &mut CriticalPath, seg: &super::Segment, duration: Duration| {
-        let mut stack = Vec::with_capacity(prefix.len() + seg.stack.len());
+        let mut stack = Stack::with_capacity(prefix.len() + seg.stack.len());
         stack.extend_from_slice(prefix);
         for id in &seg.stack {
             let mapped =
@@ -151,7 +151,7 @@ pub fn splice(
 
     if total_ns <= observed_ns {
         let network = observed - nanos_to_duration(total_ns);
-        into.push(prefix.to_vec(), network, SegmentKind::Network);
+        into.push_slice(prefix, network, SegmentKind::Network);
         for seg in path.segments() {
             push(into, seg, seg.duration);
         }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 /// Where a node's code lives, when the instrumentation knows it
 /// (`tracing::Metadata::file` / `line`).
@@ -132,11 +133,21 @@ impl fmt::Display for SegmentKind {
     }
 }
 
+/// A segment's frame stack: frame ids, root first. Stacks up to
+/// [`STACK_INLINE`] frames deep (all of the Figure 1 system's) are stored in
+/// the segment itself: computing, decoding and merging paths make one stack
+/// per segment, and a heap allocation each was the largest part of their
+/// cost.
+pub type Stack = SmallVec<[FrameId; STACK_INLINE]>;
+
+/// Frames a [`Stack`] holds without allocating.
+pub const STACK_INLINE: usize = 10;
+
 /// A stretch of the critical path: a frame stack (root → leaf) and a duration.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Segment {
     /// Frame ids into the owning path's frame table, root first.
-    pub stack: Vec<FrameId>,
+    pub stack: Stack,
     /// How long this stack was on the path.
     pub duration: Duration,
     /// Why it is on the path.
@@ -247,7 +258,8 @@ impl CriticalPath {
     /// # Panics
     ///
     /// If a frame id did not come from this path's table.
-    pub fn push(&mut self, stack: Vec<FrameId>, duration: Duration, kind: SegmentKind) {
+    pub fn push(&mut self, stack: impl Into<Stack>, duration: Duration, kind: SegmentKind) {
+        let stack = stack.into();
         if self.extend_last(&stack, duration, kind) {
             return;
         }
@@ -269,7 +281,7 @@ impl CriticalPath {
             return;
         }
         self.segments.push(Segment {
-            stack: stack.to_vec(),
+            stack: Stack::from_slice(stack),
             duration,
             kind,
         });
@@ -287,7 +299,7 @@ impl CriticalPath {
         }
         if let Some(last) = self.segments.last_mut()
             && last.kind == kind
-            && last.stack == stack
+            && last.stack[..] == *stack
         {
             last.duration = last.duration.saturating_add(duration);
             return true;
@@ -302,7 +314,7 @@ impl CriticalPath {
         duration: Duration,
         kind: SegmentKind,
     ) {
-        let ids = stack.into_iter().map(|f| self.intern(f)).collect();
+        let ids: Stack = stack.into_iter().map(|f| self.intern(f)).collect();
         self.push(ids, duration, kind);
     }
 
@@ -373,7 +385,7 @@ mod tests {
         p.push(vec![a1], ms(1), SegmentKind::Busy);
         p.compact();
         assert_eq!(p.frames().len(), 1);
-        assert_eq!(p.segments()[0].stack, vec![FrameId(0)]);
+        assert_eq!(p.segments()[0].stack[..], [FrameId(0)]);
         assert_eq!(&*p.frame(FrameId(0)).name, "A1");
     }
 }
