@@ -468,34 +468,26 @@ fn scoped_runtime(dispatch: &tracing::Dispatch) -> anyhow::Result<tokio::runtime
 
 /// Flush an exporter, then shut it down, in at most `timeout` overall.
 fn finish_exporter(handle: ExportHandle, timeout: Duration) -> anyhow::Result<ExportCounts> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    // `shutdown` waits for the worker without a bound; wait for it on a
-    // thread of its own so a stuck collector cannot hang the demo.
-    std::thread::Builder::new()
-        .name("cpt-demo-flush".into())
-        .spawn(move || {
-            let flushed = handle.flush(timeout);
-            let counts = ExportCounts {
-                exported: handle.exported(),
-                dropped: handle.dropped(),
-                failed: handle.failed(),
-                retries: 0,
-            };
-            if flushed {
-                handle.shutdown();
-            }
-            let _ = tx.send((flushed, counts));
-        })?;
-    match rx.recv_timeout(timeout + Duration::from_secs(1)) {
-        Ok((true, counts)) => Ok(counts),
-        Ok((false, counts)) => anyhow::bail!(
-            "the exporter did not ship its queue within {timeout:?} ({} exported, {} dropped, {} failed so far)",
-            counts.exported,
-            counts.dropped,
-            counts.failed
-        ),
-        Err(_) => anyhow::bail!("the exporter did not stop within {timeout:?}"),
-    }
+    let flushed = handle.flush(timeout);
+    let counts = ExportCounts {
+        exported: handle.exported(),
+        dropped: handle.dropped(),
+        failed: handle.failed(),
+        retries: 0,
+    };
+    anyhow::ensure!(
+        flushed,
+        "the exporter did not ship its queue within {timeout:?} ({} exported, {} dropped, {} failed so far)",
+        counts.exported,
+        counts.dropped,
+        counts.failed
+    );
+    // Bounded: a stuck collector cannot hang the demo.
+    anyhow::ensure!(
+        handle.shutdown_timeout(timeout),
+        "the exporter did not stop within {timeout:?}"
+    );
+    Ok(counts)
 }
 
 /// A collector in this process on a runtime of its own (outside the traced

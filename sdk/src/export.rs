@@ -325,12 +325,47 @@ impl ExportHandle {
 
     /// Ship what is queued, flush the exporter and stop the worker, waiting
     /// for it. Records emitted afterwards are dropped (and counted).
+    ///
+    /// This waits as long as the exporter takes (a collector that is down
+    /// means retries until they give up); [`shutdown_timeout`](Self::shutdown_timeout)
+    /// bounds the wait.
     pub fn shutdown(self) {
         let _ = self.tx.send(Msg::Shutdown);
         let worker = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(w) = worker {
             let _ = w.join();
         }
+    }
+
+    /// [`shutdown`](Self::shutdown), waiting at most `timeout`. Returns
+    /// `true` when the worker stopped in time; otherwise it is left to finish
+    /// (or to die with the process) and what it still holds may be lost.
+    pub fn shutdown_timeout(self, timeout: Duration) -> bool {
+        let deadline = Instant::now().checked_add(timeout);
+        let expired = || deadline.is_some_and(|d| Instant::now() >= d);
+        let mut msg = Msg::Shutdown;
+        loop {
+            match self.tx.try_send(msg) {
+                Ok(()) => break,
+                Err(TrySendError::Full(m)) if !expired() => {
+                    msg = m;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(TrySendError::Full(_)) => return false,
+                // The worker is gone already.
+                Err(TrySendError::Disconnected(_)) => break,
+            }
+        }
+        let worker = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(w) = worker else { return true };
+        while !w.is_finished() {
+            if expired() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = w.join();
+        true
     }
 }
 
@@ -387,5 +422,31 @@ mod tests {
             sink.stats.dropped.load(Ordering::Relaxed) as usize,
             101 - exp.0.lock().unwrap().len()
         );
+    }
+
+    #[test]
+    fn shutdown_timeout_returns_when_the_exporter_is_stuck() {
+        let exp = Collect::default();
+        let (sink, handle) = Exporter::builder()
+            .with_queue_capacity(4)
+            .with_max_batch(1)
+            .build(exp.clone());
+        for _ in 0..10 {
+            sink.emit(record());
+        }
+        // The export blocks until released: the worker cannot stop in time.
+        let start = Instant::now();
+        assert!(!handle.shutdown_timeout(Duration::from_millis(50)));
+        assert!(start.elapsed() < Duration::from_secs(2), "shutdown blocked");
+        *exp.1.0.lock().unwrap() = true;
+        exp.1.1.notify_all();
+
+        // An exporter that is not stuck stops in time, having shipped all.
+        let free = Collect::default();
+        *free.1.0.lock().unwrap() = true;
+        let (sink, handle) = Exporter::builder().build(free.clone());
+        sink.emit(record());
+        assert!(handle.shutdown_timeout(Duration::from_secs(5)));
+        assert_eq!(free.0.lock().unwrap().iter().sum::<usize>(), 1);
     }
 }

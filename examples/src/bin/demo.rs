@@ -179,9 +179,7 @@ fn finish(what: &str, handle: ExportHandle, timeout: Duration) {
         handle.dropped(),
         handle.failed()
     );
-    if flushed {
-        handle.shutdown();
-    } else {
+    if !flushed || !handle.shutdown_timeout(timeout) {
         eprintln!("demo: the {what} exporter did not finish within {timeout:?}");
     }
 }
