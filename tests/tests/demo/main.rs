@@ -21,6 +21,9 @@ use cpt_sdk::Trigger;
 struct Run {
     dir: tempfile::TempDir,
     report: DemoReport,
+    /// Files in the output directory right after the demo, before any test
+    /// opened the store.
+    files: BTreeSet<String>,
 }
 
 /// The demo with every request sampled (so every service shows up in a
@@ -35,7 +38,12 @@ fn demo_run() -> &'static Run {
             .with_forced(4)
             .with_flush_timeout(Duration::from_secs(10));
         let report = demo::run(&config).expect("the demo runs");
-        Run { dir, report }
+        let files = std::fs::read_dir(dir.path())
+            .expect("the output directory")
+            .map(|e| e.expect("a directory entry").file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        Run { dir, report, files }
     })
 }
 
@@ -61,6 +69,13 @@ fn demo_fig1_store_holds_every_record_of_records_jsonl() {
     assert_eq!(r.emitted, lines, "the SDK emitted what the file holds");
     assert_eq!(r.forced_records, 4);
     assert_eq!(r.failed_requests, 0);
+    // The store was closed cleanly: no WAL files left beside it.
+    let files = &demo_run().files;
+    assert!(files.contains("store.db"), "{files:?}");
+    assert!(
+        !files.contains("store.db-wal") && !files.contains("store.db-shm"),
+        "WAL files left behind: {files:?}"
+    );
 
     // Counted here independently of the demo's own check.
     let store = Store::open_read_only(out("store.db")).unwrap();
