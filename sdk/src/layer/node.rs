@@ -403,7 +403,7 @@ impl Ended {
     /// Compute the path of `request`, which ended as `self`.
     pub(crate) fn outcome(self, request: &Request) -> Outcome {
         let Ended { nodes, now } = self;
-        let mut graph = Graph::new();
+        let mut graph = Graph::with_capacity(nodes.len());
         // One frame per callsite (or per dynamic name) per request.
         let mut by_callsite: FxHashMap<usize, FrameRef> = FxHashMap::default();
         for (i, n) in nodes.into_iter().enumerate() {

@@ -179,6 +179,14 @@ impl Graph {
         Graph::default()
     }
 
+    /// An empty graph with room for `nodes` nodes.
+    pub fn with_capacity(nodes: usize) -> Graph {
+        Graph {
+            nodes: Vec::with_capacity(nodes),
+            ..Graph::default()
+        }
+    }
+
     /// Intern a frame: equal frames get the same reference.
     ///
     /// # Panics
@@ -351,9 +359,9 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
             ..Prep::default()
         });
     }
-    let mut ends = Vec::new();
-    let mut nested = Vec::new();
-    let mut polled = Vec::new();
+    let mut ends = Vec::with_capacity(n);
+    let mut nested = Vec::with_capacity(n);
+    let mut polled = Vec::with_capacity(n);
     for (i, node) in graph.nodes.iter().enumerate() {
         let Some(p) = nodes[i].parent else { continue };
         let (fp, end) = (nodes[i].first_poll, nodes[i].end);
@@ -401,7 +409,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
     }
 
     // Own busy time: entered intervals (clipped, merged) minus nested ones.
-    let mut own = Vec::new();
+    let mut own = Vec::with_capacity(2 * n);
     let mut busy: Vec<(u64, u64)> = Vec::new();
     let mut carve: Vec<(u64, u64)> = Vec::new();
     for (i, node) in graph.nodes.iter().enumerate() {
