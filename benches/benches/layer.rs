@@ -9,6 +9,8 @@
 //!    parent's extensions are read);
 //! 3. `cpt_traced` — inside a traced request: requests of 100 spans each,
 //!    including `begin` and `finish` (the path computation) amortised;
+//!    `cpt_traced_recording_only` — the same ended with `finish_detached`
+//!    and no sink, so no path is computed: the recording alone;
 //! 4. `otel` — Registry + `tracing-opentelemetry` with an SDK tracer
 //!    provider and no exporter.
 //!
@@ -49,6 +51,34 @@ fn bench_plain(c: &mut Criterion, name: &str, dispatch: Dispatch) {
     });
 }
 
+/// Requests of [`SPANS_PER_REQUEST`] spans under a fresh layer, each ended
+/// by `end`; the time per span.
+fn bench_traced(c: &mut Criterion, name: &str, end: fn(&tracing::Span)) {
+    let (layer, _h) = CriticalPathLayer::builder().with_service("bench").build();
+    let traced = Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&traced, || {
+        c.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                let mut done = 0;
+                while done < iters {
+                    let root = tracing::info_span!("root");
+                    request::begin(&root, RequestOptions::new(Some(Trigger::Sampled)));
+                    root.in_scope(|| {
+                        let n = SPANS_PER_REQUEST.min(iters - done);
+                        for _ in 0..n {
+                            one_span();
+                        }
+                        done += n;
+                    });
+                    end(&root);
+                }
+                start.elapsed()
+            })
+        });
+    });
+}
+
 fn spans(c: &mut Criterion) {
     // Warm the allocator, the slab pages and the CPU before the first case,
     // which otherwise measures start-up noise.
@@ -83,28 +113,14 @@ fn spans(c: &mut Criterion) {
         request::finish(&other);
     });
 
-    let (layer, _h) = CriticalPathLayer::builder().with_service("bench").build();
-    let traced = Dispatch::new(tracing_subscriber::registry().with(layer));
-    tracing::dispatcher::with_default(&traced, || {
-        c.bench_function("span/3_cpt_traced", |b| {
-            b.iter_custom(|iters| {
-                let start = Instant::now();
-                let mut done = 0;
-                while done < iters {
-                    let root = tracing::info_span!("root");
-                    request::begin(&root, RequestOptions::new(Some(Trigger::Sampled)));
-                    root.in_scope(|| {
-                        let n = SPANS_PER_REQUEST.min(iters - done);
-                        for _ in 0..n {
-                            one_span();
-                        }
-                        done += n;
-                    });
-                    black_box(request::finish(&root));
-                }
-                start.elapsed()
-            })
-        });
+    bench_traced(c, "span/3_cpt_traced", |root| {
+        black_box(request::finish(root));
+    });
+    // The same requests ended with `finish_detached` and no sink: the
+    // recording alone, which is what an entry point's request path pays
+    // (its path is computed on the layer's background thread).
+    bench_traced(c, "span/3b_cpt_traced_recording_only", |root| {
+        black_box(request::finish_detached(root));
     });
 
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
