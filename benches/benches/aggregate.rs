@@ -11,7 +11,9 @@
 //! ~5 GB; every reference is aggregated as a separate request. JSON parsing
 //! is not included (both sides start from `Record`s).
 //!
-//! `CPT_BENCH_RECORDS=N` changes the record count. Run:
+//! `CPT_BENCH_RECORDS=N` changes the record count, `CPT_BENCH_DISTINCT=N`
+//! the number of distinct records cycled over (fewer: the input stays in
+//! cache). Run:
 //! `cargo bench -p cpt-benches --bench aggregate`.
 
 use std::collections::HashMap;
@@ -159,15 +161,26 @@ fn bench(c: &mut Criterion) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let pool = records(10_000.min(n));
+    let distinct: usize = std::env::var("CPT_BENCH_DISTINCT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let pool = records(distinct.clamp(1, n.max(1)));
     let refs: Vec<&Record> = (0..n).map(|i| &pool[i % pool.len()]).collect();
     let segments: usize = refs.iter().map(|r| r.path.segments().len()).sum();
+    let frames: usize = refs.iter().map(|r| r.path.frames().len()).sum();
     check_same(&refs[..pool.len()]);
     eprintln!(
-        "aggregate bench: {n} records, {segments} segments ({:.1} per record), {} rayon threads",
+        "aggregate bench: {n} records, {segments} segments ({:.1} per record, {:.1} distinct frames per record), {} rayon threads",
         segments as f64 / n as f64,
+        frames as f64 / n as f64,
         rayon_threads()
     );
+
+    if let Ok(runs) = std::env::var("CPT_BENCH_QUICK") {
+        quick(&refs, runs.parse().unwrap_or(5));
+        return;
+    }
 
     // One timed run of each, for the ratio line (criterion below gives the
     // distributions).
@@ -196,6 +209,36 @@ fn bench(c: &mut Criterion) {
         b.iter(|| baseline(&refs))
     });
     g.finish();
+}
+
+/// `CPT_BENCH_QUICK=N`: time only the cpt fold, N runs (5 if N is not a
+/// number), wall and
+/// process CPU time (CPU time moves less than wall time when other builds
+/// share the machine). For iterating on the fold; the criterion run is the
+/// measurement.
+fn quick(recs: &[&Record], runs: usize) {
+    for _ in 0..runs {
+        let (t, cpu) = (Instant::now(), cpu_seconds());
+        black_box(cpt(recs, &Selection::new()));
+        eprintln!(
+            "aggregate bench (quick): cpt {:.3} s wall, {:.2} s cpu",
+            t.elapsed().as_secs_f64(),
+            cpu_seconds() - cpu
+        );
+    }
+}
+
+/// User + system time of this process so far (Linux `/proc/self/stat`,
+/// 100 Hz ticks; 0 elsewhere).
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime, stime are 14, 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn rayon_threads() -> usize {
