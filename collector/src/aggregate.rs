@@ -45,7 +45,7 @@
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use cpt_sdk::path::{Accounting, Frame, SegmentKind};
@@ -635,6 +635,11 @@ impl StackIndex {
 /// Parent of a top-level trie node.
 const NO_PARENT: u32 = u32::MAX;
 
+/// Records per work item of [`Aggregator::push_batch`]: small enough to
+/// balance two workers when one is slowed, large enough that taking a free
+/// partial per item costs nothing.
+const CHUNK: usize = 512;
+
 /// Records per batch in [`Aggregate::from_records`].
 const BATCH: usize = 16 * 1024;
 
@@ -710,7 +715,6 @@ impl Aggregator {
         self.offered += rs.len() as u64;
         let base = self.ordinal;
         self.ordinal += rs.len() as u64;
-        let chunk = rs.len().div_ceil(self.parts.len());
         let sel = &self.sel;
         if rs.len() < 256 {
             for (i, r) in rs.iter().enumerate() {
@@ -718,16 +722,28 @@ impl Aggregator {
             }
             return;
         }
-        self.parts
-            .par_iter_mut()
-            .zip(rs.par_chunks(chunk))
-            .enumerate()
-            .for_each(|(ci, (part, recs))| {
-                let first = base + (ci * chunk) as u64;
-                for (i, r) in recs.iter().enumerate() {
-                    part.push(sel, r.borrow(), first + i as u64);
-                }
+        // Many small work items, each folded into whichever partial is free:
+        // a worker slowed by other load on the machine leaves the rest of the
+        // batch to the others instead of holding them at the end of it.
+        // Which partial folds which record does not change the result.
+        let keep = sel.percentile().is_some();
+        let histograms = self.parts.first().is_some_and(|p| p.histograms);
+        let free = Mutex::new(std::mem::take(&mut self.parts));
+        let lock = || free.lock().unwrap_or_else(PoisonError::into_inner);
+        rs.par_chunks(CHUNK).enumerate().for_each(|(ci, recs)| {
+            let taken = lock().pop();
+            let mut part = taken.unwrap_or_else(|| {
+                let mut p = Partial::new(keep);
+                p.histograms = histograms;
+                p
             });
+            let first = base + (ci * CHUNK) as u64;
+            for (i, r) in recs.iter().enumerate() {
+                part.push(sel, r.borrow(), first + i as u64);
+            }
+            lock().push(part);
+        });
+        self.parts = free.into_inner().unwrap_or_else(PoisonError::into_inner);
     }
 
     /// Apply the percentile band (if any) and merge the partials.
