@@ -58,6 +58,10 @@ use crate::selection::Selection;
 
 type FxMap<K, V> = HashMap<K, V, FxBuildHasher>;
 
+/// The synthetic frame that stands for busy time without frames (a segment
+/// with an empty stack, as a path coarsened to depth 0 has).
+pub const NO_FRAMES: &str = "[no frames]";
+
 /// The synthetic leaf frame that stands for a non-busy segment kind
 /// (`None` for [`SegmentKind::Busy`]: busy time is the leaf's own time).
 ///
@@ -801,6 +805,8 @@ struct Partial {
     counts: Vec<u64>,
     details: Vec<Detail>,
     kind_frames: [u32; 4],
+    /// [`NO_FRAMES`]: busy time whose segment has an empty stack.
+    no_frames: u32,
     // per-record scratch, reused
     local: Vec<u32>,
     /// Sample stacks by their frame ids (see [`StackIndex`]).
@@ -834,6 +840,7 @@ impl Partial {
             counts: Vec::new(),
             details: Vec::new(),
             kind_frames: [0; 4],
+            no_frames: 0,
             local: Vec::new(),
             stack_ix: StackIndex::default(),
             key: Vec::new(),
@@ -854,6 +861,7 @@ impl Partial {
             let f = kind_frame(*kind).expect("non-busy kinds have a synthetic frame");
             p.kind_frames[slot] = p.intern_frame(&f);
         }
+        p.no_frames = p.intern_frame(&Frame::new("", NO_FRAMES));
         p
     }
 
@@ -936,6 +944,11 @@ impl Partial {
             key.extend(seg.stack.iter().map(|id| self.local[id.0 as usize]));
             if seg.kind != SegmentKind::Busy {
                 key.push(self.kind_frames[kind_slot(seg.kind)]);
+            }
+            if key.is_empty() {
+                // A path coarsened to depth 0 (the codec's last resort)
+                // keeps its time without frames.
+                key.push(self.no_frames);
             }
             let h = stack_hash(&key);
             let node = match self.stack_ix.find(h, &key) {
@@ -1196,6 +1209,32 @@ pub(crate) mod tests {
             ]
         );
         assert_eq!(agg.mean_latency(), ms(15));
+    }
+
+    /// A path coarsened to depth 0 (the codec's last resort over its size
+    /// limit) keeps its time in segments without frames: busy time goes to
+    /// `[no frames]`, other kinds to their leaf alone. Folding such a record
+    /// used to index past the trie.
+    #[test]
+    fn aggregate_path_coarsened_to_depth_zero_keeps_its_time() {
+        let mut r = record(&[
+            (&[("A", "A1")], 4, SegmentKind::Queueing),
+            (&[("A", "A1"), ("B", "B1")], 5, SegmentKind::Busy),
+            (&[("A", "A1")], 1, SegmentKind::Busy),
+        ]);
+        r.path.coarsen(0);
+        assert!(r.path.segments().iter().all(|s| s.stack.is_empty()));
+        let with_frames = record(&[(&[("A", "A1")], 2, SegmentKind::Busy)]);
+        let agg = Aggregate::from_records(&Selection::new(), [r, with_frames]);
+        assert_eq!(
+            means_by_label(&agg),
+            vec![
+                (NO_FRAMES.to_string(), 3_000_000),
+                ("[queueing]".to_string(), 2_000_000),
+                ("A1 (A)".to_string(), 1_000_000),
+            ]
+        );
+        assert_eq!(agg.mean_latency(), ms(6));
     }
 
     #[test]
