@@ -213,10 +213,14 @@ fn main() {
             },
         ),
     ];
-    // `CPT_BENCH_ONLY_TRACED=1` runs the traced configuration alone (for
-    // profiling its cost with perf); no ratios are printed then.
-    let only_traced = std::env::var_os("CPT_BENCH_ONLY_TRACED").is_some();
-    let active = if only_traced { 1 } else { setups.len() };
+    // `CPT_BENCH_ONLY=N` runs configuration N alone (0 traced, 1 untraced,
+    // 2 no cpt), to profile or count its work (perf, strace -c); no ratios
+    // are printed then.
+    let only = env("CPT_BENCH_ONLY", usize::MAX).min(setups.len());
+    if only < setups.len() {
+        setups.swap(0, only);
+    }
+    let active = if only < setups.len() { 1 } else { setups.len() };
     // Warm up connections and caches.
     for s in &mut setups[..active] {
         round(s, n / 4 + 1);
@@ -244,7 +248,7 @@ fn main() {
         );
     }
     println!("records emitted: {}", records.load(Ordering::Relaxed));
-    if only_traced {
+    if active == 1 {
         return;
     }
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();

@@ -302,6 +302,7 @@ fn build(msg: &PathProto, depths: &[usize]) -> CriticalPath {
     let strings: Vec<Arc<str>> = msg.strings.iter().map(|s| Arc::from(s.as_str())).collect();
     let has_locations = !msg.tree_file.is_empty();
     let mut path = CriticalPath::new();
+    path.reserve(msg.segment_entry_kind.len());
     // Tree entry -> frame id, interned at first use so that the frame table
     // is in first-use order (what `CriticalPath::compact` produces).
     let mut frame_of: Vec<Option<FrameId>> = vec![None; msg.tree_parent.len()];

@@ -86,6 +86,8 @@ fn build(
         version: VERSION,
         ..PathProto::default()
     };
+    msg.segment_entry_kind.reserve(path.segments().len());
+    msg.segment_duration_nanos.reserve(path.segments().len());
     let mut any_location = false;
     // Entries of the previous segment's (cut) stack: consecutive segments
     // share most of their prefix, so most lookups are skipped.

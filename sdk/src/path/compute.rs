@@ -862,6 +862,7 @@ fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mu
         frames: vec![None; graph.frames.len()],
         chain: Vec::new(),
     };
+    path.reserve(pieces.len());
     for piece in pieces.into_iter().rev() {
         match piece {
             Piece::Seg { node, dur, kind } => {

@@ -136,6 +136,7 @@ pub fn splice(
         .iter()
         .fold(0u128, |acc, s| acc.saturating_add(s.duration.as_nanos()));
 
+    into.reserve(path.segments().len() + 1);
     // Callee frame id -> id in `into`, filled as frames are first used.
     let mut map: Vec<Option<FrameId>> = vec![None; path.frames().len()];
     let mut push = |into: &mut CriticalPath, seg: &super::Segment, duration: Duration| {

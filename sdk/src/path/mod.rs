@@ -318,6 +318,13 @@ impl CriticalPath {
         self.push(ids, duration, kind);
     }
 
+    /// Make room for `segments` more segments (computing, decoding and
+    /// splicing know how many are coming; growing one at a time copied the
+    /// list over and over).
+    pub fn reserve(&mut self, segments: usize) {
+        self.segments.reserve(segments);
+    }
+
     /// The sum of all segment durations: the request's latency.
     pub fn total(&self) -> Duration {
         self.segments
