@@ -215,12 +215,12 @@ impl Record {
                     (None, Some(id)) => *id,
                     (file, _) => {
                         let location = file.filter(|f| !f.is_empty()).map(|file| Location {
-                            file: Arc::from(&*file),
+                            file: shared(&file),
                             line: line.unwrap_or(0),
                         });
                         let id = path.intern(Frame {
-                            service: Arc::from(&*key.0),
-                            name: Arc::from(&*key.1),
+                            service: shared(&key.0),
+                            name: shared(&key.1),
                             location,
                         });
                         last.insert(key.clone(), id);
@@ -482,6 +482,39 @@ mod wire {
     }
 }
 
+/// Frame strings decoded on this thread so far, shared: the records one
+/// reader decodes (a JSON Lines file, a store query) then hold one copy of
+/// each service, name and file instead of one per record, which is most of
+/// their memory and most of what aggregating them waits on (cache misses on
+/// every record's own strings). Bounded: strings over [`SHARED_LEN`] bytes are
+/// not kept, and past [`SHARED_MAX`] strings the table starts over. SipHash,
+/// since the strings come from untrusted input.
+fn shared(s: &str) -> Arc<str> {
+    if s.len() > SHARED_LEN {
+        return Arc::from(s);
+    }
+    thread_local! {
+        static SHARED: std::cell::RefCell<std::collections::HashSet<Arc<str>>> =
+            std::cell::RefCell::default();
+    }
+    SHARED.with_borrow_mut(|set| {
+        if let Some(a) = set.get(s) {
+            return a.clone();
+        }
+        if set.len() >= SHARED_MAX {
+            set.clear();
+        }
+        let a: Arc<str> = Arc::from(s);
+        set.insert(a.clone());
+        a
+    })
+}
+
+/// Distinct frame strings [`shared`] keeps per thread.
+const SHARED_MAX: usize = 1 << 16;
+/// The longest string [`shared`] keeps.
+const SHARED_LEN: usize = 256;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,6 +554,38 @@ mod tests {
         );
         let back = Record::from_json(&line).unwrap();
         assert_eq!(back, r);
+    }
+
+    /// Records one reader decodes share their frame strings (one copy per
+    /// distinct service, name and file), except strings too long to keep.
+    #[test]
+    fn json_decoded_records_share_frame_strings() {
+        let line = fig2a().to_json();
+        let (a, b) = (
+            Record::from_json(&line).unwrap(),
+            Record::from_json(&line).unwrap(),
+        );
+        assert_eq!(a, b);
+        for (fa, fb) in a.path.frames().iter().zip(b.path.frames()) {
+            assert!(Arc::ptr_eq(&fa.name, &fb.name), "{fa:?}");
+            assert!(Arc::ptr_eq(&fa.service, &fb.service), "{fa:?}");
+            if let (Some(la), Some(lb)) = (&fa.location, &fb.location) {
+                assert!(Arc::ptr_eq(&la.file, &lb.file), "{fa:?}");
+            }
+        }
+        let long = "x".repeat(SHARED_LEN + 1);
+        let mut p = CriticalPath::new();
+        p.push_frames([Frame::new("A", long.as_str())], ms(1), SegmentKind::Busy);
+        let line = Record::new("A", Trigger::Sampled, p).to_json();
+        let (a, b) = (
+            Record::from_json(&line).unwrap(),
+            Record::from_json(&line).unwrap(),
+        );
+        assert_eq!(a, b);
+        assert!(!Arc::ptr_eq(
+            &a.path.frames()[0].name,
+            &b.path.frames()[0].name
+        ));
     }
 
     #[test]
