@@ -5,11 +5,16 @@
 //!
 //! The input is 10⁶ record references cycling over 10⁴ distinct generated
 //! records (Figure 1–like services, ~200 distinct stacks of depth 2–7, some
-//! network / unattributed / blind-spot segments). Each record has its own
-//! copies of its frame strings, as records decoded from the wire do (no
-//! `Arc` shared across records). Cycling keeps memory near 100 MB instead of
-//! ~5 GB; every reference is aggregated as a separate request. JSON parsing
-//! is not included (both sides start from `Record`s).
+//! network / unattributed / blind-spot segments). In `cpt_profile` each
+//! record has its own copies of its frame strings (no `Arc` shared across
+//! records): the worst case, as a reader that did not share strings would
+//! give. `cpt_profile_decoded_json` aggregates the same records after a
+//! round trip through their JSON Lines form on one thread, as `cpt profile`
+//! holds them after reading a file or a store: `Record::from_json` interns
+//! frame strings per thread, so equal strings are one shared copy. Cycling
+//! keeps memory near 100 MB instead of ~5 GB; every reference is aggregated
+//! as a separate request. JSON parsing is not timed (every case starts from
+//! `Record`s).
 //!
 //! `CPT_BENCH_RECORDS=N` changes the record count, `CPT_BENCH_DISTINCT=N`
 //! the number of distinct records cycled over (fewer: the input stays in
@@ -203,6 +208,17 @@ fn bench(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(10))
         .throughput(Throughput::Elements(n as u64));
     g.bench_function("cpt_profile", |b| b.iter(|| cpt(&refs, &Selection::new())));
+    // The same records as `cpt profile` holds them after reading JSON Lines
+    // (or a store) on one thread: decoded, so equal frame strings are one
+    // shared copy (`Record::from_json` interns them per thread).
+    let decoded: Vec<Record> = pool
+        .iter()
+        .map(|r| Record::from_json(&r.to_json()).expect("a record reads back"))
+        .collect();
+    let decoded_refs: Vec<&Record> = (0..n).map(|i| &decoded[i % decoded.len()]).collect();
+    g.bench_function("cpt_profile_decoded_json", |b| {
+        b.iter(|| cpt(&decoded_refs, &Selection::new()))
+    });
     let p95 = Selection::new().with_percentile(PercentileBand::parse("p95-p100").unwrap());
     g.bench_function("cpt_profile_p95_band", |b| b.iter(|| cpt(&refs, &p95)));
     g.bench_function("baseline_hashmap_vec_string", |b| {
