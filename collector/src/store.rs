@@ -285,6 +285,27 @@ pub struct Store {
     path: PathBuf,
 }
 
+/// A connection that only reads an existing store.
+///
+/// Read-write with `query_only` when the file allows it, so that when it is
+/// the last connection to close SQLite checkpoints and removes the
+/// `-wal`/`-shm` files (a read-only connection cannot, and leaves them beside
+/// the store); read-only otherwise. Never creates the file.
+fn open_reader(path: &Path) -> Result<Connection, rusqlite::Error> {
+    let rw = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .and_then(|c| c.pragma_update(None, "query_only", true).map(|()| c));
+    match rw {
+        Ok(c) => Ok(c),
+        Err(_) => Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        ),
+    }
+}
+
 impl Store {
     /// Open (creating if needed) the store at `path` for reading and
     /// writing, with [`Durability::Full`].
@@ -357,11 +378,7 @@ impl Store {
     /// When the file does not exist or is not a cpt store of a known schema.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store, StoreError> {
         let path = path.as_ref().to_path_buf();
-        let conn = Connection::open_with_flags(
-            &path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|source| StoreError::Sqlite {
+        let conn = open_reader(&path).map_err(|source| StoreError::Sqlite {
             path: path.clone(),
             context: "open read-only",
             source,
@@ -573,11 +590,7 @@ fn read_rows(
         }
     };
     let run = || -> Result<(), StoreError> {
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(sqlite("open reader"))?;
+        let conn = open_reader(path).map_err(sqlite("open reader"))?;
         let _ = conn.busy_timeout(std::time::Duration::from_secs(10));
         let mut stmt = conn.prepare(sql).map_err(sqlite("prepare query"))?;
         let mut rows = stmt
@@ -752,6 +765,51 @@ mod tests {
         drop(store);
         let reopened = Store::open_read_only(&path).unwrap();
         assert_eq!(reopened.len().unwrap(), 4);
+    }
+
+    /// Reading a store that nobody else has open leaves nothing beside it,
+    /// and a reader cannot write.
+    #[test]
+    fn store_reader_leaves_no_wal_files_and_cannot_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mut store = Store::open(&path).unwrap();
+        let stored = store.insert(&sample()).unwrap();
+        assert!(stored > 0);
+        drop(store);
+        let files = || {
+            let mut v: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(files(), ["s.db"]);
+        let reader = Store::open_read_only(&path).unwrap();
+        assert_eq!(reader.len().unwrap(), stored);
+        let err = reader
+            .conn
+            .execute_batch("DELETE FROM records")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("readonly") || err.contains("read-only"),
+            "{err}"
+        );
+        drop(reader);
+        let n = Store::open_read_only(&path)
+            .unwrap()
+            .records(
+                &crate::selection::Selection::new()
+                    .with_triggers(crate::selection::TriggerFilter::All),
+            )
+            .unwrap()
+            .count();
+        assert_eq!(n as u64, stored);
+        assert_eq!(files(), ["s.db"]);
+        assert!(Store::open_read_only(dir.path().join("missing.db")).is_err());
+        assert_eq!(files(), ["s.db"], "a reader never creates a store");
     }
 
     #[test]

@@ -388,9 +388,7 @@ pub fn run(config: &DemoConfig) -> anyhow::Result<DemoReport> {
             let n = records.len() as u64;
             if let Some(c) = collector {
                 let store = c.stop()?;
-                // Read-write: a read-only connection cannot remove the WAL
-                // files when it closes, and they would be left beside the store.
-                let stored = cpt_collector::store::Store::open(&store)
+                let stored = cpt_collector::store::Store::open_read_only(&store)
                     .and_then(|s| s.len())
                     .with_context(|| format!("counting the records in {}", store.display()))?;
                 println!(
