@@ -283,13 +283,17 @@ where
         if self.idle() {
             return;
         }
-        let Some(span) = ctx.span(id) else { return };
         // The parent is usually the span this thread is in: take its state
-        // from the entered stack rather than from the registry.
-        let state = match self.cached_parent(attrs) {
+        // from the entered stack rather than from the registry (and when
+        // that span is not a node, this one is not either: no lookup at all).
+        let cached = self.cached_parent(attrs);
+        if matches!(cached, Some(None)) {
+            return;
+        }
+        let Some(span) = ctx.span(id) else { return };
+        let state = match cached {
             Some(Some(state)) => state,
-            Some(None) => return,
-            None => {
+            _ => {
                 let Some(parent) = span.parent() else { return };
                 let Some(state) = parent.extensions().get::<NodeState>().cloned() else {
                     return;

@@ -345,3 +345,28 @@ async fn nested_spans_three_deep_across_two_tasks() {
         .segment(["R", "L1", "L2"], ms(1))
         .assert(&done.path);
 }
+
+/// A span from outside the request entered inside one of its nodes: spans
+/// created in it are not nodes (their parent is not), whether the layer
+/// answers from its entered-span stack or from the registry; and leaving it
+/// restores the node underneath as the parent of new spans.
+#[tokio::test(start_paused = true)]
+async fn span_from_outside_entered_inside_a_node_is_not_a_parent_node() {
+    let t = Traced::new();
+    let outside = info_span!("connection");
+    let root = t.root("R");
+    root.in_scope(|| {
+        t.work(1);
+        outside.in_scope(|| {
+            let _g = info_span!("inner").entered();
+            t.work(2);
+        });
+        let _g = info_span!("child").entered();
+        t.work(3);
+    });
+    let done = request::finish(&root).unwrap();
+    expect::path()
+        .segment(["R"], ms(3))
+        .segment(["R", "child"], ms(3))
+        .assert(&done.path);
+}
