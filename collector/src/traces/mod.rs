@@ -241,6 +241,13 @@ pub struct Import {
 }
 
 impl Import {
+    /// Count a trace that could not be read at all, and say why.
+    fn reject(&mut self, e: TraceError) {
+        self.stats.traces += 1;
+        self.stats.rejected += 1;
+        self.errors.push(e);
+    }
+
     fn merge(&mut self, mut other: Import) {
         self.analyzed.append(&mut other.analyzed);
         self.errors.append(&mut other.errors);
@@ -410,9 +417,7 @@ fn import_stream(path: &Path, opts: &ImportOptions, progress: Progress<'_>) -> I
     });
     imp.merge(analyze_all(batch, opts, true, progress));
     if let Err((n, e)) = res {
-        imp.stats.traces += 1;
-        imp.stats.rejected += 1;
-        imp.errors.push(TraceError::new(
+        imp.reject(TraceError::new(
             format!("file:{} (after {n} traces)", path.display()),
             Reason::Json(e.to_string()),
         ));
@@ -531,9 +536,7 @@ pub fn import_text(
                     progress,
                 ));
                 if let Some(e) = err {
-                    imp.stats.traces += 1;
-                    imp.stats.rejected += 1;
-                    imp.errors.push(e);
+                    imp.reject(e);
                 }
             }
             imp
@@ -548,9 +551,7 @@ pub fn import_text(
                 progress,
             );
             if let Some(e) = err {
-                imp.stats.traces += 1;
-                imp.stats.rejected += 1;
-                imp.errors.push(e);
+                imp.reject(e);
             }
             imp
         }
@@ -596,11 +597,7 @@ fn process_one(
 ) {
     match res {
         Ok(t) => process_ref(Ok(&t), opts, scratch, pieces, imp),
-        Err(e) => {
-            imp.stats.traces += 1;
-            imp.stats.rejected += 1;
-            imp.errors.push(e);
-        }
+        Err(e) => imp.reject(e),
     }
 }
 
