@@ -17,7 +17,9 @@
 //! `cargo bench --bench fig1`; `CPT_BENCH_ROUNDS` (default 12) and
 //! `CPT_BENCH_REQUESTS` (per round and configuration, default 200) scale it;
 //! `CPT_BENCH_WORK` (default 1.0) scales the subcomponents' simulated work
-//! (0 measures the bare RPC and tracing costs).
+//! (0 measures the bare RPC and tracing costs). `CPT_BENCH_ONLY=N` runs
+//! configuration N alone (0 traced, 1 untraced, 2 no cpt), for `perf` or
+//! `strace -c`; no ratios are printed then.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
