@@ -14,6 +14,10 @@
 //! 4. `otel` — Registry + `tracing-opentelemetry` with an SDK tracer
 //!    provider and no exporter.
 //!
+//! `span/1b_registry_timing_floor` is the least any layer that times spans
+//! on the Registry does (an extension per span, a clock read at creation,
+//! enter and exit): the floor under case 3 for a layer on the Registry.
+//!
 //! `compute/N`: the backwards walk over a request whose path has N segments.
 //!
 //! Targets: (2) ≤ 1.05 × (1), (3) ≤ 0.25 × (4).
@@ -33,6 +37,8 @@ use cpt_sdk::request::{self, RequestOptions};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use opentelemetry::trace::TracerProvider as _;
 use tracing::Dispatch;
+use tracing::span::{Attributes, Id};
+use tracing_subscriber::layer::Context;
 use tracing_subscriber::prelude::*;
 
 const SPANS_PER_REQUEST: u64 = 100;
@@ -41,6 +47,51 @@ fn one_span() {
     let span = tracing::info_span!("child");
     let _g = span.enter();
     black_box(&span);
+}
+
+/// The least a span-timing layer does: one extension per span, written at
+/// creation, enter and exit, each with a clock reading, and read at close.
+struct TimingFloor;
+
+struct Timing {
+    entered: Instant,
+    busy: Duration,
+}
+
+impl<S> tracing_subscriber::Layer<S> for TimingFloor
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(&self, _: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(Timing {
+                entered: Instant::now(),
+                busy: Duration::ZERO,
+            });
+        }
+    }
+
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id)
+            && let Some(t) = span.extensions_mut().get_mut::<Timing>()
+        {
+            t.entered = Instant::now();
+        }
+    }
+
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id)
+            && let Some(t) = span.extensions_mut().get_mut::<Timing>()
+        {
+            t.busy += t.entered.elapsed();
+        }
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(&id) {
+            black_box(span.extensions().get::<Timing>().map(|t| t.busy));
+        }
+    }
 }
 
 fn bench_plain(c: &mut Criterion, name: &str, dispatch: Dispatch) {
@@ -93,6 +144,12 @@ fn spans(c: &mut Criterion) {
         c,
         "span/1_registry",
         Dispatch::new(tracing_subscriber::registry()),
+    );
+
+    bench_plain(
+        c,
+        "span/1b_registry_timing_floor",
+        Dispatch::new(tracing_subscriber::registry().with(TimingFloor)),
     );
 
     let (layer, _h) = CriticalPathLayer::builder().with_service("bench").build();
