@@ -142,7 +142,7 @@ fn run_one(only: Only, args: &Args) -> anyhow::Result<()> {
         sink = sink.with(s);
         handles.push(("collector", h));
     }
-    let (layer, _) = CriticalPathLayer::builder()
+    let (layer, layer_handle) = CriticalPathLayer::builder()
         .with_service("demo")
         .with_sink(sink)
         .build();
@@ -165,6 +165,11 @@ fn run_one(only: Only, args: &Args) -> anyhow::Result<()> {
     });
     drop(runtime);
     let timeout = Duration::from_secs_f64(args.flush_timeout);
+    // Records of the last requests may still be on the layer's background
+    // thread: hand them to the exporters before flushing those.
+    if !layer_handle.flush(timeout) {
+        eprintln!("demo: the layer did not emit every record within {timeout:?}");
+    }
     for (what, handle) in handles {
         finish(what, handle, timeout);
     }
