@@ -21,14 +21,14 @@
 //! into [`PathIn`](super::proto::PathIn): one `Arc<str>` per string of the
 //! table (every frame using it shares it) and columns sized before they are
 //! filled. Each tree entry gets its frame id once, the first time a segment
-//! reaches it; entries naming the same strings share the id without hashing
-//! the frame again. A segment's stack is then written leaf to root straight
-//! into its inline [`Stack`], no intermediate list.
+//! reaches it. A segment's stack is then written leaf to root straight
+//! into its inline [`Stack`], no intermediate list. What remains is mostly
+//! [`CriticalPath::intern`] and [`CriticalPath::push`] themselves (on the
+//! Figure 1 path, building the same path from ready frames and stacks
+//! costs two thirds of decoding it).
 
 use std::fmt;
 use std::time::Duration;
-
-use rustc_hash::FxHashMap;
 
 use super::proto::{AccountingProto, PathIn};
 use super::{DecodeLimits, VERSION, kind};
@@ -317,11 +317,6 @@ fn build(msg: PathIn, depths: &[usize]) -> CriticalPath {
         has_locations: !msg.tree_file.is_empty(),
         path: CriticalPath::new(),
         frame_of: vec![UNSEEN; msg.tree_parent.len()],
-        by_strings: FxHashMap::with_capacity_and_hasher(
-            // Most entries are distinct frames; the count is validated.
-            msg.tree_parent.len().min(1024),
-            Default::default(),
-        ),
         chain: Vec::new(),
     };
     frames.path.reserve(msg.segment_entry_kind.len());
@@ -352,9 +347,6 @@ struct Frames<'m> {
     /// Tree entry -> frame id, or [`UNSEEN`]. An entry is given its id only
     /// after its parent, so a seen entry's ancestors are all seen.
     frame_of: Vec<u32>,
-    /// (service, name, file, line) string indices -> frame id: entries of
-    /// the same frame under other parents skip building and hashing it.
-    by_strings: FxHashMap<[u32; 4], FrameId>,
     /// Scratch: the unseen entries from a leaf up.
     chain: Vec<usize>,
 }
@@ -405,18 +397,14 @@ impl Frames<'_> {
             } else {
                 (0, 0)
             };
-            let key = [msg.tree_service[e], msg.tree_name[e], file, line];
-            let path = &mut self.path;
-            let id = *self.by_strings.entry(key).or_insert_with(|| {
-                let string = |i: u32| msg.strings[i as usize].clone();
-                path.intern(Frame {
-                    service: string(key[0]),
-                    name: string(key[1]),
-                    location: (file != 0).then(|| Location {
-                        file: string(file - 1),
-                        line,
-                    }),
-                })
+            let string = |i: u32| msg.strings[i as usize].clone();
+            let id = self.path.intern(Frame {
+                service: string(msg.tree_service[e]),
+                name: string(msg.tree_name[e]),
+                location: (file != 0).then(|| Location {
+                    file: string(file - 1),
+                    line,
+                }),
             });
             self.frame_of[e] = id.0;
         }

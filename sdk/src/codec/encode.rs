@@ -115,7 +115,8 @@ impl<'a> Builder<'a> {
         }
         Builder {
             path,
-            strings: StringTable::with_capacity(frames),
+            // A service, a name and a file per frame at most.
+            strings: StringTable::with_capacity(3 * frames),
             frame_strings: Vec::with_capacity(frames),
             entries,
             prev: Vec::with_capacity(path.depth()),
