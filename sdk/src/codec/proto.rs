@@ -35,7 +35,7 @@
 //! tag and one length, not one per element. `tree_file` and `tree_line` are
 //! either both empty (no entry has a location) or as long as `tree_parent`.
 //!
-//! [`PathProto`] is the message as prost derives it (the tests build hostile
+//! `PathProto` is the message as prost derives it (the tests build hostile
 //! messages with it). The codec itself reads into [`PathIn`] and writes from
 //! [`PathOut`]: the same fields with the same protobuf semantics, but strings
 //! read straight into the `Arc<str>` the decoded frames share and written
@@ -108,18 +108,24 @@ pub(crate) struct AccountingProto {
 }
 
 /// The name prost gives decode errors of [`PathIn`]'s fields, so that they
-/// read exactly as [`PathProto`]'s did.
+/// read exactly as `PathProto`'s did.
 const MESSAGE_NAME: &str = "PathProto";
 
-/// [`PathProto`] as the decoder reads it.
+/// `PathProto` as the decoder reads it.
 ///
 /// Every field is merged with prost's own function for its type (so unknown
 /// fields, repeated and split fields, packed and unpacked columns and every
-/// error are as in the derived message), except that strings become
-/// `Arc<str>` through one reused buffer, and well-formed packed columns are
-/// read by a plain loop into an exactly reserved `Vec` (its values are
-/// counted by their last bytes, so the reservation never exceeds the
-/// input's length; see `read_packed`).
+/// error are as in the derived message), except on two fast paths for
+/// well-formed fields, which read what prost would read: a string goes
+/// straight from the input into its `Arc<str>` (`read_string`), and a
+/// packed column is scanned by a plain loop into an exactly reserved `Vec`
+/// (`read_packed`; its values are counted by their last bytes, so the
+/// reservation never exceeds the input's length). Whatever they do not
+/// accept, prost reads, or rejects with its own error.
+///
+/// `DecodeError::push` names the field in the error as prost-derive's
+/// generated code does (it is public but hidden in prost's docs, for that
+/// code).
 #[derive(Debug, Default)]
 pub(crate) struct PathIn {
     pub(crate) version: u32,
@@ -302,7 +308,7 @@ fn short_varint(buf: &mut &[u8]) -> Option<u64> {
     None
 }
 
-/// [`PathProto`] as the encoder writes it: strings borrowed from the path's
+/// `PathProto` as the encoder writes it: strings borrowed from the path's
 /// frames, and the length computed once ([`PathOut::sizes`]) for both the
 /// limit check and the write. Writes the bytes prost writes for the equal
 /// `PathProto` (fields in tag order, proto3 defaults omitted, columns
