@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use base64::Engine as _;
 use base64::engine::DecodePaddingMode;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use bytes::Bytes;
 use cpt_sdk::codec::{self, DecodeLimits, EncodeOptions};
 use cpt_sdk::request::{self, RequestOptions};
 use cpt_sdk::trigger::{Sampler, SamplingContext};
@@ -117,9 +118,15 @@ pub(crate) fn codec_version_header() -> HeaderValue {
 }
 
 /// Encode a path for [`header::PATH`](crate::header::PATH).
+///
+/// The base64 is written once, into the buffer the header value then owns
+/// (no intermediate `String`, no copy into the `HeaderValue`).
 pub(crate) fn encode_header(path: &CriticalPath, max_bytes: usize) -> Option<HeaderValue> {
     let bytes = codec::encode(path, &EncodeOptions::new().with_max_bytes(max_bytes));
-    let mut value = HeaderValue::from_str(&BASE64.encode(bytes)).ok()?;
+    let mut text = vec![0; base64::encoded_len(bytes.len(), false)?];
+    let written = BASE64.encode_slice(&bytes, &mut text).ok()?;
+    text.truncate(written);
+    let mut value = HeaderValue::from_maybe_shared(Bytes::from(text)).ok()?;
     // A path is large and different every time: HPACK must not put it in its
     // dynamic table (it would evict every other header's entry).
     value.set_sensitive(true);

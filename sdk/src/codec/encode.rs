@@ -1,11 +1,11 @@
 //! Writing a [`CriticalPath`] in the wire form, coarsening it to fit.
 
-use rustc_hash::FxHashMap as HashMap;
+use std::collections::hash_map::Entry;
 use std::time::Duration;
 
-use prost::Message;
+use rustc_hash::FxHashMap as HashMap;
 
-use super::proto::{AccountingProto, PathProto};
+use super::proto::{AccountingProto, PathOut};
 use super::strings::StringTable;
 use super::{DecodeLimits, EncodeOptions, MIN_MAX_BYTES, VERSION, kind};
 use crate::path::{Accounting, CriticalPath, FrameId};
@@ -59,139 +59,195 @@ pub fn encode(path: &CriticalPath, options: &EncodeOptions) -> Vec<u8> {
         // A stack of depth d needs d tree entries of at least 3 bytes each,
         // so deeper cuts cannot fit: start at max / 3.
         let deepest = path.depth().min(max / 3).min(limits.max_depth);
+        let mut builder = Builder::new(path);
         for depth in (0..=deepest).rev() {
-            if let Some(msg) = build(path, depth, total, max, limits)
-                && msg.encoded_len() <= max
-            {
-                return msg.encode_to_vec();
+            if builder.build(depth, total, max, limits) {
+                let sizes = builder.msg.sizes();
+                if sizes.total <= max {
+                    return builder.msg.encode(&sizes);
+                }
             }
         }
     }
-    fallback(path, total).encode_to_vec()
+    let msg = fallback(path, total);
+    msg.encode(&msg.sizes())
 }
 
-/// The wire message for `path` coarsened to `depth`, or `None` when it is
-/// over a count of `limits`, or clearly over `max` before it is finished.
-fn build(
-    path: &CriticalPath,
-    depth: usize,
-    total: u64,
-    max: usize,
-    limits: &DecodeLimits,
-) -> Option<PathProto> {
-    let mut strings = StringTable::default();
-    // (parent ref, frame) -> entry index; parent ref 0 is "no parent".
-    let mut entries: HashMap<(u32, FrameId), u32> = HashMap::default();
-    let mut msg = PathProto {
-        version: VERSION,
-        ..PathProto::default()
-    };
-    msg.segment_entry_kind.reserve(path.segments().len());
-    msg.segment_duration_nanos.reserve(path.segments().len());
-    let mut any_location = false;
-    // Entries of the previous segment's (cut) stack: consecutive segments
-    // share most of their prefix, so most lookups are skipped.
-    let mut prev: Vec<u32> = Vec::new();
-    let mut prev_stack: &[FrameId] = &[];
-    let mut folded: u128 = 0;
-    let mut stack_frames: usize = 0;
+/// A frame whose strings are not in the table yet.
+const UNSEEN: u32 = u32::MAX;
 
-    for seg in path.segments() {
-        let nanos = u64::try_from(seg.duration.as_nanos()).ok()?;
-        if nanos == 0 {
-            continue;
+/// Builds the wire message of a path at one depth after another, reusing
+/// its tables and columns between attempts.
+struct Builder<'a> {
+    path: &'a CriticalPath,
+    strings: StringTable<'a>,
+    /// Frame id -> string indices of its service, name and file (+ 1, or 0
+    /// without location), or [`UNSEEN`]: each frame's strings are looked up
+    /// once, not once per tree entry.
+    frame_strings: Vec<[u32; 3]>,
+    /// (parent ref, frame) -> entry index; parent ref 0 is "no parent".
+    entries: HashMap<(u32, FrameId), u32>,
+    /// Entries of the previous segment's (cut) stack.
+    prev: Vec<u32>,
+    msg: PathOut<'a>,
+}
+
+impl<'a> Builder<'a> {
+    fn new(path: &'a CriticalPath) -> Self {
+        let frames = path.frames().len();
+        let segments = path.segments().len();
+        // Frames appear under a parent or two: room for twice as many tree
+        // entries as frames saves most regrowing.
+        let entries_hint = 2 * frames + 8;
+        let mut entries = HashMap::default();
+        entries.reserve(entries_hint);
+        let mut msg = PathOut::default();
+        msg.segment_entry_kind.reserve(segments);
+        msg.segment_duration_nanos.reserve(segments);
+        for column in [
+            &mut msg.tree_parent,
+            &mut msg.tree_service,
+            &mut msg.tree_name,
+            &mut msg.tree_file,
+            &mut msg.tree_line,
+        ] {
+            column.reserve(entries_hint);
         }
-        let stack = &seg.stack[..seg.stack.len().min(depth)];
-        if stack.len() < seg.stack.len() {
-            folded += u128::from(nanos);
+        Builder {
+            path,
+            // A service, a name and a file per frame at most.
+            strings: StringTable::with_capacity(3 * frames),
+            frame_strings: Vec::with_capacity(frames),
+            entries,
+            prev: Vec::with_capacity(path.depth()),
+            msg,
         }
-        let common = stack
-            .iter()
-            .zip(prev_stack)
-            .take_while(|(a, b)| a == b)
-            .count();
-        prev.truncate(common);
-        for &frame_id in &stack[common..] {
-            let parent_ref = prev.last().map_or(0, |p| p + 1);
-            let entry = match entries.get(&(parent_ref, frame_id)) {
-                Some(e) => *e,
-                None => {
-                    let i = msg.tree_parent.len();
-                    if i >= MAX_ENCODE_ENTRIES {
-                        return None;
-                    }
-                    let i = i as u32;
-                    let frame = path.frame(frame_id);
-                    msg.tree_parent.push(prev.last().map_or(0, |p| i - p));
-                    msg.tree_service.push(strings.intern(&frame.service));
-                    msg.tree_name.push(strings.intern(&frame.name));
-                    match &frame.location {
-                        Some(loc) => {
-                            any_location = true;
-                            msg.tree_file.push(strings.intern(&loc.file) + 1);
-                            msg.tree_line.push(loc.line);
-                        }
-                        None => {
-                            msg.tree_file.push(0);
-                            msg.tree_line.push(0);
-                        }
-                    }
-                    entries.insert((parent_ref, frame_id), i);
-                    i
-                }
+    }
+
+    /// Make [`Builder::msg`] the wire message for the path coarsened to
+    /// `depth`; false when it is over a count of `limits`, or clearly over
+    /// `max` before it is finished.
+    fn build(&mut self, depth: usize, total: u64, max: usize, limits: &DecodeLimits) -> bool {
+        let path = self.path;
+        self.strings.clear();
+        self.frame_strings.clear();
+        self.frame_strings.resize(path.frames().len(), [UNSEEN; 3]);
+        self.entries.clear();
+        self.prev.clear();
+        let msg = &mut self.msg;
+        msg.clear();
+        msg.version = VERSION;
+        let mut any_location = false;
+        // Consecutive segments share most of their prefix: the entries of
+        // the previous segment's stack skip most lookups.
+        let mut prev_stack: &[FrameId] = &[];
+        let mut folded: u128 = 0;
+        let mut stack_frames: usize = 0;
+
+        for seg in path.segments() {
+            let Ok(nanos) = u64::try_from(seg.duration.as_nanos()) else {
+                return false;
             };
-            prev.push(entry);
-        }
-        prev_stack = stack;
-        // Cheap early exit: every tree entry costs at least 3 bytes (parent,
-        // service, name) and every segment at least 2 (code, duration).
-        if msg.segment_entry_kind.len() * 2 + msg.tree_parent.len() * 3 > max
-            || msg.tree_parent.len() > limits.max_tree_entries
-        {
-            return None;
-        }
-
-        let entry_ref = prev.last().map_or(0, |e| e + 1);
-        let code = (entry_ref << kind::BITS) | kind::to_wire(seg.kind);
-        if msg.segment_entry_kind.last() == Some(&code) {
-            let last = msg
-                .segment_duration_nanos
-                .last_mut()
-                .expect("the duration column is as long as the entry column");
-            // Both are parts of `total`, which fits in u64.
-            *last = last.saturating_add(nanos);
-        } else {
-            msg.segment_entry_kind.push(code);
-            msg.segment_duration_nanos.push(nanos);
-            stack_frames += stack.len();
-            if msg.segment_entry_kind.len() > limits.max_segments
-                || stack_frames > limits.max_stack_frames
+            if nanos == 0 {
+                continue;
+            }
+            let stack = &seg.stack[..seg.stack.len().min(depth)];
+            if stack.len() < seg.stack.len() {
+                folded += u128::from(nanos);
+            }
+            let common = stack
+                .iter()
+                .zip(prev_stack)
+                .take_while(|(a, b)| a == b)
+                .count();
+            self.prev.truncate(common);
+            for &frame_id in &stack[common..] {
+                let parent_ref = self.prev.last().map_or(0, |p| p + 1);
+                let entry = match self.entries.entry((parent_ref, frame_id)) {
+                    Entry::Occupied(e) => *e.get(),
+                    Entry::Vacant(e) => {
+                        let i = msg.tree_parent.len();
+                        if i >= MAX_ENCODE_ENTRIES {
+                            return false;
+                        }
+                        let i = i as u32;
+                        let frame = path.frame(frame_id);
+                        let known = &mut self.frame_strings[frame_id.0 as usize];
+                        if known[0] == UNSEEN {
+                            *known = [
+                                self.strings.intern(&frame.service),
+                                self.strings.intern(&frame.name),
+                                frame
+                                    .location
+                                    .as_ref()
+                                    .map_or(0, |loc| self.strings.intern(&loc.file) + 1),
+                            ];
+                        }
+                        let [service, name, file] = *known;
+                        msg.tree_parent.push(self.prev.last().map_or(0, |p| i - p));
+                        msg.tree_service.push(service);
+                        msg.tree_name.push(name);
+                        msg.tree_file.push(file);
+                        msg.tree_line
+                            .push(frame.location.as_ref().map_or(0, |loc| loc.line));
+                        any_location |= file != 0;
+                        *e.insert(i)
+                    }
+                };
+                self.prev.push(entry);
+            }
+            prev_stack = stack;
+            // Cheap early exit: every tree entry costs at least 3 bytes
+            // (parent, service, name) and every segment at least 2 (code,
+            // duration).
+            if msg.segment_entry_kind.len() * 2 + msg.tree_parent.len() * 3 > max
+                || msg.tree_parent.len() > limits.max_tree_entries
             {
-                return None;
+                return false;
+            }
+
+            let entry_ref = self.prev.last().map_or(0, |e| e + 1);
+            let code = (entry_ref << kind::BITS) | kind::to_wire(seg.kind);
+            if msg.segment_entry_kind.last() == Some(&code) {
+                let last = msg
+                    .segment_duration_nanos
+                    .last_mut()
+                    .expect("the duration column is as long as the entry column");
+                // Both are parts of `total`, which fits in u64.
+                *last = last.saturating_add(nanos);
+            } else {
+                msg.segment_entry_kind.push(code);
+                msg.segment_duration_nanos.push(nanos);
+                stack_frames += stack.len();
+                if msg.segment_entry_kind.len() > limits.max_segments
+                    || stack_frames > limits.max_stack_frames
+                {
+                    return false;
+                }
             }
         }
-    }
-    if !any_location {
-        msg.tree_file.clear();
-        msg.tree_line.clear();
-    }
-    msg.strings = strings.into_strings();
-    if msg.strings.len() > limits.max_strings {
-        return None;
-    }
+        if !any_location {
+            msg.tree_file.clear();
+            msg.tree_line.clear();
+        }
+        if self.strings.len() > limits.max_strings {
+            return false;
+        }
+        msg.strings.extend_from_slice(self.strings.as_slice());
 
-    let mut accounting = accounting_to_wire(&path.accounting);
-    if folded > 0 {
-        let truncated = u128::from(accounting.truncated_nanos) + folded;
-        accounting.truncated_nanos = truncated.min(u128::from(total)) as u64;
+        let mut accounting = accounting_to_wire(&path.accounting);
+        if folded > 0 {
+            let truncated = u128::from(accounting.truncated_nanos) + folded;
+            accounting.truncated_nanos = truncated.min(u128::from(total)) as u64;
+        }
+        msg.accounting = (accounting != AccountingProto::default()).then_some(accounting);
+        true
     }
-    msg.accounting = (accounting != AccountingProto::default()).then_some(accounting);
-    Some(msg)
 }
 
 /// One busy segment with an empty stack carrying the whole total (clamped
 /// to `u64::MAX` ns), all of it truncated.
-fn fallback(path: &CriticalPath, total: u128) -> PathProto {
+fn fallback(path: &CriticalPath, total: u128) -> PathOut<'static> {
     let total = u64::try_from(total).unwrap_or(u64::MAX);
     let mut accounting = accounting_to_wire(&path.accounting);
     accounting.truncated_nanos = total;
@@ -200,12 +256,12 @@ fn fallback(path: &CriticalPath, total: u128) -> PathProto {
     } else {
         (vec![kind::to_wire(crate::SegmentKind::Busy)], vec![total])
     };
-    PathProto {
+    PathOut {
         version: VERSION,
         segment_entry_kind: codes,
         segment_duration_nanos: durations,
         accounting: (accounting != AccountingProto::default()).then_some(accounting),
-        ..PathProto::default()
+        ..PathOut::default()
     }
 }
 

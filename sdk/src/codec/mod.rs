@@ -243,4 +243,6 @@ mod kind {
 }
 
 #[cfg(test)]
+mod oracle;
+#[cfg(test)]
 mod tests;

@@ -34,8 +34,26 @@
 //! Repeated scalars are packed (proto3's default), so each column costs one
 //! tag and one length, not one per element. `tree_file` and `tree_line` are
 //! either both empty (no entry has a location) or as long as `tree_parent`.
+//!
+//! `PathProto` is the message as prost derives it (the tests build hostile
+//! messages with it). The codec itself reads into [`PathIn`] and writes from
+//! [`PathOut`]: the same fields with the same protobuf semantics, but strings
+//! read straight into the `Arc<str>` the decoded frames share and written
+//! from the frames' own `&str`, columns sized before they are filled, and
+//! the encoded length computed once. The `oracle` tests check that both read
+//! and write exactly what `PathProto` does.
 
-/// One critical path on the wire.
+use std::sync::Arc;
+
+use prost::DecodeError;
+use prost::encoding::{
+    DecodeContext, WireType, check_wire_type, decode_key, encoded_len_varint, key_len, message,
+    skip_field, string, uint32, uint64,
+};
+
+/// One critical path on the wire. The codec reads [`PathIn`] and writes
+/// [`PathOut`]; this derived form is the reference they are tested against.
+#[cfg(test)]
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct PathProto {
     /// Must equal [`super::VERSION`].
@@ -87,4 +105,358 @@ pub(crate) struct AccountingProto {
     pub(crate) truncated_nanos: u64,
     #[prost(uint64, tag = "7")]
     pub(crate) clock_skew_nanos: u64,
+}
+
+/// The name prost gives decode errors of [`PathIn`]'s fields, so that they
+/// read exactly as `PathProto`'s did.
+const MESSAGE_NAME: &str = "PathProto";
+
+/// `PathProto` as the decoder reads it.
+///
+/// Every field is merged with prost's own function for its type (so unknown
+/// fields, repeated and split fields, packed and unpacked columns and every
+/// error are as in the derived message), except on two fast paths for
+/// well-formed fields, which read what prost would read: a string goes
+/// straight from the input into its `Arc<str>` (`read_string`), and a
+/// packed column is scanned by a plain loop into an exactly reserved `Vec`
+/// (`read_packed`; its values are counted by their last bytes, so the
+/// reservation never exceeds the input's length). Whatever they do not
+/// accept, prost reads, or rejects with its own error.
+///
+/// `DecodeError::push` names the field in the error as prost-derive's
+/// generated code does (it is public but hidden in prost's docs, for that
+/// code).
+#[derive(Debug, Default)]
+pub(crate) struct PathIn {
+    pub(crate) version: u32,
+    pub(crate) strings: Vec<Arc<str>>,
+    pub(crate) tree_parent: Vec<u32>,
+    pub(crate) tree_service: Vec<u32>,
+    pub(crate) tree_name: Vec<u32>,
+    pub(crate) tree_file: Vec<u32>,
+    pub(crate) tree_line: Vec<u32>,
+    pub(crate) segment_entry_kind: Vec<u32>,
+    pub(crate) segment_duration_nanos: Vec<u64>,
+    pub(crate) accounting: Option<AccountingProto>,
+}
+
+impl PathIn {
+    /// Read a whole message, as `<PathProto as prost::Message>::decode` does.
+    pub(crate) fn decode(mut buf: &[u8]) -> Result<Self, DecodeError> {
+        let mut msg = PathIn::default();
+        let mut text = String::new();
+        let ctx = DecodeContext::default();
+        while !buf.is_empty() {
+            let (tag, wire_type) = decode_key(&mut buf)?;
+            msg.merge_field(tag, wire_type, &mut buf, ctx.clone(), &mut text)?;
+        }
+        Ok(msg)
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut &[u8],
+        ctx: DecodeContext,
+        text: &mut String,
+    ) -> Result<(), DecodeError> {
+        let field = |name: &'static str| {
+            move |mut e: DecodeError| {
+                e.push(MESSAGE_NAME, name);
+                e
+            }
+        };
+        match tag {
+            1 => uint32::merge(wire_type, &mut self.version, buf, ctx).map_err(field("version")),
+            2 => {
+                let s = match read_string(wire_type, buf) {
+                    Some(s) => s,
+                    None => {
+                        // `string::merge_repeated`, for what `read_string`
+                        // leaves to prost (and its errors).
+                        check_wire_type(WireType::LengthDelimited, wire_type)
+                            .and_then(|()| string::merge(wire_type, text, buf, ctx))
+                            .map_err(field("strings"))?;
+                        text.as_str()
+                    }
+                };
+                self.strings.push(Arc::from(s));
+                Ok(())
+            }
+            3 => {
+                merge_u32s(wire_type, &mut self.tree_parent, buf, ctx).map_err(field("tree_parent"))
+            }
+            4 => merge_u32s(wire_type, &mut self.tree_service, buf, ctx)
+                .map_err(field("tree_service")),
+            5 => merge_u32s(wire_type, &mut self.tree_name, buf, ctx).map_err(field("tree_name")),
+            6 => merge_u32s(wire_type, &mut self.tree_file, buf, ctx).map_err(field("tree_file")),
+            7 => merge_u32s(wire_type, &mut self.tree_line, buf, ctx).map_err(field("tree_line")),
+            8 => merge_u32s(wire_type, &mut self.segment_entry_kind, buf, ctx)
+                .map_err(field("segment_entry_kind")),
+            9 => merge_u64s(wire_type, &mut self.segment_duration_nanos, buf, ctx)
+                .map_err(field("segment_duration_nanos")),
+            10 => message::merge(
+                wire_type,
+                self.accounting.get_or_insert_with(Default::default),
+                buf,
+                ctx,
+            )
+            .map_err(field("accounting")),
+            _ => skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+}
+
+fn merge_u32s(
+    wire_type: WireType,
+    values: &mut Vec<u32>,
+    buf: &mut &[u8],
+    ctx: DecodeContext,
+) -> Result<(), DecodeError> {
+    // `as u32`: what prost's `uint32` does with a wider varint.
+    if read_packed(wire_type, values, buf, |v| v as u32) {
+        return Ok(());
+    }
+    uint32::merge_repeated(wire_type, values, buf, ctx)
+}
+
+fn merge_u64s(
+    wire_type: WireType,
+    values: &mut Vec<u64>,
+    buf: &mut &[u8],
+    ctx: DecodeContext,
+) -> Result<(), DecodeError> {
+    if read_packed(wire_type, values, buf, |v| v) {
+        return Ok(());
+    }
+    uint64::merge_repeated(wire_type, values, buf, ctx)
+}
+
+/// Read a well-formed packed column at the start of `buf` into `values`,
+/// or return false having changed neither, for prost to read (or reject)
+/// instead; so every malformed column gets prost's own error.
+///
+/// Well-formed here: a declared length within the input, then varints of
+/// at most 9 bytes that end exactly at that length. On those prost's
+/// `merge_loop` reads exactly the same values; this loop is a plain scan
+/// of the slice where prost's goes through `Buf` and a closure per value.
+/// The column is reserved exactly first: a varint ends in its one byte
+/// below 0x80.
+fn read_packed<T>(
+    wire_type: WireType,
+    values: &mut Vec<T>,
+    buf: &mut &[u8],
+    convert: impl Fn(u64) -> T,
+) -> bool {
+    if wire_type != WireType::LengthDelimited {
+        return false;
+    }
+    let mut rest = *buf;
+    let Some(len) = short_varint(&mut rest) else {
+        return false;
+    };
+    let Some((mut packed, after)) = usize::try_from(len)
+        .ok()
+        .and_then(|len| rest.split_at_checked(len))
+    else {
+        return false;
+    };
+    let start = values.len();
+    values.reserve(packed.iter().filter(|b| **b < 0x80).count());
+    while !packed.is_empty() {
+        match short_varint(&mut packed) {
+            Some(v) => values.push(convert(v)),
+            None => {
+                values.truncate(start);
+                return false;
+            }
+        }
+    }
+    *buf = after;
+    true
+}
+
+/// A well-formed string field's text at the start of `buf`, advancing past
+/// it: a declared length within the input and valid UTF-8, which prost's
+/// `string::merge` would read as the same text. `None`, with `buf`
+/// untouched, for anything else, for prost to read or reject.
+fn read_string<'b>(wire_type: WireType, buf: &mut &'b [u8]) -> Option<&'b str> {
+    if wire_type != WireType::LengthDelimited {
+        return None;
+    }
+    let mut rest = *buf;
+    let len = usize::try_from(short_varint(&mut rest)?).ok()?;
+    let (bytes, after) = rest.split_at_checked(len)?;
+    let s = std::str::from_utf8(bytes).ok()?;
+    *buf = after;
+    Some(s)
+}
+
+/// A varint of at most 9 bytes (any value below 2^63) at the start of
+/// `buf`, advancing past it; `None` for anything else (longer, or cut off
+/// by the end of `buf`), leaving `buf` unspecified.
+fn short_varint(buf: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for (i, &byte) in buf.iter().take(9).enumerate() {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte < 0x80 {
+            *buf = &buf[i + 1..];
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// `PathProto` as the encoder writes it: strings borrowed from the path's
+/// frames, and the length computed once ([`PathOut::sizes`]) for both the
+/// limit check and the write. Writes the bytes prost writes for the equal
+/// `PathProto` (fields in tag order, proto3 defaults omitted, columns
+/// packed).
+#[derive(Debug, Default)]
+pub(crate) struct PathOut<'a> {
+    pub(crate) version: u32,
+    pub(crate) strings: Vec<&'a str>,
+    pub(crate) tree_parent: Vec<u32>,
+    pub(crate) tree_service: Vec<u32>,
+    pub(crate) tree_name: Vec<u32>,
+    pub(crate) tree_file: Vec<u32>,
+    pub(crate) tree_line: Vec<u32>,
+    pub(crate) segment_entry_kind: Vec<u32>,
+    pub(crate) segment_duration_nanos: Vec<u64>,
+    pub(crate) accounting: Option<AccountingProto>,
+}
+
+/// The encoded length of a [`PathOut`] and of its packed columns' payloads.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sizes {
+    /// Payload bytes of columns 3..=9, in tag order.
+    columns: [usize; 7],
+    /// The whole message.
+    pub(crate) total: usize,
+}
+
+impl PathOut<'_> {
+    /// Empty every field, keeping the allocations.
+    pub(crate) fn clear(&mut self) {
+        self.version = 0;
+        self.strings.clear();
+        for column in self.u32_columns_mut() {
+            column.clear();
+        }
+        self.segment_duration_nanos.clear();
+        self.accounting = None;
+    }
+
+    fn u32_columns(&self) -> [&[u32]; 6] {
+        [
+            &self.tree_parent,
+            &self.tree_service,
+            &self.tree_name,
+            &self.tree_file,
+            &self.tree_line,
+            &self.segment_entry_kind,
+        ]
+    }
+
+    fn u32_columns_mut(&mut self) -> [&mut Vec<u32>; 6] {
+        [
+            &mut self.tree_parent,
+            &mut self.tree_service,
+            &mut self.tree_name,
+            &mut self.tree_file,
+            &mut self.tree_line,
+            &mut self.segment_entry_kind,
+        ]
+    }
+
+    /// The encoded length.
+    pub(crate) fn sizes(&self) -> Sizes {
+        let mut columns = [0; 7];
+        for (size, column) in columns.iter_mut().zip(self.u32_columns()) {
+            *size = column
+                .iter()
+                .map(|v| encoded_len_varint(u64::from(*v)))
+                .sum();
+        }
+        columns[6] = self
+            .segment_duration_nanos
+            .iter()
+            .map(|v| encoded_len_varint(*v))
+            .sum();
+        let mut total = 0;
+        if self.version != 0 {
+            total += key_len(1) + encoded_len_varint(u64::from(self.version));
+        }
+        total += self
+            .strings
+            .iter()
+            .map(|s| key_len(2) + encoded_len_varint(s.len() as u64) + s.len())
+            .sum::<usize>();
+        for (size, tag) in columns.iter().zip(3..) {
+            if *size > 0 {
+                total += key_len(tag) + encoded_len_varint(*size as u64) + size;
+            }
+        }
+        if let Some(accounting) = &self.accounting {
+            total += message::encoded_len(10, accounting);
+        }
+        Sizes { columns, total }
+    }
+
+    /// The encoding, `sizes` being [`PathOut::sizes`] of `self`.
+    pub(crate) fn encode(&self, sizes: &Sizes) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(sizes.total);
+        if self.version != 0 {
+            key(&mut buf, 1, WireType::Varint);
+            varint(&mut buf, u64::from(self.version));
+        }
+        for s in &self.strings {
+            key(&mut buf, 2, WireType::LengthDelimited);
+            varint(&mut buf, s.len() as u64);
+            buf.extend_from_slice(s.as_bytes());
+        }
+        let columns = self.u32_columns();
+        for ((column, size), tag) in columns.iter().zip(&sizes.columns).zip(3..) {
+            packed(&mut buf, tag, *size, column.iter().map(|v| u64::from(*v)));
+        }
+        packed(
+            &mut buf,
+            9,
+            sizes.columns[6],
+            self.segment_duration_nanos.iter().copied(),
+        );
+        if let Some(accounting) = &self.accounting {
+            message::encode(10, accounting, &mut buf);
+        }
+        debug_assert_eq!(buf.len(), sizes.total);
+        buf
+    }
+}
+
+/// A packed column of `size` payload bytes (nothing when empty).
+fn packed(buf: &mut Vec<u8>, tag: u32, size: usize, values: impl Iterator<Item = u64>) {
+    if size == 0 {
+        return;
+    }
+    key(buf, tag, WireType::LengthDelimited);
+    varint(buf, size as u64);
+    for v in values {
+        varint(buf, v);
+    }
+}
+
+/// A field key, as `prost::encoding::encode_key` writes it.
+fn key(buf: &mut Vec<u8>, tag: u32, wire_type: WireType) {
+    varint(buf, u64::from((tag << 3) | wire_type as u32));
+}
+
+/// A varint, as `prost::encoding::encode_varint` writes it, straight into
+/// the `Vec` (prost's goes through `BufMut` one checked byte at a time).
+fn varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
 }

@@ -1,5 +1,7 @@
 //! [`StringTable`]: the deduplicated strings of an encoded path.
 
+use std::collections::hash_map::Entry;
+
 use rustc_hash::FxHashMap as HashMap;
 
 /// Interns strings in first-use order and hands out their indices.
@@ -16,19 +18,47 @@ pub(crate) struct StringTable<'a> {
 impl<'a> StringTable<'a> {
     /// The index of `s`, adding it if new.
     pub(crate) fn intern(&mut self, s: &'a str) -> u32 {
-        if let Some(i) = self.index.get(s) {
-            return *i;
+        match self.index.entry(s) {
+            Entry::Occupied(e) => *e.get(),
+            Entry::Vacant(e) => {
+                // The encoder caps tree entries far below u32::MAX / 3, and
+                // every string comes from a tree entry.
+                let i = u32::try_from(self.strings.len())
+                    .expect("more than u32::MAX strings in one path; this is a bug");
+                self.strings.push(s);
+                *e.insert(i)
+            }
         }
-        // The encoder caps tree entries far below u32::MAX / 3, and every
-        // string comes from a tree entry.
-        let i = u32::try_from(self.strings.len())
-            .expect("more than u32::MAX strings in one path; this is a bug");
-        self.strings.push(s);
-        self.index.insert(s, i);
-        i
+    }
+
+    /// An empty table with room for `n` strings.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        let mut index = HashMap::default();
+        index.reserve(n);
+        StringTable {
+            strings: Vec::with_capacity(n),
+            index,
+        }
+    }
+
+    /// Empty the table, keeping its allocations.
+    pub(crate) fn clear(&mut self) {
+        self.strings.clear();
+        self.index.clear();
+    }
+
+    /// How many strings the table holds.
+    pub(crate) fn len(&self) -> usize {
+        self.strings.len()
     }
 
     /// The strings, by index.
+    pub(crate) fn as_slice(&self) -> &[&'a str] {
+        &self.strings
+    }
+
+    /// The strings, by index, owned.
+    #[cfg(test)]
     pub(crate) fn into_strings(self) -> Vec<String> {
         self.strings.into_iter().map(str::to_owned).collect()
     }
