@@ -41,6 +41,7 @@
 //! hostile depth cannot overflow the stack), and whatever the budget leaves
 //! is reported as unattributed time on the root.
 
+use std::cell::Cell;
 use std::num::NonZeroU64;
 use std::ops::Range;
 use std::time::Duration;
@@ -245,21 +246,96 @@ impl Graph {
 /// The segments sum exactly to `end - root.created` (zero if `end` is before
 /// the root's creation, or if `root` is not in the graph).
 pub fn compute(graph: &Graph, root: NodeId, end: Duration) -> CriticalPath {
-    let mut path = CriticalPath::new();
     let Some(root_node) = graph.get(root) else {
-        return path;
+        return CriticalPath::new();
     };
     let end_ns = ns(end);
     let start_ns = ns(root_node.created).min(end_ns);
-    let prep = prepare(graph, root.index(), start_ns, end_ns);
-    let pieces = walk(&prep, root.index(), start_ns, end_ns);
-    emit(graph, &prep.nodes, root.index(), pieces, &mut path);
+    let path = Scratch::with(|sc| {
+        prepare(graph, root.index(), start_ns, end_ns, &mut sc.prep);
+        walk(&sc.prep, root.index(), start_ns, end_ns, &mut sc.walk);
+        emit(
+            graph,
+            &sc.prep.nodes,
+            root.index(),
+            &sc.walk.pieces,
+            &mut sc.stacks,
+        )
+    });
     debug_assert_eq!(
         path.total(),
         Duration::from_nanos(end_ns - start_ns),
         "critical path must sum to the root's latency; this is a bug"
     );
     path
+}
+
+/// Working memory of [`compute`], kept per thread so that computing a
+/// request's path allocates little more than the path itself: the path is
+/// computed on every traced request's response path, for graphs of a few
+/// nodes, where a dozen fresh vectors cost more than the walk.
+#[derive(Debug, Default)]
+struct Scratch {
+    prep: Prepared,
+    walk: WalkScratch,
+    stacks: Stacks,
+}
+
+/// Vectors that grew beyond this many entries for one huge request are freed
+/// after it, so a thread's scratch stays small.
+const SCRATCH_KEEP: usize = 64 * 1024;
+
+thread_local! {
+    static SCRATCH: Cell<Option<Box<Scratch>>> = const { Cell::new(None) };
+}
+
+impl Scratch {
+    /// Run `f` with this thread's scratch, or with fresh buffers when it is
+    /// in use (a nested call) or gone (thread teardown).
+    fn with<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+        let mut scratch = SCRATCH
+            .try_with(Cell::take)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let r = f(&mut scratch);
+        scratch.trim();
+        // Ignored when the thread-local is being destroyed.
+        let _ = SCRATCH.try_with(|c| c.set(Some(scratch)));
+        r
+    }
+
+    /// Free what grew too large; the rest keeps its capacity.
+    fn trim(&mut self) {
+        let Scratch { prep, walk, stacks } = self;
+        trim(&mut prep.nodes);
+        trim(&mut prep.own);
+        trim(&mut prep.ends);
+        trim(&mut prep.nested);
+        trim(&mut prep.nested_max);
+        trim(&mut prep.explicit);
+        trim(&mut prep.runnable);
+        trim(&mut prep.explicit_pairs);
+        trim(&mut prep.ends_pairs);
+        trim(&mut prep.nested_pairs);
+        trim(&mut prep.busy);
+        trim(&mut prep.carve);
+        trim(&mut walk.pieces);
+        trim(&mut walk.visited);
+        trim(&mut walk.on_stack);
+        trim(&mut walk.stack);
+        trim(&mut stacks.memo);
+        trim(&mut stacks.arena);
+        trim(&mut stacks.frames);
+        trim(&mut stacks.chain);
+        trim(&mut stacks.callee_map);
+    }
+}
+
+fn trim<T>(v: &mut Vec<T>) {
+    if v.capacity() > SCRATCH_KEEP {
+        *v = Vec::new();
+    }
 }
 
 fn ns(d: Duration) -> u64 {
@@ -291,7 +367,8 @@ struct Prep {
 }
 
 /// Every node's timeline; flat arrays so that preparing a graph allocates a
-/// handful of vectors, not a few per node.
+/// handful of vectors, not a few per node (and none once the thread's
+/// [`Scratch`] has grown).
 #[derive(Debug, Default)]
 struct Prepared {
     nodes: Vec<Prep>,
@@ -307,13 +384,25 @@ struct Prepared {
     explicit: Vec<(u64, usize)>,
     /// `(woken, resumed)`.
     runnable: Vec<(u64, u64)>,
+    // Working space of `prepare`.
+    explicit_pairs: Vec<(usize, (u64, usize))>,
+    ends_pairs: Vec<(usize, (u64, u64, usize))>,
+    nested_pairs: Vec<(usize, (u64, u64, usize))>,
+    busy: Vec<(u64, u64)>,
+    carve: Vec<(u64, u64)>,
 }
 
-/// Sort `(owner, item)` pairs by owner, keep the items, and give each owner
-/// its range.
-fn group<T: Ord + Copy>(mut pairs: Vec<(usize, T)>, n: usize) -> (Vec<T>, Vec<Range<usize>>) {
+/// Sort `(owner, item)` pairs by owner, move the items to `items`, and
+/// give each owner its range (owners without items keep an empty range).
+fn group<T: Ord + Copy>(
+    pairs: &mut [(usize, T)],
+    items: &mut Vec<T>,
+    nodes: &mut [Prep],
+    range: fn(&mut Prep) -> &mut Range<usize>,
+) {
     pairs.sort_unstable();
-    let mut ranges = vec![0..0; n];
+    items.clear();
+    items.extend(pairs.iter().map(|&(_, t)| t));
     let mut i = 0;
     while i < pairs.len() {
         let owner = pairs[i].0;
@@ -321,16 +410,29 @@ fn group<T: Ord + Copy>(mut pairs: Vec<(usize, T)>, n: usize) -> (Vec<T>, Vec<Ra
         while i < pairs.len() && pairs[i].0 == owner {
             i += 1;
         }
-        ranges[owner] = start..i;
+        *range(&mut nodes[owner]) = start..i;
     }
-    (pairs.into_iter().map(|(_, t)| t).collect(), ranges)
 }
 
-fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
+fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared) {
     let clamp = |d: Duration| ns(d).clamp(start, stop);
     let n = graph.nodes.len();
-    let mut nodes: Vec<Prep> = Vec::with_capacity(n);
-    let mut explicit = Vec::new();
+    let Prepared {
+        nodes,
+        own,
+        ends,
+        nested,
+        nested_max,
+        explicit,
+        runnable,
+        explicit_pairs,
+        ends_pairs,
+        nested_pairs,
+        busy,
+        carve,
+    } = pr;
+    nodes.clear();
+    explicit_pairs.clear();
     for (i, node) in graph.nodes.iter().enumerate() {
         let created = clamp(node.created);
         let (end, ended) = match node.end {
@@ -346,7 +448,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
             .filter(|&p| p < n && p != i && i != root);
         for r in &node.resumptions {
             if let Some(b) = r.blocker.map(NodeId::index).filter(|&b| b < n && b != i) {
-                explicit.push((i, (clamp(r.at), b)));
+                explicit_pairs.push((i, (clamp(r.at), b)));
             }
         }
         nodes.push(Prep {
@@ -359,33 +461,29 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
             ..Prep::default()
         });
     }
-    let mut ends = Vec::with_capacity(n);
-    let mut nested = Vec::with_capacity(n);
-    let mut polled = Vec::with_capacity(n);
+    ends_pairs.clear();
+    nested_pairs.clear();
     for (i, node) in graph.nodes.iter().enumerate() {
         let Some(p) = nodes[i].parent else { continue };
         let (fp, end) = (nodes[i].first_poll, nodes[i].end);
         if nodes[i].ended {
-            ends.push((p, (end, node.end_seq, i)));
+            ends_pairs.push((p, (end, node.end_seq, i)));
         }
         for iv in node.busy.iter().filter(|iv| iv.nested) {
             let (s, e) = (clamp(iv.start).max(fp), clamp(iv.end).min(end));
             if s < e {
-                nested.push((p, (s, e, i)));
-                polled.push(i);
+                nested_pairs.push((p, (s, e, i)));
+                nodes[i].polled_by_parent = true;
             }
         }
     }
-    for i in polled {
-        nodes[i].polled_by_parent = true;
-    }
-    let (explicit, explicit_r) = group(explicit, n);
-    let (ends, ends_r) = group(ends, n);
-    let (nested, nested_r) = group(nested, n);
-    let mut nested_max = Vec::with_capacity(nested.len());
-    for r in &nested_r {
+    group(explicit_pairs, explicit, nodes, |p| &mut p.explicit);
+    group(ends_pairs, ends, nodes, |p| &mut p.child_ends);
+    group(nested_pairs, nested, nodes, |p| &mut p.nested);
+    nested_max.clear();
+    for p in nodes.iter() {
         let mut m = (0, usize::MAX);
-        for &(_, e, c) in &nested[r.clone()] {
+        for &(_, e, c) in &nested[p.nested.clone()] {
             if e >= m.0 {
                 m = (e, c);
             }
@@ -394,7 +492,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
     }
 
     // Ready-but-not-running stretches, clipped.
-    let mut runnable = Vec::new();
+    runnable.clear();
     for (i, node) in graph.nodes.iter().enumerate() {
         let (fp, end) = (nodes[i].first_poll, nodes[i].end);
         let from = runnable.len();
@@ -409,9 +507,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
     }
 
     // Own busy time: entered intervals (clipped, merged) minus nested ones.
-    let mut own = Vec::with_capacity(2 * n);
-    let mut busy: Vec<(u64, u64)> = Vec::new();
-    let mut carve: Vec<(u64, u64)> = Vec::new();
+    own.clear();
     for (i, node) in graph.nodes.iter().enumerate() {
         let (fp, end) = (nodes[i].first_poll, nodes[i].end);
         busy.clear();
@@ -422,26 +518,17 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
                 .filter(|(s, e)| s < e),
         );
         busy.sort_unstable();
-        union_in_place(&mut busy);
+        union_in_place(busy);
         carve.clear();
-        carve.extend(nested[nested_r[i].clone()].iter().map(|&(s, e, _)| (s, e)));
-        union_in_place(&mut carve);
+        carve.extend(
+            nested[nodes[i].nested.clone()]
+                .iter()
+                .map(|&(s, e, _)| (s, e)),
+        );
+        union_in_place(carve);
         let from = own.len();
-        subtract_into(&busy, &carve, &mut own);
-        let p = &mut nodes[i];
-        p.own = from..own.len();
-        p.explicit = explicit_r[i].clone();
-        p.child_ends = ends_r[i].clone();
-        p.nested = nested_r[i].clone();
-    }
-    Prepared {
-        nodes,
-        own,
-        ends,
-        nested,
-        nested_max,
-        explicit,
-        runnable,
+        subtract_into(busy, carve, own);
+        nodes[i].own = from..own.len();
     }
 }
 
@@ -483,7 +570,7 @@ fn subtract_into(a: &[(u64, u64)], b: &[(u64, u64)], out: &mut Vec<(u64, u64)>) 
 }
 
 /// What the walk found, latest first.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Piece {
     Seg {
         node: usize,
@@ -505,18 +592,36 @@ struct WalkFrame {
     queued: Option<(usize, u64)>,
 }
 
-fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
+/// The walk's state; `pieces` is its result.
+#[derive(Debug, Default)]
+struct WalkScratch {
+    pieces: Vec<Piece>,
+    visited: Vec<bool>,
+    on_stack: Vec<bool>,
+    stack: Vec<WalkFrame>,
+}
+
+fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch) {
     let prep = &pr.nodes[..];
-    let mut pieces = Vec::new();
-    let mut visited = vec![false; prep.len()];
-    let mut on_stack = vec![false; prep.len()];
+    let WalkScratch {
+        pieces,
+        visited,
+        on_stack,
+        stack,
+    } = ws;
+    pieces.clear();
+    visited.clear();
+    visited.resize(prep.len(), false);
+    on_stack.clear();
+    on_stack.resize(prep.len(), false);
     visited[root] = true;
     on_stack[root] = true;
-    let mut stack = vec![WalkFrame {
+    stack.clear();
+    stack.push(WalkFrame {
         node: root,
         limit: start,
         queued: None,
-    }];
+    });
     let mut cursor = stop;
     let work: usize = pr.own.len()
         + pr.nested.len()
@@ -549,7 +654,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         if cursor <= floor || budget == 0 {
             if budget == 0 {
                 // Give up on detail; keep the total exact.
-                seg(&mut pieces, root, start, cursor, SegmentKind::Unattributed);
+                seg(pieces, root, start, cursor, SegmentKind::Unattributed);
                 cursor = start;
                 break;
             }
@@ -563,7 +668,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         // Beyond the node's end (defensive; jumps clamp first).
         if t > p.end {
             let lo = p.end.max(floor);
-            seg(&mut pieces, n, lo, t, SegmentKind::Unattributed);
+            seg(pieces, n, lo, t, SegmentKind::Unattributed);
             cursor = lo;
             continue;
         }
@@ -571,24 +676,16 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         // Queued: created, not yet polled.
         if t <= p.first_poll {
             if let Some(&(_, b)) = latest_in(explicit, floor, t, |e| e.0)
-                .filter(|&&(_, b)| eligible(b, &visited, &on_stack, prep))
+                .filter(|&&(_, b)| eligible(b, visited, on_stack, prep))
             {
                 let be = prep[b].end.min(t).max(floor);
-                seg(&mut pieces, n, be, t, SegmentKind::Queueing);
+                seg(pieces, n, be, t, SegmentKind::Queueing);
                 cursor = be;
-                jump(
-                    &mut stack,
-                    &mut pieces,
-                    &mut visited,
-                    &mut on_stack,
-                    prep,
-                    b,
-                    &mut cursor,
-                );
+                jump(stack, pieces, visited, on_stack, prep, b, &mut cursor);
                 continue;
             }
             if stack.len() == 1 {
-                seg(&mut pieces, n, floor, t, SegmentKind::Queueing);
+                seg(pieces, n, floor, t, SegmentKind::Queueing);
                 cursor = floor;
             } else {
                 let q = (n, floor);
@@ -607,7 +704,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
             let (s, e) = own[k - 1];
             if e >= t {
                 let lo = s.max(floor);
-                seg(&mut pieces, n, lo, t, SegmentKind::Busy);
+                seg(pieces, n, lo, t, SegmentKind::Busy);
                 cursor = lo;
                 continue;
             }
@@ -621,7 +718,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         // Waiting since g0. Explicit blocker, or the child that ended last
         // (only events above the floor can explain time above it).
         let explicit = latest_in(explicit, g0, t, |e| e.0)
-            .filter(|&&(_, b)| eligible(b, &visited, &on_stack, prep))
+            .filter(|&&(_, b)| eligible(b, visited, on_stack, prep))
             .copied();
         let inferred = {
             let hi = child_ends.partition_point(|e| e.0 <= t);
@@ -629,7 +726,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
                 .iter()
                 .rev()
                 .take_while(|e| e.0 > g0)
-                .find(|e| eligible(e.2, &visited, &on_stack, prep))
+                .find(|e| eligible(e.2, visited, on_stack, prep))
                 .map(|e| (e.0, e.2))
         };
         let blocker = match (explicit, inferred) {
@@ -669,7 +766,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
                 }
                 if k > 0 && pown[k - 1].1 >= t {
                     let lo = pown[k - 1].0.max(lo_w);
-                    seg(&mut pieces, par, lo, t, SegmentKind::Busy);
+                    seg(pieces, par, lo, t, SegmentKind::Busy);
                     cursor = lo;
                     continue;
                 }
@@ -682,7 +779,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
             let parent_end = sibling_end.max(own_end);
             if ready.is_some() && lo_w < t {
                 let lo = lo_w.max(parent_end);
-                seg(&mut pieces, n, lo, t, SegmentKind::Queueing);
+                seg(pieces, n, lo, t, SegmentKind::Queueing);
                 cursor = lo;
                 continue;
             }
@@ -696,7 +793,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
                     None,
                 );
                 let lo = parent_end.max(nested_end).max(floor);
-                unattributed(&mut pieces, top, n, lo, t);
+                unattributed(pieces, top, n, lo, t);
                 cursor = lo;
                 continue;
             }
@@ -706,17 +803,9 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
             && at == t
         {
             let be = prep[b].end.min(t).max(floor);
-            unattributed(&mut pieces, top, n, be, t);
+            unattributed(pieces, top, n, be, t);
             cursor = be;
-            jump(
-                &mut stack,
-                &mut pieces,
-                &mut visited,
-                &mut on_stack,
-                prep,
-                b,
-                &mut cursor,
-            );
+            jump(stack, pieces, visited, on_stack, prep, b, &mut cursor);
             continue;
         }
 
@@ -742,13 +831,12 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
             .max(blocker.map_or(0, |b| b.0))
             .max(nested_end)
             .max(floor);
-        unattributed(&mut pieces, top, n, lo, t);
+        unattributed(pieces, top, n, lo, t);
         cursor = lo;
     }
     if cursor > start {
-        seg(&mut pieces, root, start, cursor, SegmentKind::Unattributed);
+        seg(pieces, root, start, cursor, SegmentKind::Unattributed);
     }
-    pieces
 }
 
 /// The latest end before `t` among `nested[..j]` (skipping `except`'s
@@ -855,19 +943,33 @@ fn latest_in<T>(v: &[T], lo: u64, hi: u64, key: impl Fn(&T) -> u64) -> Option<&T
 
 /// Turn pieces (latest first) into the path, resolving stacks and splicing
 /// callees.
-fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mut CriticalPath) {
-    let mut stacks = Stacks {
-        memo: vec![UNKNOWN; prep.len()],
-        arena: Vec::new(),
-        frames: vec![None; graph.frames.len()],
-        chain: Vec::new(),
-    };
-    path.reserve(pieces.len());
-    for piece in pieces.into_iter().rev() {
-        match piece {
+fn emit(
+    graph: &Graph,
+    prep: &[Prep],
+    root: usize,
+    pieces: &[Piece],
+    stacks: &mut Stacks,
+) -> CriticalPath {
+    stacks.reset(prep.len(), graph.frames.len());
+    // Size the path once: what the walk found plus what the callees bring.
+    let (mut frames, mut segments) = (prep.len().min(graph.frames.len()), pieces.len());
+    for piece in pieces {
+        if let Piece::Splice { node, .. } = *piece {
+            match &graph.nodes[node].callee {
+                Some(CalleeOutcome::Path(p)) => {
+                    frames += p.frames().len();
+                    segments += p.segments().len() + 1;
+                }
+                _ => frames += 1,
+            }
+        }
+    }
+    let mut path = CriticalPath::with_capacity(frames, segments);
+    for piece in pieces.iter().rev() {
+        match *piece {
             Piece::Seg { node, dur, kind } => {
                 let d = Duration::from_nanos(dur);
-                let (stack, deep) = stacks.get(graph, prep, root, node, path);
+                let (stack, deep) = stacks.get(graph, prep, root, node, &mut path);
                 match kind {
                     SegmentKind::Queueing => {
                         path.accounting.queueing = path.accounting.queueing.saturating_add(d)
@@ -884,7 +986,7 @@ fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mu
                 path.push_slice(&stacks.arena[stack], d, kind);
             }
             Piece::Splice { node, observed } => {
-                let (prefix, deep) = stacks.get(graph, prep, root, node, path);
+                let (prefix, deep) = stacks.get(graph, prep, root, node, &mut path);
                 let prefix = &stacks.arena[prefix];
                 let d = Duration::from_nanos(observed);
                 if deep {
@@ -898,10 +1000,11 @@ fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mu
                         continue;
                     }
                 };
-                merge::splice(path, prefix, d, callee);
+                merge::splice_with(&mut path, prefix, d, callee, &mut stacks.callee_map);
             }
         }
     }
+    path
 }
 
 /// A node whose stack is not resolved yet.
@@ -911,6 +1014,7 @@ const UNKNOWN: (u32, u32, bool) = (u32::MAX, 0, false);
 /// recursion. A node's stack is its parent's plus its own frame, so each
 /// resolved node costs one copy of its parent's stack, and a segment costs
 /// none (it borrows the arena).
+#[derive(Debug, Default)]
 struct Stacks {
     /// Per node: `(start, len, deep)` in `arena`, or [`UNKNOWN`].
     memo: Vec<(u32, u32, bool)>,
@@ -919,9 +1023,20 @@ struct Stacks {
     frames: Vec<Option<FrameId>>,
     /// Scratch for the climb.
     chain: Vec<usize>,
+    /// Scratch for [`merge::splice_with`].
+    callee_map: Vec<Option<FrameId>>,
 }
 
 impl Stacks {
+    /// Forget the previous request's stacks.
+    fn reset(&mut self, nodes: usize, frames: usize) {
+        self.memo.clear();
+        self.memo.resize(nodes, UNKNOWN);
+        self.arena.clear();
+        self.frames.clear();
+        self.frames.resize(frames, None);
+    }
+
     fn get(
         &mut self,
         graph: &Graph,

@@ -118,6 +118,18 @@ pub fn splice(
     observed: Duration,
     callee: Callee<'_>,
 ) -> SpliceOutcome {
+    splice_with(into, prefix, observed, callee, &mut Vec::new())
+}
+
+/// [`splice`] with the callee-to-caller frame map in a buffer the caller
+/// keeps (its contents on entry do not matter).
+pub(crate) fn splice_with(
+    into: &mut CriticalPath,
+    prefix: &[FrameId],
+    observed: Duration,
+    callee: Callee<'_>,
+    map: &mut Vec<Option<FrameId>>,
+) -> SpliceOutcome {
     let path = match callee {
         Callee::Path(path) => path,
         Callee::BlindSpot { callee } => {
@@ -138,7 +150,8 @@ pub fn splice(
 
     into.reserve(path.segments().len() + 1);
     // Callee frame id -> id in `into`, filled as frames are first used.
-    let mut map: Vec<Option<FrameId>> = vec![None; path.frames().len()];
+    map.clear();
+    map.resize(path.frames().len(), None);
     let mut push = |into: &mut CriticalPath, seg: &super::Segment, duration: Duration| {
         let mut stack = Stack::with_capacity(prefix.len() + seg.stack.len());
         stack.extend_from_slice(prefix);

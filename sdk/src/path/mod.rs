@@ -217,6 +217,17 @@ impl CriticalPath {
         Self::default()
     }
 
+    /// An empty path with room for `frames` distinct frames and `segments`
+    /// segments.
+    pub fn with_capacity(frames: usize, segments: usize) -> Self {
+        CriticalPath {
+            frames: Vec::with_capacity(frames),
+            index: FxHashMap::with_capacity_and_hasher(frames, Default::default()),
+            segments: Vec::with_capacity(segments),
+            accounting: Accounting::default(),
+        }
+    }
+
     /// Intern a frame, returning its id (the same id for an equal frame).
     pub fn intern(&mut self, frame: Frame) -> FrameId {
         match self.index.entry(frame) {
