@@ -46,9 +46,8 @@ use std::num::NonZeroU64;
 use std::ops::Range;
 use std::time::Duration;
 
-use rustc_hash::FxHashMap;
-
 use super::merge::{self, Callee};
+use super::table::FrameTable;
 use super::{CriticalPath, Frame, FrameId, SegmentKind};
 
 /// Stacks deeper than this keep their root-most frames; the time of the
@@ -169,8 +168,7 @@ impl Node {
 /// The nodes of one request, and the frames they name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Graph {
-    frames: Vec<Frame>,
-    frame_index: FxHashMap<Frame, FrameRef>,
+    frames: FrameTable,
     nodes: Vec<Node>,
 }
 
@@ -194,18 +192,12 @@ impl Graph {
     ///
     /// Beyond `u32::MAX` distinct frames.
     pub fn frame(&mut self, frame: Frame) -> FrameRef {
-        if let Some(r) = self.frame_index.get(&frame) {
-            return *r;
-        }
-        let r = FrameRef(u32::try_from(self.frames.len()).expect("fewer than 2^32 frames"));
-        self.frames.push(frame.clone());
-        self.frame_index.insert(frame, r);
-        r
+        FrameRef(self.frames.intern(frame))
     }
 
     /// The frame behind a reference, if it is from this graph.
     pub fn frame_of(&self, r: FrameRef) -> Option<&Frame> {
-        self.frames.get(r.0 as usize)
+        self.frames.frames().get(r.0 as usize)
     }
 
     /// Add a node, returning its id.
@@ -1094,7 +1086,10 @@ impl Stacks {
         match self.frames.get(r.0 as usize) {
             Some(Some(id)) => *id,
             Some(None) => {
-                let id = path.intern(graph.frames[r.0 as usize].clone());
+                let id = path.intern_hashed(
+                    &graph.frames.frames()[r.0 as usize],
+                    graph.frames.hash_of(r.0),
+                );
                 self.frames[r.0 as usize] = Some(id);
                 id
             }

@@ -156,8 +156,7 @@ pub(crate) fn splice_with(
         let mut stack = Stack::with_capacity(prefix.len() + seg.stack.len());
         stack.extend_from_slice(prefix);
         for id in &seg.stack {
-            let mapped =
-                *map[id.0 as usize].get_or_insert_with(|| into.intern(path.frame(*id).clone()));
+            let mapped = *map[id.0 as usize].get_or_insert_with(|| into.intern_from(path, *id));
             stack.push(mapped);
         }
         into.push(stack, duration, seg.kind);

@@ -14,14 +14,15 @@
 pub mod coarsen;
 pub mod compute;
 pub mod merge;
+mod table;
 
-use std::collections::hash_map::Entry;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
+
+use table::FrameTable;
 
 /// Where a node's code lives, when the instrumentation knows it
 /// (`tracing::Metadata::file` / `line`).
@@ -204,8 +205,7 @@ impl Accounting {
 /// and the accounting.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CriticalPath {
-    frames: Vec<Frame>,
-    index: FxHashMap<Frame, FrameId>,
+    frames: FrameTable,
     segments: Vec<Segment>,
     /// What the path could not explain in detail.
     pub accounting: Accounting,
@@ -221,8 +221,7 @@ impl CriticalPath {
     /// segments.
     pub fn with_capacity(frames: usize, segments: usize) -> Self {
         CriticalPath {
-            frames: Vec::with_capacity(frames),
-            index: FxHashMap::with_capacity_and_hasher(frames, Default::default()),
+            frames: FrameTable::with_capacity(frames),
             segments: Vec::with_capacity(segments),
             accounting: Accounting::default(),
         }
@@ -230,18 +229,21 @@ impl CriticalPath {
 
     /// Intern a frame, returning its id (the same id for an equal frame).
     pub fn intern(&mut self, frame: Frame) -> FrameId {
-        match self.index.entry(frame) {
-            Entry::Occupied(e) => *e.get(),
-            Entry::Vacant(e) => {
-                let id = FrameId(
-                    u32::try_from(self.frames.len())
-                        .expect("more than u32::MAX frames; this is a bug"),
-                );
-                self.frames.push(e.key().clone());
-                e.insert(id);
-                id
-            }
-        }
+        FrameId(self.frames.intern(frame))
+    }
+
+    /// Intern a frame of another path (`from`, id `id`): its hash is known,
+    /// and it is cloned only if it is new here.
+    pub(crate) fn intern_from(&mut self, from: &CriticalPath, id: FrameId) -> FrameId {
+        FrameId(
+            self.frames
+                .intern_hashed(from.frame(id), from.frames.hash_of(id.0)),
+        )
+    }
+
+    /// Intern a frame of a table (a graph's) whose hash is known.
+    pub(crate) fn intern_hashed(&mut self, frame: &Frame, hash: u64) -> FrameId {
+        FrameId(self.frames.intern_hashed(frame, hash))
     }
 
     /// The frame behind an id.
@@ -250,12 +252,12 @@ impl CriticalPath {
     ///
     /// If the id did not come from this path.
     pub fn frame(&self, id: FrameId) -> &Frame {
-        &self.frames[id.0 as usize]
+        &self.frames.frames()[id.0 as usize]
     }
 
     /// The frame table, indexed by [`FrameId`].
     pub fn frames(&self) -> &[Frame] {
-        &self.frames
+        self.frames.frames()
     }
 
     /// The segments in critical-path order (request start → response).
@@ -356,18 +358,13 @@ impl CriticalPath {
         for seg in &mut self.segments {
             for id in &mut seg.stack {
                 let new = *map[id.0 as usize].get_or_insert_with(|| {
-                    frames.push(self.frames[id.0 as usize].clone());
+                    frames.push(self.frames.frames()[id.0 as usize].clone());
                     FrameId((frames.len() - 1) as u32)
                 });
                 *id = new;
             }
         }
-        self.index = frames
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (f.clone(), FrameId(i as u32)))
-            .collect();
-        self.frames = frames;
+        self.frames.rebuild(frames);
     }
 }
 
