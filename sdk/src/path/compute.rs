@@ -330,8 +330,11 @@ fn trim<T>(v: &mut Vec<T>) {
     }
 }
 
+/// `d` in nanoseconds, saturating (without the `u128` of `as_nanos`).
 fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
 }
 
 /// A node's timeline, clamped into the root's lifetime, in nanoseconds.
@@ -392,7 +395,7 @@ fn group<T: Ord + Copy>(
     nodes: &mut [Prep],
     range: fn(&mut Prep) -> &mut Range<usize>,
 ) {
-    pairs.sort_unstable();
+    sort(pairs);
     items.clear();
     items.extend(pairs.iter().map(|&(_, t)| t));
     let mut i = 0;
@@ -406,6 +409,7 @@ fn group<T: Ord + Copy>(
     }
 }
 
+#[inline(never)]
 fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared) {
     let clamp = |d: Duration| ns(d).clamp(start, stop);
     let n = graph.nodes.len();
@@ -494,7 +498,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
                 .map(|&(w, r)| (clamp(w).max(fp), clamp(r).min(end)))
                 .filter(|(w, r)| w < r),
         );
-        runnable[from..].sort_unstable();
+        sort(&mut runnable[from..]);
         nodes[i].runnable = from..runnable.len();
     }
 
@@ -509,7 +513,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
                 .map(|iv| (clamp(iv.start).max(fp), clamp(iv.end).min(end)))
                 .filter(|(s, e)| s < e),
         );
-        busy.sort_unstable();
+        sort(busy);
         union_in_place(busy);
         carve.clear();
         carve.extend(
@@ -521,6 +525,15 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
         let from = own.len();
         subtract_into(busy, carve, own);
         nodes[i].own = from..own.len();
+    }
+}
+
+/// Sort, checking first: what the layer records is mostly in order already
+/// (intervals are pushed as they happen, children after their parents), and
+/// sorting those short lists was a tenth of the cost of a small graph.
+fn sort<T: Ord>(v: &mut [T]) {
+    if !v.is_sorted() {
+        v.sort_unstable();
     }
 }
 
@@ -593,6 +606,7 @@ struct WalkScratch {
     stack: Vec<WalkFrame>,
 }
 
+#[inline(never)]
 fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch) {
     let prep = &pr.nodes[..];
     let WalkScratch {
@@ -935,6 +949,7 @@ fn latest_in<T>(v: &[T], lo: u64, hi: u64, key: impl Fn(&T) -> u64) -> Option<&T
 
 /// Turn pieces (latest first) into the path, resolving stacks and splicing
 /// callees.
+#[inline(never)]
 fn emit(
     graph: &Graph,
     prep: &[Prep],
@@ -975,7 +990,8 @@ fn emit(
                 if deep {
                     path.accounting.truncated = path.accounting.truncated.saturating_add(d);
                 }
-                path.push_slice(&stacks.arena[stack], d, kind);
+                let stack = &stacks.arena[stack];
+                path.push_ids(stack.iter().copied(), stack.len(), d, kind);
             }
             Piece::Splice { node, observed } => {
                 let (prefix, deep) = stacks.get(graph, prep, root, node, &mut path);
@@ -1016,7 +1032,7 @@ struct Stacks {
     /// Scratch for the climb.
     chain: Vec<usize>,
     /// Scratch for [`merge::splice_with`].
-    callee_map: Vec<Option<FrameId>>,
+    callee_map: Vec<FrameId>,
 }
 
 impl Stacks {

@@ -303,10 +303,58 @@ impl CriticalPath {
     /// Checks `stack`; true when nothing is left to append (empty, or merged
     /// into the previous segment).
     fn extend_last(&mut self, stack: &[FrameId], duration: Duration, kind: SegmentKind) -> bool {
+        self.check_ids(stack);
+        self.merge_last(stack, duration, kind)
+    }
+
+    /// # Panics
+    ///
+    /// If a frame id in `stack` did not come from this path's table.
+    pub(crate) fn check_ids(&self, stack: &[FrameId]) {
         assert!(
             stack.iter().all(|f| (f.0 as usize) < self.frames.len()),
             "segment names a frame this path does not have; this is a bug"
         );
+    }
+
+    /// [`push`](Self::push) of the stack `ids` (`len` of them), whose ids
+    /// the caller took from this path's table (checked in debug builds
+    /// only). The stack is built in place in the segment list: building it
+    /// first and moving it in cost more than the rest of the push.
+    pub(crate) fn push_ids<I>(&mut self, ids: I, len: usize, duration: Duration, kind: SegmentKind)
+    where
+        I: Iterator<Item = FrameId> + Clone,
+    {
+        if duration.is_zero() {
+            return;
+        }
+        if let Some(last) = self.segments.last_mut()
+            && last.kind == kind
+            && last.stack.len() == len
+            && last.stack.iter().copied().eq(ids.clone())
+        {
+            last.duration = last.duration.saturating_add(duration);
+            return;
+        }
+        self.segments.push(Segment {
+            stack: Stack::new(),
+            duration,
+            kind,
+        });
+        let last = self.segments.last_mut().expect("just pushed");
+        last.stack.reserve(len);
+        last.stack.extend(ids);
+        debug_assert_eq!(last.stack.len(), len);
+        debug_assert!(
+            last.stack
+                .iter()
+                .all(|f| (f.0 as usize) < self.frames.len())
+        );
+    }
+
+    /// True when nothing is left to append: `duration` is zero, or the
+    /// previous segment has the same stack and kind and now includes it.
+    fn merge_last(&mut self, stack: &[FrameId], duration: Duration, kind: SegmentKind) -> bool {
         if duration.is_zero() {
             return true;
         }

@@ -8,6 +8,10 @@
 //! that hash, and each frame links to the previous one with the same hash, so
 //! a lookup compares the frames of one (almost always one-long) chain.
 //!
+//! Tables of up to [`SMALL`] frames (most paths: a service's request has a
+//! handful of frames) have no map at all and scan the hashes instead, which
+//! saves allocating and freeing the map with each path.
+//!
 //! Each frame's hash is kept, so a table that copies frames out of another
 //! ([`compute`](super::compute) out of its graph, [`splice`](super::merge::splice)
 //! out of a callee's path) does not hash their strings again.
@@ -21,13 +25,18 @@ use super::Frame;
 /// No previous frame with the same hash.
 const NONE: u32 = u32::MAX;
 
+/// Tables up to this many frames find frames by scanning their hashes;
+/// larger ones build `heads`.
+const SMALL: usize = 16;
+
 /// Frames in first-intern order, ids `0..len`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FrameTable {
     frames: Vec<Frame>,
     /// Per frame: its hash, and the previous frame with that hash or [`NONE`].
     links: Vec<(u64, u32)>,
-    /// Hash -> the latest frame with that hash.
+    /// Hash -> the latest frame with that hash; empty while the table has
+    /// at most [`SMALL`] frames.
     heads: FxHashMap<u64, u32>,
 }
 
@@ -37,7 +46,11 @@ impl FrameTable {
         FrameTable {
             frames: Vec::with_capacity(n),
             links: Vec::with_capacity(n),
-            heads: FxHashMap::with_capacity_and_hasher(n, FxBuildHasher),
+            heads: if n > SMALL {
+                FxHashMap::with_capacity_and_hasher(n, FxBuildHasher)
+            } else {
+                FxHashMap::default()
+            },
         }
     }
 
@@ -67,6 +80,11 @@ impl FrameTable {
 
     /// The id of `frame`, whose hash is `hash`, if it is in the table.
     fn find(&self, frame: &Frame, hash: u64) -> Option<u32> {
+        if self.frames.len() <= SMALL {
+            return (0..self.frames.len())
+                .find(|&i| self.links[i].0 == hash && self.frames[i] == *frame)
+                .map(|i| i as u32);
+        }
         let mut id = *self.heads.get(&hash)?;
         while id != NONE {
             if self.frames[id as usize] == *frame {
@@ -82,9 +100,21 @@ impl FrameTable {
             .ok()
             .filter(|&id| id != NONE)
             .expect("more than u32::MAX - 1 frames; this is a bug");
-        let prev = self.heads.insert(hash, id).unwrap_or(NONE);
-        self.links.push((hash, prev));
         self.frames.push(frame);
+        if self.frames.len() <= SMALL {
+            self.links.push((hash, NONE));
+        } else {
+            if self.frames.len() == SMALL + 1 {
+                // Outgrew the scan: link the frames so far.
+                self.heads.reserve(2 * SMALL);
+                for i in 0..SMALL {
+                    let h = self.links[i].0;
+                    self.links[i].1 = self.heads.insert(h, i as u32).unwrap_or(NONE);
+                }
+            }
+            let prev = self.heads.insert(hash, id).unwrap_or(NONE);
+            self.links.push((hash, prev));
+        }
         id
     }
 
@@ -138,5 +168,25 @@ mod tests {
         assert_eq!(t.len(), 3);
         let h = FrameTable::hash(&Frame::new("A", "b"));
         assert_eq!(t.intern_hashed(&Frame::new("A", "b"), h), b);
+    }
+
+    #[test]
+    fn large_tables_find_every_frame_and_chain_collisions() {
+        let mut t = FrameTable::default();
+        let frame = |i: usize| Frame::new("S", format!("f{i}"));
+        // A collision among the frames linked when the table outgrows the scan.
+        let a = t.intern(frame(0));
+        let twin = t.insert_new(Frame::new("S", "twin"), t.hash_of(a));
+        let ids: Vec<u32> = (1..3 * SMALL).map(|i| t.intern(frame(i))).collect();
+        assert!(t.len() > SMALL);
+        assert_eq!(t.intern(frame(0)), a);
+        assert_eq!(t.find(&Frame::new("S", "twin"), t.hash_of(a)), Some(twin));
+        for (i, id) in (1..3 * SMALL).zip(ids) {
+            assert_eq!(t.intern(frame(i)), id);
+        }
+        assert_eq!(t.len(), 3 * SMALL + 1);
+        let mut u = FrameTable::default();
+        u.rebuild(t.frames().to_vec());
+        assert_eq!(u.intern(frame(5)), t.intern(frame(5)));
     }
 }
