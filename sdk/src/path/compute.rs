@@ -507,12 +507,13 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
     for (i, node) in graph.nodes.iter().enumerate() {
         let (fp, end) = (nodes[i].first_poll, nodes[i].end);
         busy.clear();
-        busy.extend(
-            node.busy
-                .iter()
-                .map(|iv| (clamp(iv.start).max(fp), clamp(iv.end).min(end)))
-                .filter(|(s, e)| s < e),
-        );
+        busy.reserve(node.busy.len());
+        for iv in &node.busy {
+            let (s, e) = (clamp(iv.start).max(fp), clamp(iv.end).min(end));
+            if s < e {
+                busy.push((s, e));
+            }
+        }
         sort(busy);
         union_in_place(busy);
         carve.clear();
@@ -1053,6 +1054,11 @@ impl Stacks {
         node: usize,
         path: &mut CriticalPath,
     ) -> (Range<usize>, bool) {
+        // Known already (most segments: the walk stays in a node a while).
+        let (start, len, deep) = self.memo[node];
+        if start != UNKNOWN.0 {
+            return (start as usize..(start + len) as usize, deep);
+        }
         if self.memo[root] == UNKNOWN {
             let f = self.frame_id(graph, root, path);
             self.memo[root] = (self.arena.len() as u32, 1, false);
