@@ -273,9 +273,11 @@ struct Scratch {
     stacks: Stacks,
 }
 
-/// Vectors that grew beyond this many entries for one huge request are freed
-/// after it, so a thread's scratch stays small.
-const SCRATCH_KEEP: usize = 64 * 1024;
+/// Vectors that grew beyond this many entries for one large request are
+/// freed after it, so a thread's scratch stays small (a few hundred KiB at
+/// most, whatever requests it saw). A graph that large makes the walk cost
+/// far more than allocating its vectors afresh.
+const SCRATCH_KEEP: usize = 4096;
 
 thread_local! {
     static SCRATCH: Cell<Option<Box<Scratch>>> = const { Cell::new(None) };
@@ -1587,6 +1589,46 @@ mod tests {
                 .all(|s| s.stack.len() <= MAX_STACK_DEPTH)
         );
         assert!(p.accounting.truncated > Duration::ZERO);
+    }
+
+    #[test]
+    fn scratch_in_use_gives_fresh_buffers_and_the_same_path() {
+        let mut g = Graph::new();
+        let a1 = add(
+            &mut g,
+            None,
+            "A1",
+            0,
+            None,
+            &[(0, 5, false), (25, 33, false)],
+        );
+        add(&mut g, Some(a1), "B1", 5, Some(25), &[(5, 25, false)]);
+        let alone = compute(&g, a1, ms(33));
+        // A compute while this thread's scratch is taken (reentrancy).
+        let nested = Scratch::with(|outer| {
+            outer.walk.pieces.push(Piece::Seg {
+                node: 0,
+                dur: 1,
+                kind: SegmentKind::Busy,
+            });
+            compute(&g, a1, ms(33))
+        });
+        assert_eq!(nested, alone);
+        assert_eq!(compute(&g, a1, ms(33)), alone);
+    }
+
+    #[test]
+    fn scratch_is_bounded_after_a_huge_request() {
+        let (mut g, mut parent) = (Graph::new(), None);
+        for i in 0..2 * SCRATCH_KEEP as u64 {
+            parent = Some(add(&mut g, parent, "n", i, None, &[(i, i + 1, false)]));
+        }
+        let p = compute(&g, NodeId::from_index(0), ms(4 * SCRATCH_KEEP as u64));
+        assert_eq!(p.total(), ms(4 * SCRATCH_KEEP as u64));
+        let kept = SCRATCH.take().expect("compute puts its scratch back");
+        assert!(kept.prep.nodes.capacity() <= SCRATCH_KEEP);
+        assert!(kept.walk.visited.capacity() <= SCRATCH_KEEP);
+        assert!(kept.stacks.memo.capacity() <= SCRATCH_KEEP);
     }
 
     #[test]
