@@ -434,6 +434,8 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
     } = pr;
     nodes.clear();
     explicit_pairs.clear();
+    ends_pairs.clear();
+    nested_pairs.clear();
     for (i, node) in graph.nodes.iter().enumerate() {
         let created = clamp(node.created);
         let (end, ended) = match node.end {
@@ -452,6 +454,19 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
                 explicit_pairs.push((i, (clamp(r.at), b)));
             }
         }
+        let mut polled_by_parent = false;
+        if let Some(p) = parent {
+            if ended {
+                ends_pairs.push((p, (end, node.end_seq, i)));
+            }
+            for iv in node.busy.iter().filter(|iv| iv.nested) {
+                let (s, e) = (clamp(iv.start).max(first_poll), clamp(iv.end).min(end));
+                if s < e {
+                    nested_pairs.push((p, (s, e, i)));
+                    polled_by_parent = true;
+                }
+            }
+        }
         nodes.push(Prep {
             created,
             first_poll,
@@ -459,24 +474,9 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
             ended,
             parent,
             callee: node.callee.is_some(),
+            polled_by_parent,
             ..Prep::default()
         });
-    }
-    ends_pairs.clear();
-    nested_pairs.clear();
-    for (i, node) in graph.nodes.iter().enumerate() {
-        let Some(p) = nodes[i].parent else { continue };
-        let (fp, end) = (nodes[i].first_poll, nodes[i].end);
-        if nodes[i].ended {
-            ends_pairs.push((p, (end, node.end_seq, i)));
-        }
-        for iv in node.busy.iter().filter(|iv| iv.nested) {
-            let (s, e) = (clamp(iv.start).max(fp), clamp(iv.end).min(end));
-            if s < e {
-                nested_pairs.push((p, (s, e, i)));
-                nodes[i].polled_by_parent = true;
-            }
-        }
     }
     group(explicit_pairs, explicit, nodes, |p| &mut p.explicit);
     group(ends_pairs, ends, nodes, |p| &mut p.child_ends);
@@ -492,10 +492,11 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
         }
     }
 
-    // Ready-but-not-running stretches, clipped.
     runnable.clear();
+    own.clear();
     for (i, node) in graph.nodes.iter().enumerate() {
         let (fp, end) = (nodes[i].first_poll, nodes[i].end);
+        // Ready-but-not-running stretches, clipped.
         let from = runnable.len();
         runnable.extend(
             node.runnable
@@ -505,12 +506,8 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
         );
         sort(&mut runnable[from..]);
         nodes[i].runnable = from..runnable.len();
-    }
 
-    // Own busy time: entered intervals (clipped, merged) minus nested ones.
-    own.clear();
-    for (i, node) in graph.nodes.iter().enumerate() {
-        let (fp, end) = (nodes[i].first_poll, nodes[i].end);
+        // Own busy time: entered intervals (clipped, merged) minus nested ones.
         busy.clear();
         busy.reserve(node.busy.len());
         for iv in &node.busy {
