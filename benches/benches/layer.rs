@@ -19,6 +19,10 @@
 //! enter and exit): the floor under case 3 for a layer on the Registry.
 //!
 //! `compute/N`: the backwards walk over a request whose path has N segments.
+//! `compute/fig1_*`: requests shaped like the CPT Figure 1 system's (what
+//! each service's layer computes on its response path): `fig1_c2` a 2-node
+//! request of C, `fig1_c5` a 5-node one, `fig1_b` B's request splicing both
+//! C paths under its two RPC nodes, `fig1_a` A's splicing B's and C's.
 //!
 //! Targets: (2) ≤ 1.05 × (1), (3) ≤ 0.25 × (4).
 //!
@@ -31,8 +35,8 @@ use std::time::{Duration, Instant};
 
 use cpt_sdk::Trigger;
 use cpt_sdk::layer::CriticalPathLayer;
-use cpt_sdk::path::Frame;
-use cpt_sdk::path::compute::{Busy, Graph, Node, NodeId, compute};
+use cpt_sdk::path::compute::{Busy, CalleeOutcome, Graph, Node, NodeId, compute};
+use cpt_sdk::path::{CriticalPath, Frame as PathFrame};
 use cpt_sdk::request::{self, RequestOptions};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use opentelemetry::trace::TracerProvider as _;
@@ -194,7 +198,7 @@ fn spans(c: &mut Criterion) {
 fn sequential_graph(k: u64) -> (Graph, NodeId, Duration) {
     let us = Duration::from_micros;
     let mut g = Graph::new();
-    let root_frame = g.frame(Frame::new("A", "root"));
+    let root_frame = g.frame(PathFrame::new("A", "root"));
     let mut root = Node::new(root_frame, Duration::ZERO);
     root.first_poll = Some(Duration::ZERO);
     root.busy.push(Busy {
@@ -204,7 +208,7 @@ fn sequential_graph(k: u64) -> (Graph, NodeId, Duration) {
     });
     let root = g.push(root);
     for i in 0..k {
-        let frame = g.frame(Frame::new("A", format!("child{}", i % 17)));
+        let frame = g.frame(PathFrame::new("A", format!("child{}", i % 17)));
         let mut child = Node::new(frame, us(2 * i + 1));
         child.parent = Some(root);
         child.first_poll = Some(us(2 * i + 1));
@@ -219,6 +223,288 @@ fn sequential_graph(k: u64) -> (Graph, NodeId, Duration) {
     (g, root, us(2 * k))
 }
 
+/// One node of a Figure 1-like request, times in µs: `busy` as
+/// `(start, end, nested)`; the first poll is the first busy start.
+struct Spec<'a> {
+    parent: Option<NodeId>,
+    name: &'a str,
+    line: u32,
+    created: u64,
+    end: Option<u64>,
+    busy: &'a [(u64, u64, bool)],
+    callee: Option<CriticalPath>,
+}
+
+fn add(g: &mut Graph, service: &str, spec: Spec<'_>) -> NodeId {
+    let us = Duration::from_micros;
+    // Frames as the layer makes them: service, span name, source location.
+    let frame = g.frame(
+        PathFrame::new(service, spec.name)
+            .with_location(format!("{service}/src/handler.rs"), spec.line),
+    );
+    let mut node = Node::new(frame, us(spec.created));
+    node.parent = spec.parent;
+    node.first_poll = spec.busy.iter().map(|b| us(b.0)).min();
+    node.end = spec.end.map(us);
+    node.busy = spec
+        .busy
+        .iter()
+        .map(|&(s, e, nested)| Busy {
+            start: us(s),
+            end: us(e),
+            nested,
+        })
+        .collect();
+    node.callee = spec.callee.map(CalleeOutcome::Path);
+    g.push(node)
+}
+
+fn spec<'a>(
+    parent: Option<NodeId>,
+    name: &'a str,
+    created: u64,
+    end: Option<u64>,
+    busy: &'a [(u64, u64, bool)],
+) -> Spec<'a> {
+    Spec {
+        parent,
+        name,
+        line: 10 + name.len() as u32,
+        created,
+        end,
+        busy,
+        callee: None,
+    }
+}
+
+/// A 2-node request of service C: the server span polls the handler once
+/// inside its own polls, which wait on uninstrumented I/O in between.
+fn fig1_c2() -> (Graph, NodeId, Duration) {
+    let mut g = Graph::with_capacity(2);
+    let root = add(
+        &mut g,
+        "C",
+        spec(
+            None,
+            "grpc.server",
+            0,
+            None,
+            &[(0, 4, false), (10, 16, false), (30, 34, false)],
+        ),
+    );
+    add(
+        &mut g,
+        "C",
+        spec(Some(root), "handle", 2, Some(13), &[(12, 13, true)]),
+    );
+    (g, root, Duration::from_micros(40))
+}
+
+/// A 5-node request of service C: server span, handler, two sequential
+/// queries and a spawned task the handler waits for.
+fn fig1_c5() -> (Graph, NodeId, Duration) {
+    let mut g = Graph::with_capacity(5);
+    let root = add(
+        &mut g,
+        "C",
+        spec(
+            None,
+            "grpc.server",
+            0,
+            None,
+            &[
+                (0, 3, false),
+                (20, 23, false),
+                (60, 63, false),
+                (80, 84, false),
+            ],
+        ),
+    );
+    let h = add(
+        &mut g,
+        "C",
+        spec(
+            Some(root),
+            "handle",
+            1,
+            Some(83),
+            &[(1, 2, true), (21, 22, true), (61, 62, true), (81, 83, true)],
+        ),
+    );
+    add(
+        &mut g,
+        "C",
+        spec(
+            Some(h),
+            "query",
+            1,
+            Some(21),
+            &[(1, 2, true), (21, 21, true)],
+        ),
+    );
+    add(
+        &mut g,
+        "C",
+        spec(
+            Some(h),
+            "query2",
+            21,
+            Some(61),
+            &[(22, 22, true), (61, 62, true)],
+        ),
+    );
+    add(
+        &mut g,
+        "C",
+        spec(
+            Some(h),
+            "spawned",
+            62,
+            Some(78),
+            &[
+                (64, 66, false),
+                (67, 68, false),
+                (69, 70, false),
+                (71, 72, false),
+                (74, 78, false),
+            ],
+        ),
+    );
+    (g, root, Duration::from_micros(90))
+}
+
+/// A request of service B: server span, handler, two RPCs to C whose
+/// callee paths (`c1`, `c2`) come back, and a local task; each node is
+/// polled about six times.
+fn fig1_b(c1: CriticalPath, c2: CriticalPath) -> (Graph, NodeId, Duration) {
+    let mut g = Graph::with_capacity(5);
+    let root = add(
+        &mut g,
+        "B",
+        spec(
+            None,
+            "grpc.server",
+            0,
+            None,
+            &[
+                (0, 5, false),
+                (100, 105, false),
+                (150, 155, false),
+                (300, 305, false),
+                (400, 405, false),
+                (500, 510, false),
+            ],
+        ),
+    );
+    let h = add(
+        &mut g,
+        "B",
+        spec(
+            Some(root),
+            "handle",
+            0,
+            Some(508),
+            &[
+                (1, 4, true),
+                (101, 104, true),
+                (151, 154, true),
+                (301, 304, true),
+                (401, 404, true),
+                (501, 508, true),
+            ],
+        ),
+    );
+    let mut rpc1 = spec(
+        Some(h),
+        "C/Get",
+        2,
+        Some(102),
+        &[(2, 3, true), (101, 102, true)],
+    );
+    rpc1.callee = Some(c1);
+    add(&mut g, "B", rpc1);
+    let mut rpc2 = spec(
+        Some(h),
+        "C/List",
+        152,
+        Some(302),
+        &[(152, 153, true), (301, 302, true)],
+    );
+    rpc2.callee = Some(c2);
+    add(&mut g, "B", rpc2);
+    add(
+        &mut g,
+        "B",
+        spec(
+            Some(h),
+            "merge",
+            303,
+            Some(490),
+            &[
+                (320, 330, false),
+                (340, 350, false),
+                (360, 370, false),
+                (380, 390, false),
+                (420, 440, false),
+                (460, 490, false),
+            ],
+        ),
+    );
+    (g, root, Duration::from_micros(510))
+}
+
+/// A request of service A: server span, handler, an RPC to B (callee path
+/// `b`) and one to C (`c`) in sequence, and a local task.
+fn fig1_a(b: CriticalPath, c: CriticalPath) -> (Graph, NodeId, Duration) {
+    let mut g = Graph::with_capacity(5);
+    let busy: Vec<(u64, u64, bool)> = (0..8).map(|i| (i * 140, i * 140 + 6, false)).collect();
+    let root = add(&mut g, "A", spec(None, "http.server", 0, None, &busy));
+    let busy: Vec<(u64, u64, bool)> = (0..8).map(|i| (i * 140 + 1, i * 140 + 5, true)).collect();
+    let h = add(&mut g, "A", spec(Some(root), "handle", 0, Some(985), &busy));
+    let mut rpc_b = spec(
+        Some(h),
+        "B/Search",
+        2,
+        Some(562),
+        &[
+            (2, 3, true),
+            (141, 142, true),
+            (281, 282, true),
+            (561, 562, true),
+        ],
+    );
+    rpc_b.callee = Some(b);
+    add(&mut g, "A", rpc_b);
+    let mut rpc_c = spec(
+        Some(h),
+        "C/Get",
+        562,
+        Some(702),
+        &[(562, 563, true), (701, 702, true)],
+    );
+    rpc_c.callee = Some(c);
+    add(&mut g, "A", rpc_c);
+    add(
+        &mut g,
+        "A",
+        spec(
+            Some(h),
+            "render",
+            703,
+            Some(975),
+            &[
+                (710, 730, false),
+                (740, 760, false),
+                (780, 800, false),
+                (850, 900, false),
+                (910, 950, false),
+                (960, 975, false),
+            ],
+        ),
+    );
+    (g, root, Duration::from_micros(990))
+}
+
 fn paths(c: &mut Criterion) {
     let mut group = c.benchmark_group("compute");
     for segments in [10u64, 100, 1000] {
@@ -226,6 +512,28 @@ fn paths(c: &mut Criterion) {
         assert_eq!(compute(&g, root, end).segments().len() as u64, segments);
         group.bench_with_input(BenchmarkId::from_parameter(segments), &g, |b, g| {
             b.iter(|| black_box(compute(g, root, end)))
+        });
+    }
+    let (c2, root, end) = fig1_c2();
+    let path_c2 = compute(&c2, root, end);
+    let (c5, root5, end5) = fig1_c5();
+    let path_c5 = compute(&c5, root5, end5);
+    let (b, root_b, end_b) = fig1_b(path_c2.clone(), path_c5.clone());
+    let path_b = compute(&b, root_b, end_b);
+    let (a, root_a, end_a) = fig1_a(path_b.clone(), path_c2.clone());
+    let path_a = compute(&a, root_a, end_a);
+    // The shapes the cases stand for (CPT Figure 1 as measured in the
+    // layer: C ~9 and ~29 segments, B 57, A ~70).
+    let lens = [&path_c2, &path_c5, &path_b, &path_a].map(|p| p.segments().len());
+    assert_eq!(lens, [8, 22, 57, 88]);
+    for (name, g, root, end) in [
+        ("fig1_c2", &c2, root, end),
+        ("fig1_c5", &c5, root5, end5),
+        ("fig1_b", &b, root_b, end_b),
+        ("fig1_a", &a, root_a, end_a),
+    ] {
+        group.bench_function(name, |bch| {
+            bch.iter(|| black_box(compute(black_box(g), root, end)))
         });
     }
     group.finish();

@@ -41,13 +41,13 @@
 //! hostile depth cannot overflow the stack), and whatever the budget leaves
 //! is reported as unattributed time on the root.
 
+use std::cell::Cell;
 use std::num::NonZeroU64;
 use std::ops::Range;
 use std::time::Duration;
 
-use rustc_hash::FxHashMap;
-
 use super::merge::{self, Callee};
+use super::table::FrameTable;
 use super::{CriticalPath, Frame, FrameId, SegmentKind};
 
 /// Stacks deeper than this keep their root-most frames; the time of the
@@ -168,8 +168,7 @@ impl Node {
 /// The nodes of one request, and the frames they name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Graph {
-    frames: Vec<Frame>,
-    frame_index: FxHashMap<Frame, FrameRef>,
+    frames: FrameTable,
     nodes: Vec<Node>,
 }
 
@@ -193,18 +192,12 @@ impl Graph {
     ///
     /// Beyond `u32::MAX` distinct frames.
     pub fn frame(&mut self, frame: Frame) -> FrameRef {
-        if let Some(r) = self.frame_index.get(&frame) {
-            return *r;
-        }
-        let r = FrameRef(u32::try_from(self.frames.len()).expect("fewer than 2^32 frames"));
-        self.frames.push(frame.clone());
-        self.frame_index.insert(frame, r);
-        r
+        FrameRef(self.frames.intern(frame))
     }
 
     /// The frame behind a reference, if it is from this graph.
     pub fn frame_of(&self, r: FrameRef) -> Option<&Frame> {
-        self.frames.get(r.0 as usize)
+        self.frames.frames().get(r.0 as usize)
     }
 
     /// Add a node, returning its id.
@@ -245,15 +238,22 @@ impl Graph {
 /// The segments sum exactly to `end - root.created` (zero if `end` is before
 /// the root's creation, or if `root` is not in the graph).
 pub fn compute(graph: &Graph, root: NodeId, end: Duration) -> CriticalPath {
-    let mut path = CriticalPath::new();
     let Some(root_node) = graph.get(root) else {
-        return path;
+        return CriticalPath::new();
     };
     let end_ns = ns(end);
     let start_ns = ns(root_node.created).min(end_ns);
-    let prep = prepare(graph, root.index(), start_ns, end_ns);
-    let pieces = walk(&prep, root.index(), start_ns, end_ns);
-    emit(graph, &prep.nodes, root.index(), pieces, &mut path);
+    let path = Scratch::with(|sc| {
+        prepare(graph, root.index(), start_ns, end_ns, &mut sc.prep);
+        walk(&sc.prep, root.index(), start_ns, end_ns, &mut sc.walk);
+        emit(
+            graph,
+            &sc.prep.nodes,
+            root.index(),
+            &sc.walk.pieces,
+            &mut sc.stacks,
+        )
+    });
     debug_assert_eq!(
         path.total(),
         Duration::from_nanos(end_ns - start_ns),
@@ -262,8 +262,84 @@ pub fn compute(graph: &Graph, root: NodeId, end: Duration) -> CriticalPath {
     path
 }
 
+/// Working memory of [`compute`], kept per thread so that computing a
+/// request's path allocates little more than the path itself: the path is
+/// computed on every traced request's response path, for graphs of a few
+/// nodes, where a dozen fresh vectors cost more than the walk.
+#[derive(Debug, Default)]
+struct Scratch {
+    prep: Prepared,
+    walk: WalkScratch,
+    stacks: Stacks,
+}
+
+/// Vectors that grew beyond this many entries for one large request are
+/// freed after it, so a thread's scratch stays small (a few hundred KiB at
+/// most, whatever requests it saw). A graph that large makes the walk cost
+/// far more than allocating its vectors afresh.
+const SCRATCH_KEEP: usize = 4096;
+
+thread_local! {
+    static SCRATCH: Cell<Option<Box<Scratch>>> = const { Cell::new(None) };
+}
+
+impl Scratch {
+    /// Run `f` with this thread's scratch, or with fresh buffers when it is
+    /// in use (a nested call) or gone (thread teardown).
+    fn with<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+        let mut scratch = SCRATCH
+            .try_with(Cell::take)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let r = f(&mut scratch);
+        scratch.trim();
+        // Ignored when the thread-local is being destroyed.
+        let _ = SCRATCH.try_with(|c| c.set(Some(scratch)));
+        r
+    }
+
+    /// Free what grew too large; the rest keeps its capacity.
+    fn trim(&mut self) {
+        let Scratch { prep, walk, stacks } = self;
+        trim(&mut prep.nodes);
+        trim(&mut prep.own);
+        trim(&mut prep.ends);
+        trim(&mut prep.nested);
+        trim(&mut prep.nested_max);
+        trim(&mut prep.explicit);
+        trim(&mut prep.runnable);
+        trim(&mut prep.explicit_pairs);
+        trim(&mut prep.ends_pairs);
+        trim(&mut prep.nested_pairs);
+        trim(&mut prep.busy);
+        trim(&mut prep.carve);
+        trim(&mut walk.pieces);
+        trim(&mut walk.visited);
+        trim(&mut walk.on_stack);
+        trim(&mut walk.stack);
+        trim(&mut walk.own_at);
+        trim(&mut walk.nested_at);
+        trim(&mut walk.ends_at);
+        trim(&mut stacks.memo);
+        trim(&mut stacks.arena);
+        trim(&mut stacks.frames);
+        trim(&mut stacks.chain);
+        trim(&mut stacks.callee_map);
+    }
+}
+
+fn trim<T>(v: &mut Vec<T>) {
+    if v.capacity() > SCRATCH_KEEP {
+        *v = Vec::new();
+    }
+}
+
+/// `d` in nanoseconds, saturating (without the `u128` of `as_nanos`).
 fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
 }
 
 /// A node's timeline, clamped into the root's lifetime, in nanoseconds.
@@ -291,7 +367,8 @@ struct Prep {
 }
 
 /// Every node's timeline; flat arrays so that preparing a graph allocates a
-/// handful of vectors, not a few per node.
+/// handful of vectors, not a few per node (and none once the thread's
+/// [`Scratch`] has grown).
 #[derive(Debug, Default)]
 struct Prepared {
     nodes: Vec<Prep>,
@@ -307,13 +384,25 @@ struct Prepared {
     explicit: Vec<(u64, usize)>,
     /// `(woken, resumed)`.
     runnable: Vec<(u64, u64)>,
+    // Working space of `prepare`.
+    explicit_pairs: Vec<(usize, (u64, usize))>,
+    ends_pairs: Vec<(usize, (u64, u64, usize))>,
+    nested_pairs: Vec<(usize, (u64, u64, usize))>,
+    busy: Vec<(u64, u64)>,
+    carve: Vec<(u64, u64)>,
 }
 
-/// Sort `(owner, item)` pairs by owner, keep the items, and give each owner
-/// its range.
-fn group<T: Ord + Copy>(mut pairs: Vec<(usize, T)>, n: usize) -> (Vec<T>, Vec<Range<usize>>) {
-    pairs.sort_unstable();
-    let mut ranges = vec![0..0; n];
+/// Sort `(owner, item)` pairs by owner, move the items to `items`, and
+/// give each owner its range (owners without items keep an empty range).
+fn group<T: Ord + Copy>(
+    pairs: &mut [(usize, T)],
+    items: &mut Vec<T>,
+    nodes: &mut [Prep],
+    range: fn(&mut Prep) -> &mut Range<usize>,
+) {
+    sort(pairs);
+    items.clear();
+    items.extend(pairs.iter().map(|&(_, t)| t));
     let mut i = 0;
     while i < pairs.len() {
         let owner = pairs[i].0;
@@ -321,16 +410,32 @@ fn group<T: Ord + Copy>(mut pairs: Vec<(usize, T)>, n: usize) -> (Vec<T>, Vec<Ra
         while i < pairs.len() && pairs[i].0 == owner {
             i += 1;
         }
-        ranges[owner] = start..i;
+        *range(&mut nodes[owner]) = start..i;
     }
-    (pairs.into_iter().map(|(_, t)| t).collect(), ranges)
 }
 
-fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
+#[inline(never)]
+fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared) {
     let clamp = |d: Duration| ns(d).clamp(start, stop);
     let n = graph.nodes.len();
-    let mut nodes: Vec<Prep> = Vec::with_capacity(n);
-    let mut explicit = Vec::new();
+    let Prepared {
+        nodes,
+        own,
+        ends,
+        nested,
+        nested_max,
+        explicit,
+        runnable,
+        explicit_pairs,
+        ends_pairs,
+        nested_pairs,
+        busy,
+        carve,
+    } = pr;
+    nodes.clear();
+    explicit_pairs.clear();
+    ends_pairs.clear();
+    nested_pairs.clear();
     for (i, node) in graph.nodes.iter().enumerate() {
         let created = clamp(node.created);
         let (end, ended) = match node.end {
@@ -346,7 +451,20 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
             .filter(|&p| p < n && p != i && i != root);
         for r in &node.resumptions {
             if let Some(b) = r.blocker.map(NodeId::index).filter(|&b| b < n && b != i) {
-                explicit.push((i, (clamp(r.at), b)));
+                explicit_pairs.push((i, (clamp(r.at), b)));
+            }
+        }
+        let mut polled_by_parent = false;
+        if let Some(p) = parent {
+            if ended {
+                ends_pairs.push((p, (end, node.end_seq, i)));
+            }
+            for iv in node.busy.iter().filter(|iv| iv.nested) {
+                let (s, e) = (clamp(iv.start).max(first_poll), clamp(iv.end).min(end));
+                if s < e {
+                    nested_pairs.push((p, (s, e, i)));
+                    polled_by_parent = true;
+                }
             }
         }
         nodes.push(Prep {
@@ -356,36 +474,17 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
             ended,
             parent,
             callee: node.callee.is_some(),
+            polled_by_parent,
             ..Prep::default()
         });
     }
-    let mut ends = Vec::with_capacity(n);
-    let mut nested = Vec::with_capacity(n);
-    let mut polled = Vec::with_capacity(n);
-    for (i, node) in graph.nodes.iter().enumerate() {
-        let Some(p) = nodes[i].parent else { continue };
-        let (fp, end) = (nodes[i].first_poll, nodes[i].end);
-        if nodes[i].ended {
-            ends.push((p, (end, node.end_seq, i)));
-        }
-        for iv in node.busy.iter().filter(|iv| iv.nested) {
-            let (s, e) = (clamp(iv.start).max(fp), clamp(iv.end).min(end));
-            if s < e {
-                nested.push((p, (s, e, i)));
-                polled.push(i);
-            }
-        }
-    }
-    for i in polled {
-        nodes[i].polled_by_parent = true;
-    }
-    let (explicit, explicit_r) = group(explicit, n);
-    let (ends, ends_r) = group(ends, n);
-    let (nested, nested_r) = group(nested, n);
-    let mut nested_max = Vec::with_capacity(nested.len());
-    for r in &nested_r {
+    group(explicit_pairs, explicit, nodes, |p| &mut p.explicit);
+    group(ends_pairs, ends, nodes, |p| &mut p.child_ends);
+    group(nested_pairs, nested, nodes, |p| &mut p.nested);
+    nested_max.clear();
+    for p in nodes.iter() {
         let mut m = (0, usize::MAX);
-        for &(_, e, c) in &nested[r.clone()] {
+        for &(_, e, c) in &nested[p.nested.clone()] {
             if e >= m.0 {
                 m = (e, c);
             }
@@ -393,10 +492,11 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
         }
     }
 
-    // Ready-but-not-running stretches, clipped.
-    let mut runnable = Vec::new();
+    runnable.clear();
+    own.clear();
     for (i, node) in graph.nodes.iter().enumerate() {
         let (fp, end) = (nodes[i].first_poll, nodes[i].end);
+        // Ready-but-not-running stretches, clipped.
         let from = runnable.len();
         runnable.extend(
             node.runnable
@@ -404,44 +504,39 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64) -> Prepared {
                 .map(|&(w, r)| (clamp(w).max(fp), clamp(r).min(end)))
                 .filter(|(w, r)| w < r),
         );
-        runnable[from..].sort_unstable();
+        sort(&mut runnable[from..]);
         nodes[i].runnable = from..runnable.len();
-    }
 
-    // Own busy time: entered intervals (clipped, merged) minus nested ones.
-    let mut own = Vec::with_capacity(2 * n);
-    let mut busy: Vec<(u64, u64)> = Vec::new();
-    let mut carve: Vec<(u64, u64)> = Vec::new();
-    for (i, node) in graph.nodes.iter().enumerate() {
-        let (fp, end) = (nodes[i].first_poll, nodes[i].end);
+        // Own busy time: entered intervals (clipped, merged) minus nested ones.
         busy.clear();
-        busy.extend(
-            node.busy
-                .iter()
-                .map(|iv| (clamp(iv.start).max(fp), clamp(iv.end).min(end)))
-                .filter(|(s, e)| s < e),
-        );
-        busy.sort_unstable();
-        union_in_place(&mut busy);
+        busy.reserve(node.busy.len());
+        for iv in &node.busy {
+            let (s, e) = (clamp(iv.start).max(fp), clamp(iv.end).min(end));
+            if s < e {
+                busy.push((s, e));
+            }
+        }
+        sort(busy);
+        union_in_place(busy);
         carve.clear();
-        carve.extend(nested[nested_r[i].clone()].iter().map(|&(s, e, _)| (s, e)));
-        union_in_place(&mut carve);
+        carve.extend(
+            nested[nodes[i].nested.clone()]
+                .iter()
+                .map(|&(s, e, _)| (s, e)),
+        );
+        union_in_place(carve);
         let from = own.len();
-        subtract_into(&busy, &carve, &mut own);
-        let p = &mut nodes[i];
-        p.own = from..own.len();
-        p.explicit = explicit_r[i].clone();
-        p.child_ends = ends_r[i].clone();
-        p.nested = nested_r[i].clone();
+        subtract_into(busy, carve, own);
+        nodes[i].own = from..own.len();
     }
-    Prepared {
-        nodes,
-        own,
-        ends,
-        nested,
-        nested_max,
-        explicit,
-        runnable,
+}
+
+/// Sort, checking first: what the layer records is mostly in order already
+/// (intervals are pushed as they happen, children after their parents), and
+/// sorting those short lists was a tenth of the cost of a small graph.
+fn sort<T: Ord>(v: &mut [T]) {
+    if !v.is_sorted() {
+        v.sort_unstable();
     }
 }
 
@@ -483,7 +578,7 @@ fn subtract_into(a: &[(u64, u64)], b: &[(u64, u64)], out: &mut Vec<(u64, u64)>) 
 }
 
 /// What the walk found, latest first.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Piece {
     Seg {
         node: usize,
@@ -505,18 +600,67 @@ struct WalkFrame {
     queued: Option<(usize, u64)>,
 }
 
-fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
+/// The walk's state; `pieces` is its result.
+#[derive(Debug, Default)]
+struct WalkScratch {
+    pieces: Vec<Piece>,
+    visited: Vec<bool>,
+    on_stack: Vec<bool>,
+    stack: Vec<WalkFrame>,
+    /// Per node: where the cursor last fell in its own busy intervals and
+    /// in its nested children's intervals (see [`back_to`]).
+    own_at: Vec<u32>,
+    nested_at: Vec<u32>,
+    /// Per node: where the cursor last fell in its children's ends.
+    ends_at: Vec<u32>,
+}
+
+/// `v.partition_point(pred)`, searching back from `*at`, the answer for an
+/// earlier cursor, and leaving the answer there. The cursor never moves
+/// forward, so the points only move back: scanning back costs the length of
+/// the list over the whole walk, where a binary search at every step cost a
+/// third of the walk over a long request.
+fn back_to<T>(v: &[T], at: &mut u32, pred: impl Fn(&T) -> bool) -> usize {
+    let mut k = (*at as usize).min(v.len());
+    while k > 0 && !pred(&v[k - 1]) {
+        k -= 1;
+    }
+    debug_assert_eq!(k, v.partition_point(&pred), "the cursor moved forward");
+    *at = k as u32;
+    k
+}
+
+#[inline(never)]
+fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch) {
     let prep = &pr.nodes[..];
-    let mut pieces = Vec::new();
-    let mut visited = vec![false; prep.len()];
-    let mut on_stack = vec![false; prep.len()];
+    let WalkScratch {
+        pieces,
+        visited,
+        on_stack,
+        stack,
+        own_at,
+        nested_at,
+        ends_at,
+    } = ws;
+    pieces.clear();
+    visited.clear();
+    visited.resize(prep.len(), false);
+    on_stack.clear();
+    on_stack.resize(prep.len(), false);
     visited[root] = true;
     on_stack[root] = true;
-    let mut stack = vec![WalkFrame {
+    stack.clear();
+    stack.push(WalkFrame {
         node: root,
         limit: start,
         queued: None,
-    }];
+    });
+    own_at.clear();
+    own_at.resize(prep.len(), u32::MAX);
+    nested_at.clear();
+    nested_at.resize(prep.len(), u32::MAX);
+    ends_at.clear();
+    ends_at.resize(prep.len(), u32::MAX);
     let mut cursor = stop;
     let work: usize = pr.own.len()
         + pr.nested.len()
@@ -549,7 +693,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         if cursor <= floor || budget == 0 {
             if budget == 0 {
                 // Give up on detail; keep the total exact.
-                seg(&mut pieces, root, start, cursor, SegmentKind::Unattributed);
+                seg(pieces, root, start, cursor, SegmentKind::Unattributed);
                 cursor = start;
                 break;
             }
@@ -563,7 +707,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         // Beyond the node's end (defensive; jumps clamp first).
         if t > p.end {
             let lo = p.end.max(floor);
-            seg(&mut pieces, n, lo, t, SegmentKind::Unattributed);
+            seg(pieces, n, lo, t, SegmentKind::Unattributed);
             cursor = lo;
             continue;
         }
@@ -571,24 +715,16 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         // Queued: created, not yet polled.
         if t <= p.first_poll {
             if let Some(&(_, b)) = latest_in(explicit, floor, t, |e| e.0)
-                .filter(|&&(_, b)| eligible(b, &visited, &on_stack, prep))
+                .filter(|&&(_, b)| eligible(b, visited, on_stack, prep))
             {
                 let be = prep[b].end.min(t).max(floor);
-                seg(&mut pieces, n, be, t, SegmentKind::Queueing);
+                seg(pieces, n, be, t, SegmentKind::Queueing);
                 cursor = be;
-                jump(
-                    &mut stack,
-                    &mut pieces,
-                    &mut visited,
-                    &mut on_stack,
-                    prep,
-                    b,
-                    &mut cursor,
-                );
+                jump(stack, pieces, visited, on_stack, prep, b, &mut cursor);
                 continue;
             }
             if stack.len() == 1 {
-                seg(&mut pieces, n, floor, t, SegmentKind::Queueing);
+                seg(pieces, n, floor, t, SegmentKind::Queueing);
                 cursor = floor;
             } else {
                 let q = (n, floor);
@@ -602,12 +738,12 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         }
 
         // Own busy time.
-        let k = own.partition_point(|iv| iv.0 < t);
+        let k = back_to(own, &mut own_at[n], |iv| iv.0 < t);
         let g0 = if k > 0 {
             let (s, e) = own[k - 1];
             if e >= t {
                 let lo = s.max(floor);
-                seg(&mut pieces, n, lo, t, SegmentKind::Busy);
+                seg(pieces, n, lo, t, SegmentKind::Busy);
                 cursor = lo;
                 continue;
             }
@@ -621,15 +757,15 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         // Waiting since g0. Explicit blocker, or the child that ended last
         // (only events above the floor can explain time above it).
         let explicit = latest_in(explicit, g0, t, |e| e.0)
-            .filter(|&&(_, b)| eligible(b, &visited, &on_stack, prep))
+            .filter(|&&(_, b)| eligible(b, visited, on_stack, prep))
             .copied();
         let inferred = {
-            let hi = child_ends.partition_point(|e| e.0 <= t);
+            let hi = back_to(child_ends, &mut ends_at[n], |e| e.0 <= t);
             child_ends[..hi]
                 .iter()
                 .rev()
                 .take_while(|e| e.0 > g0)
-                .find(|e| eligible(e.2, &visited, &on_stack, prep))
+                .find(|e| eligible(e.2, visited, on_stack, prep))
                 .map(|e| (e.0, e.2))
         };
         let blocker = match (explicit, inferred) {
@@ -651,9 +787,9 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
         {
             let lo_w = g0.max(b_at).max(ready.unwrap_or(0));
             let pn = &pr.nested[prep[par].nested.clone()];
-            let j = pn.partition_point(|iv| iv.0 < t);
+            let j = back_to(pn, &mut nested_at[par], |iv| iv.0 < t);
             let pown = &pr.own[prep[par].own.clone()];
-            let k = pown.partition_point(|iv| iv.0 < t);
+            let k = back_to(pown, &mut own_at[par], |iv| iv.0 < t);
             if lo_w < t {
                 if j > 0 {
                     let (s, e, c) = pn[j - 1];
@@ -669,7 +805,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
                 }
                 if k > 0 && pown[k - 1].1 >= t {
                     let lo = pown[k - 1].0.max(lo_w);
-                    seg(&mut pieces, par, lo, t, SegmentKind::Busy);
+                    seg(pieces, par, lo, t, SegmentKind::Busy);
                     cursor = lo;
                     continue;
                 }
@@ -682,7 +818,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
             let parent_end = sibling_end.max(own_end);
             if ready.is_some() && lo_w < t {
                 let lo = lo_w.max(parent_end);
-                seg(&mut pieces, n, lo, t, SegmentKind::Queueing);
+                seg(pieces, n, lo, t, SegmentKind::Queueing);
                 cursor = lo;
                 continue;
             }
@@ -691,12 +827,12 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
                 let nested_end = latest_end_before(
                     nested,
                     &pr.nested_max[p.nested.clone()],
-                    nested.partition_point(|iv| iv.0 < t),
+                    back_to(nested, &mut nested_at[n], |iv| iv.0 < t),
                     t,
                     None,
                 );
                 let lo = parent_end.max(nested_end).max(floor);
-                unattributed(&mut pieces, top, n, lo, t);
+                unattributed(pieces, top, n, lo, t);
                 cursor = lo;
                 continue;
             }
@@ -706,22 +842,14 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
             && at == t
         {
             let be = prep[b].end.min(t).max(floor);
-            unattributed(&mut pieces, top, n, be, t);
+            unattributed(pieces, top, n, be, t);
             cursor = be;
-            jump(
-                &mut stack,
-                &mut pieces,
-                &mut visited,
-                &mut on_stack,
-                prep,
-                b,
-                &mut cursor,
-            );
+            jump(stack, pieces, visited, on_stack, prep, b, &mut cursor);
             continue;
         }
 
         // A child polled inside this node's poll, on its behalf.
-        let j = nested.partition_point(|iv| iv.0 < t);
+        let j = back_to(nested, &mut nested_at[n], |iv| iv.0 < t);
         if j > 0 {
             let (s, e, c) = nested[j - 1];
             if e >= t && !on_stack[c] {
@@ -742,13 +870,12 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64) -> Vec<Piece> {
             .max(blocker.map_or(0, |b| b.0))
             .max(nested_end)
             .max(floor);
-        unattributed(&mut pieces, top, n, lo, t);
+        unattributed(pieces, top, n, lo, t);
         cursor = lo;
     }
     if cursor > start {
-        seg(&mut pieces, root, start, cursor, SegmentKind::Unattributed);
+        seg(pieces, root, start, cursor, SegmentKind::Unattributed);
     }
-    pieces
 }
 
 /// The latest end before `t` among `nested[..j]` (skipping `except`'s
@@ -855,19 +982,34 @@ fn latest_in<T>(v: &[T], lo: u64, hi: u64, key: impl Fn(&T) -> u64) -> Option<&T
 
 /// Turn pieces (latest first) into the path, resolving stacks and splicing
 /// callees.
-fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mut CriticalPath) {
-    let mut stacks = Stacks {
-        memo: vec![UNKNOWN; prep.len()],
-        arena: Vec::new(),
-        frames: vec![None; graph.frames.len()],
-        chain: Vec::new(),
-    };
-    path.reserve(pieces.len());
-    for piece in pieces.into_iter().rev() {
-        match piece {
+#[inline(never)]
+fn emit(
+    graph: &Graph,
+    prep: &[Prep],
+    root: usize,
+    pieces: &[Piece],
+    stacks: &mut Stacks,
+) -> CriticalPath {
+    stacks.reset(prep.len(), graph.frames.len());
+    // Size the path once: what the walk found plus what the callees bring.
+    let (mut frames, mut segments) = (prep.len().min(graph.frames.len()), pieces.len());
+    for piece in pieces {
+        if let Piece::Splice { node, .. } = *piece {
+            match &graph.nodes[node].callee {
+                Some(CalleeOutcome::Path(p)) => {
+                    frames += p.frames().len();
+                    segments += p.segments().len() + 1;
+                }
+                _ => frames += 1,
+            }
+        }
+    }
+    let mut path = CriticalPath::with_capacity(frames, segments);
+    for piece in pieces.iter().rev() {
+        match *piece {
             Piece::Seg { node, dur, kind } => {
                 let d = Duration::from_nanos(dur);
-                let (stack, deep) = stacks.get(graph, prep, root, node, path);
+                let (stack, deep) = stacks.get(graph, prep, root, node, &mut path);
                 match kind {
                     SegmentKind::Queueing => {
                         path.accounting.queueing = path.accounting.queueing.saturating_add(d)
@@ -881,10 +1023,11 @@ fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mu
                 if deep {
                     path.accounting.truncated = path.accounting.truncated.saturating_add(d);
                 }
-                path.push_slice(&stacks.arena[stack], d, kind);
+                let stack = &stacks.arena[stack];
+                path.push_ids(stack.iter().copied(), stack.len(), d, kind);
             }
             Piece::Splice { node, observed } => {
-                let (prefix, deep) = stacks.get(graph, prep, root, node, path);
+                let (prefix, deep) = stacks.get(graph, prep, root, node, &mut path);
                 let prefix = &stacks.arena[prefix];
                 let d = Duration::from_nanos(observed);
                 if deep {
@@ -898,10 +1041,11 @@ fn emit(graph: &Graph, prep: &[Prep], root: usize, pieces: Vec<Piece>, path: &mu
                         continue;
                     }
                 };
-                merge::splice(path, prefix, d, callee);
+                merge::splice_with(&mut path, prefix, d, callee, &mut stacks.callee_map);
             }
         }
     }
+    path
 }
 
 /// A node whose stack is not resolved yet.
@@ -911,6 +1055,7 @@ const UNKNOWN: (u32, u32, bool) = (u32::MAX, 0, false);
 /// recursion. A node's stack is its parent's plus its own frame, so each
 /// resolved node costs one copy of its parent's stack, and a segment costs
 /// none (it borrows the arena).
+#[derive(Debug, Default)]
 struct Stacks {
     /// Per node: `(start, len, deep)` in `arena`, or [`UNKNOWN`].
     memo: Vec<(u32, u32, bool)>,
@@ -919,9 +1064,20 @@ struct Stacks {
     frames: Vec<Option<FrameId>>,
     /// Scratch for the climb.
     chain: Vec<usize>,
+    /// Scratch for [`merge::splice_with`].
+    callee_map: Vec<FrameId>,
 }
 
 impl Stacks {
+    /// Forget the previous request's stacks.
+    fn reset(&mut self, nodes: usize, frames: usize) {
+        self.memo.clear();
+        self.memo.resize(nodes, UNKNOWN);
+        self.arena.clear();
+        self.frames.clear();
+        self.frames.resize(frames, None);
+    }
+
     fn get(
         &mut self,
         graph: &Graph,
@@ -930,6 +1086,11 @@ impl Stacks {
         node: usize,
         path: &mut CriticalPath,
     ) -> (Range<usize>, bool) {
+        // Known already (most segments: the walk stays in a node a while).
+        let (start, len, deep) = self.memo[node];
+        if start != UNKNOWN.0 {
+            return (start as usize..(start + len) as usize, deep);
+        }
         if self.memo[root] == UNKNOWN {
             let f = self.frame_id(graph, root, path);
             self.memo[root] = (self.arena.len() as u32, 1, false);
@@ -979,7 +1140,10 @@ impl Stacks {
         match self.frames.get(r.0 as usize) {
             Some(Some(id)) => *id,
             Some(None) => {
-                let id = path.intern(graph.frames[r.0 as usize].clone());
+                let id = path.intern_hashed(
+                    &graph.frames.frames()[r.0 as usize],
+                    graph.frames.hash_of(r.0),
+                );
                 self.frames[r.0 as usize] = Some(id);
                 id
             }
@@ -1455,6 +1619,46 @@ mod tests {
                 .all(|s| s.stack.len() <= MAX_STACK_DEPTH)
         );
         assert!(p.accounting.truncated > Duration::ZERO);
+    }
+
+    #[test]
+    fn scratch_in_use_gives_fresh_buffers_and_the_same_path() {
+        let mut g = Graph::new();
+        let a1 = add(
+            &mut g,
+            None,
+            "A1",
+            0,
+            None,
+            &[(0, 5, false), (25, 33, false)],
+        );
+        add(&mut g, Some(a1), "B1", 5, Some(25), &[(5, 25, false)]);
+        let alone = compute(&g, a1, ms(33));
+        // A compute while this thread's scratch is taken (reentrancy).
+        let nested = Scratch::with(|outer| {
+            outer.walk.pieces.push(Piece::Seg {
+                node: 0,
+                dur: 1,
+                kind: SegmentKind::Busy,
+            });
+            compute(&g, a1, ms(33))
+        });
+        assert_eq!(nested, alone);
+        assert_eq!(compute(&g, a1, ms(33)), alone);
+    }
+
+    #[test]
+    fn scratch_is_bounded_after_a_huge_request() {
+        let (mut g, mut parent) = (Graph::new(), None);
+        for i in 0..2 * SCRATCH_KEEP as u64 {
+            parent = Some(add(&mut g, parent, "n", i, None, &[(i, i + 1, false)]));
+        }
+        let p = compute(&g, NodeId::from_index(0), ms(4 * SCRATCH_KEEP as u64));
+        assert_eq!(p.total(), ms(4 * SCRATCH_KEEP as u64));
+        let kept = SCRATCH.take().expect("compute puts its scratch back");
+        assert!(kept.prep.nodes.capacity() <= SCRATCH_KEEP);
+        assert!(kept.walk.visited.capacity() <= SCRATCH_KEEP);
+        assert!(kept.stacks.memo.capacity() <= SCRATCH_KEEP);
     }
 
     #[test]

@@ -118,6 +118,18 @@ pub fn splice(
     observed: Duration,
     callee: Callee<'_>,
 ) -> SpliceOutcome {
+    splice_with(into, prefix, observed, callee, &mut Vec::new())
+}
+
+/// [`splice`] with the callee-to-caller frame map in a buffer the caller
+/// keeps (its contents on entry do not matter).
+pub(crate) fn splice_with(
+    into: &mut CriticalPath,
+    prefix: &[FrameId],
+    observed: Duration,
+    callee: Callee<'_>,
+    map: &mut Vec<FrameId>,
+) -> SpliceOutcome {
     let path = match callee {
         Callee::Path(path) => path,
         Callee::BlindSpot { callee } => {
@@ -137,17 +149,26 @@ pub fn splice(
         .fold(0u128, |acc, s| acc.saturating_add(s.duration.as_nanos()));
 
     into.reserve(path.segments().len() + 1);
-    // Callee frame id -> id in `into`, filled as frames are first used.
-    let mut map: Vec<Option<FrameId>> = vec![None; path.frames().len()];
-    let mut push = |into: &mut CriticalPath, seg: &super::Segment, duration: Duration| {
-        let mut stack = Stack::with_capacity(prefix.len() + seg.stack.len());
-        stack.extend_from_slice(prefix);
+    // Callee frame id -> id in `into`: each frame interned once, in
+    // first-use order (the order a frame-per-segment intern would give).
+    map.clear();
+    map.resize(path.frames().len(), UNMAPPED);
+    for seg in path.segments() {
         for id in &seg.stack {
-            let mapped =
-                *map[id.0 as usize].get_or_insert_with(|| into.intern(path.frame(*id).clone()));
-            stack.push(mapped);
+            let mapped = &mut map[id.0 as usize];
+            if *mapped == UNMAPPED {
+                *mapped = into.intern_from(path, *id);
+            }
         }
-        into.push(stack, duration, seg.kind);
+    }
+    let map = &map[..];
+    into.check_ids(prefix);
+    let push = |into: &mut CriticalPath, seg: &super::Segment, duration: Duration| {
+        let ids = prefix
+            .iter()
+            .copied()
+            .chain(seg.stack.iter().map(|id| map[id.0 as usize]));
+        into.push_ids(ids, prefix.len() + seg.stack.len(), duration, seg.kind);
     };
 
     if total_ns <= observed_ns {
@@ -192,6 +213,9 @@ pub fn splice(
         SpliceOutcome::Overcount { excess }
     }
 }
+
+/// Not a frame of any path (tables stop below `u32::MAX` frames).
+const UNMAPPED: FrameId = FrameId(u32::MAX);
 
 /// Exact `x · observed / total`, rounded down, for `x <= total` and
 /// `observed < total`, without overflow for any `Duration`s.

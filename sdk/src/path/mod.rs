@@ -14,14 +14,15 @@
 pub mod coarsen;
 pub mod compute;
 pub mod merge;
+mod table;
 
-use std::collections::hash_map::Entry;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
+
+use table::FrameTable;
 
 /// Where a node's code lives, when the instrumentation knows it
 /// (`tracing::Metadata::file` / `line`).
@@ -204,8 +205,7 @@ impl Accounting {
 /// and the accounting.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CriticalPath {
-    frames: Vec<Frame>,
-    index: FxHashMap<Frame, FrameId>,
+    frames: FrameTable,
     segments: Vec<Segment>,
     /// What the path could not explain in detail.
     pub accounting: Accounting,
@@ -217,20 +217,33 @@ impl CriticalPath {
         Self::default()
     }
 
+    /// An empty path with room for `frames` distinct frames and `segments`
+    /// segments.
+    pub fn with_capacity(frames: usize, segments: usize) -> Self {
+        CriticalPath {
+            frames: FrameTable::with_capacity(frames),
+            segments: Vec::with_capacity(segments),
+            accounting: Accounting::default(),
+        }
+    }
+
     /// Intern a frame, returning its id (the same id for an equal frame).
     pub fn intern(&mut self, frame: Frame) -> FrameId {
-        match self.index.entry(frame) {
-            Entry::Occupied(e) => *e.get(),
-            Entry::Vacant(e) => {
-                let id = FrameId(
-                    u32::try_from(self.frames.len())
-                        .expect("more than u32::MAX frames; this is a bug"),
-                );
-                self.frames.push(e.key().clone());
-                e.insert(id);
-                id
-            }
-        }
+        FrameId(self.frames.intern(frame))
+    }
+
+    /// Intern a frame of another path (`from`, id `id`): its hash is known,
+    /// and it is cloned only if it is new here.
+    pub(crate) fn intern_from(&mut self, from: &CriticalPath, id: FrameId) -> FrameId {
+        FrameId(
+            self.frames
+                .intern_hashed(from.frame(id), from.frames.hash_of(id.0)),
+        )
+    }
+
+    /// Intern a frame of a table (a graph's) whose hash is known.
+    pub(crate) fn intern_hashed(&mut self, frame: &Frame, hash: u64) -> FrameId {
+        FrameId(self.frames.intern_hashed(frame, hash))
     }
 
     /// The frame behind an id.
@@ -239,12 +252,12 @@ impl CriticalPath {
     ///
     /// If the id did not come from this path.
     pub fn frame(&self, id: FrameId) -> &Frame {
-        &self.frames[id.0 as usize]
+        &self.frames.frames()[id.0 as usize]
     }
 
     /// The frame table, indexed by [`FrameId`].
     pub fn frames(&self) -> &[Frame] {
-        &self.frames
+        self.frames.frames()
     }
 
     /// The segments in critical-path order (request start → response).
@@ -290,10 +303,58 @@ impl CriticalPath {
     /// Checks `stack`; true when nothing is left to append (empty, or merged
     /// into the previous segment).
     fn extend_last(&mut self, stack: &[FrameId], duration: Duration, kind: SegmentKind) -> bool {
+        self.check_ids(stack);
+        self.merge_last(stack, duration, kind)
+    }
+
+    /// # Panics
+    ///
+    /// If a frame id in `stack` did not come from this path's table.
+    pub(crate) fn check_ids(&self, stack: &[FrameId]) {
         assert!(
             stack.iter().all(|f| (f.0 as usize) < self.frames.len()),
             "segment names a frame this path does not have; this is a bug"
         );
+    }
+
+    /// [`push`](Self::push) of the stack `ids` (`len` of them), whose ids
+    /// the caller took from this path's table (checked in debug builds
+    /// only). The stack is built in place in the segment list: building it
+    /// first and moving it in cost more than the rest of the push.
+    pub(crate) fn push_ids<I>(&mut self, ids: I, len: usize, duration: Duration, kind: SegmentKind)
+    where
+        I: Iterator<Item = FrameId> + Clone,
+    {
+        if duration.is_zero() {
+            return;
+        }
+        if let Some(last) = self.segments.last_mut()
+            && last.kind == kind
+            && last.stack.len() == len
+            && last.stack.iter().copied().eq(ids.clone())
+        {
+            last.duration = last.duration.saturating_add(duration);
+            return;
+        }
+        self.segments.push(Segment {
+            stack: Stack::new(),
+            duration,
+            kind,
+        });
+        let last = self.segments.last_mut().expect("just pushed");
+        last.stack.reserve(len);
+        last.stack.extend(ids);
+        debug_assert_eq!(last.stack.len(), len);
+        debug_assert!(
+            last.stack
+                .iter()
+                .all(|f| (f.0 as usize) < self.frames.len())
+        );
+    }
+
+    /// True when nothing is left to append: `duration` is zero, or the
+    /// previous segment has the same stack and kind and now includes it.
+    fn merge_last(&mut self, stack: &[FrameId], duration: Duration, kind: SegmentKind) -> bool {
         if duration.is_zero() {
             return true;
         }
@@ -345,18 +406,13 @@ impl CriticalPath {
         for seg in &mut self.segments {
             for id in &mut seg.stack {
                 let new = *map[id.0 as usize].get_or_insert_with(|| {
-                    frames.push(self.frames[id.0 as usize].clone());
+                    frames.push(self.frames.frames()[id.0 as usize].clone());
                     FrameId((frames.len() - 1) as u32)
                 });
                 *id = new;
             }
         }
-        self.index = frames
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (f.clone(), FrameId(i as u32)))
-            .collect();
-        self.frames = frames;
+        self.frames.rebuild(frames);
     }
 }
 
