@@ -187,7 +187,7 @@ fn run(shared: &Weak<Shared>, inner: &Inner) {
         shared.finisher.batches.fetch_add(1, Ordering::Relaxed);
         for (request, ended) in batch.drain(..) {
             // A panicking sink loses its record, not the thread.
-            let _ = catch_unwind(AssertUnwindSafe(|| shared.emit(&request, ended)));
+            let _ = catch_unwind(AssertUnwindSafe(|| shared.emit_only(&request, ended)));
             shared.finisher.pending.fetch_sub(1, Ordering::Release);
         }
     }

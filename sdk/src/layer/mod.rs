@@ -77,16 +77,36 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Compute an ended request's path and emit its record.
+    /// Compute an ended request's path, emit its record, and return the
+    /// outcome too (the path is cloned only when both are wanted).
     fn emit(&self, request: &Request, ended: node::Ended) -> node::Outcome {
         let outcome = ended.outcome(request);
         if request.emit_record
             && let Some(sink) = &self.sink
         {
-            sink.emit(request.record(&outcome));
-            self.emitted.fetch_add(1, Ordering::Relaxed);
+            let copy = node::Outcome {
+                path: outcome.path.clone(),
+                latency: outcome.latency,
+            };
+            self.send(sink, request.record(copy));
         }
         outcome
+    }
+
+    /// Compute an ended request's path and emit its record, which takes the
+    /// path (for requests nobody waits for).
+    fn emit_only(&self, request: &Request, ended: node::Ended) {
+        if request.emit_record
+            && let Some(sink) = &self.sink
+        {
+            let record = request.record(ended.outcome(request));
+            self.send(sink, record);
+        }
+    }
+
+    fn send(&self, sink: &Arc<dyn RecordSink>, record: crate::record::Record) {
+        sink.emit(record);
+        self.emitted.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -180,7 +200,7 @@ impl CriticalPathLayer {
             .finisher
             .submit(&self.shared, (request.clone(), ended))
         {
-            self.shared.emit(&request, ended);
+            self.shared.emit_only(&request, ended);
         }
         true
     }

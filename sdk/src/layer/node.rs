@@ -455,9 +455,9 @@ impl Request {
         }
     }
 
-    /// The record of a finished request.
-    pub(crate) fn record(&self, outcome: &Outcome) -> Record {
-        let mut r = Record::new(self.service.to_string(), self.trigger, outcome.path.clone());
+    /// The record of a finished request, taking its path.
+    pub(crate) fn record(&self, outcome: Outcome) -> Record {
+        let mut r = Record::new(self.service.to_string(), self.trigger, outcome.path);
         r.latency = outcome.latency;
         r.endpoint = self.endpoint.clone();
         r.start_unix_nanos = Some(self.start_unix_nanos);
