@@ -7,7 +7,10 @@
 //!
 //! - traced / untraced (CPT reports 1.017× mean, 1.020× p99; target here
 //!   ≤ 1.005× mean, ≤ 1.01× p99);
-//! - middleware with tracing off / no middleware.
+//! - middleware with tracing off / no middleware;
+//! - the traced extra in absolute time (per request, per RPC hop, and CPU
+//!   per request from throughput), which does not depend on the workload
+//!   the way the ratios do.
 //!
 //! Configurations run in interleaved rounds so that drift on a shared
 //! machine hits all of them alike. Each runs on its own runtime whose
@@ -278,4 +281,24 @@ fn main() {
         ratio(st[1].p99, st[2].p99),
         st[1].rps / st[2].rps
     );
+    // The same difference in absolute time: the cost is roughly a fixed
+    // amount per request, so this is what does not depend on the workload.
+    // CPU per request is the cores' time over the throughput (4 in flight
+    // keep both of this machine's cores busy); a target in time per hop can
+    // be read off these.
+    let micros = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) * 1e6;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cpu = |rps: f64| cores / rps * 1e6;
+    println!(
+        "traced extra per request:  mean {:+.0} µs  p99 {:+.0} µs  CPU ≈ {:+.0} µs ({:.0} vs {:.0} µs on {cores} cores); per RPC hop ({HOPS}): mean {:+.0} µs",
+        micros(st[0].mean, st[1].mean),
+        micros(st[0].p99, st[1].p99),
+        cpu(st[0].rps) - cpu(st[1].rps),
+        cpu(st[0].rps),
+        cpu(st[1].rps),
+        micros(st[0].mean, st[1].mean) / HOPS as f64,
+    );
 }
+
+/// RPCs per request to A: A→B and A→C (gRPC), B→C (HTTP), B→C (streaming).
+const HOPS: usize = 4;
