@@ -84,11 +84,7 @@ impl Shared {
         if request.emit_record
             && let Some(sink) = &self.sink
         {
-            let copy = node::Outcome {
-                path: outcome.path.clone(),
-                latency: outcome.latency,
-            };
-            self.send(sink, request.record(copy));
+            self.send(sink, request.record(outcome.clone()));
         }
         outcome
     }

@@ -162,7 +162,7 @@ fn callsite_frame(meta: &'static Metadata<'static>) -> (Arc<str>, Option<Locatio
 }
 
 /// What the root's end produced.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Outcome {
     pub(crate) path: CriticalPath,
     pub(crate) latency: Duration,
