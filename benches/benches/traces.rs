@@ -21,9 +21,15 @@ use criterion::{Criterion, criterion_group, criterion_main};
 
 fn media_files() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/testdata/traces/traceweaver-media");
+        .join("../testdata/traces/traceweaver-media");
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}: the media set is checked into the repository's testdata/; \
+                 restore it with `git checkout -- testdata`",
+                dir.display()
+            )
+        })
         .map(|e| e.expect("dir entry").path())
         .filter(|p| p.to_string_lossy().ends_with(".jaeger.json.gz"))
         .collect();

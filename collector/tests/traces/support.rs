@@ -5,11 +5,24 @@ use std::path::PathBuf;
 use cpt_collector::traces::{Format, Import, ImportOptions, import_files};
 use cpt_sdk::Record;
 
-/// `shared/testdata` beside the repository (CI: /work/shared next to /work/main).
+/// A file or folder of the repository's `testdata/` (third-party traces; each
+/// source's README and licence are beside its files).
+///
+/// # Panics
+///
+/// When it is missing, with a message naming it and how to get it back: a
+/// test whose data is gone must say so, not fail on an empty list later.
 pub(crate) fn testdata(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/testdata")
-        .join(rel)
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata")
+        .join(rel);
+    assert!(
+        path.exists(),
+        "test data `testdata/{rel}` is missing ({}): it is checked into the repository; \
+         restore it with `git checkout -- testdata` (see testdata/README.md)",
+        path.display()
+    );
+    path
 }
 
 /// Import files with options.
