@@ -33,7 +33,7 @@
 //! stacks; only a stack never seen before walks the trie, one `(parent
 //! node, frame) → node` lookup per level. No allocation per segment, only
 //! per *new* stack. Per-stack sums live in dense vectors indexed by node.
-//! Batches are split over one [`Partial`] per rayon worker, each with its own
+//! Batches are split over one `Partial` per rayon worker, each with its own
 //! interner, and the partials are merged (remapping their few thousand stack
 //! ids) at the end, so workers never share a lock.
 //!

@@ -39,7 +39,7 @@
 //! |---|---|---|
 //! | `tonic` | yes | peer address from tonic's `TcpConnectInfo` for [`PeerAllowList`] |
 //! | `axum` | no | peer address from axum's `ConnectInfo`, root nodes named after `MatchedPath` |
-//! | `opentelemetry` | no | [`otel::TriggerPropagator`] and `HeaderMap` carriers |
+//! | `opentelemetry` | no | `otel::TriggerPropagator` and `HeaderMap` carriers |
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
