@@ -1,4 +1,4 @@
-//! The Rust-specific cases of DESIGN.md "Critical path semantics", each with
+//! The Rust-specific cases of docs/semantics.md "The critical path", each with
 //! exact expected segments (paused tokio clock for waits, manual clock for
 //! CPU work).
 
