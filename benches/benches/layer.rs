@@ -35,7 +35,8 @@ use std::time::{Duration, Instant};
 
 use cpt_sdk::Trigger;
 use cpt_sdk::layer::CriticalPathLayer;
-use cpt_sdk::path::compute::{Busy, CalleeOutcome, Graph, Node, NodeId, compute};
+use cpt_sdk::path::compute::compute;
+use cpt_sdk::path::graph::{Busy, CalleeOutcome, Graph, Node, NodeId};
 use cpt_sdk::path::{CriticalPath, Frame as PathFrame};
 use cpt_sdk::request::{self, RequestOptions};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};

@@ -20,8 +20,8 @@ use cpt_collector::traces::{Format, Import, ImportOptions, import_files, import_
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn media_files() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../testdata/traces/traceweaver-media");
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/traces/traceweaver-media");
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| {
             panic!(

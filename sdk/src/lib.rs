@@ -14,7 +14,7 @@
 //!   task of the [task graph](task::Graph), an outbound RPC. Between its
 //!   start and end it is *busy* (entered / being polled) or *waiting*.
 //! - **blocker**: when a node resumes after waiting, the dependency whose end
-//!   came last before the resumption ([`path::compute::Resumption`]). A wait
+//!   came last before the resumption ([`path::graph::Resumption`]). A wait
 //!   with no instrumented blocker is *unattributed* and stays on the node.
 //! - **segment**: a frame stack (root → leaf) and a duration ([`Segment`]).
 //! - **critical path**: the ordered segments whose durations sum exactly to
@@ -66,7 +66,7 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`path`] | the model: [`CriticalPath`], frames, segments, accounting; [`path::compute`] (the backwards walk), `path::merge` (splicing a callee's path) |
+//! | [`path`] | the model: [`CriticalPath`], frames, segments, accounting; [`path::graph`] (a request's nodes and timelines), [`path::compute`] (the backwards walk), `path::merge` (splicing a callee's path) |
 //! | [`layer`] | [`CriticalPathLayer`], its builder and handle |
 //! | [`request`] | the hand API: begin / finish / trigger / labels / callee |
 //! | [`task`] | `join`, `try_join`, `join_all`, `spawn`, `spawn_blocking`, `scope`, `Graph` |
@@ -119,4 +119,4 @@ pub use trigger::Trigger;
 
 #[cfg(feature = "layer")]
 pub use layer::CriticalPathLayer;
-pub use path::compute::CalleeOutcome;
+pub use path::graph::CalleeOutcome;

@@ -38,7 +38,7 @@ use tracing::{Dispatch, Span};
 use crate::layer::CriticalPathLayer;
 use crate::layer::node::{NodeState, Request, RequestInit};
 use crate::path::CriticalPath;
-use crate::path::compute::CalleeOutcome;
+use crate::path::graph::CalleeOutcome;
 use crate::record::Labels;
 use crate::trigger::{SamplingContext, Trigger};
 

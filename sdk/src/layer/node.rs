@@ -21,7 +21,8 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 use tracing::Metadata;
 
-use crate::path::compute::{self, Busy, CalleeOutcome, FrameRef, Graph, Node, NodeId, Resumption};
+use crate::path::compute;
+use crate::path::graph::{Busy, CalleeOutcome, FrameRef, Graph, Node, NodeId, Resumption};
 use crate::path::{CriticalPath, Frame, Location};
 use crate::record::{Labels, Record};
 use crate::trigger::Trigger;

@@ -13,6 +13,7 @@
 
 pub mod coarsen;
 pub mod compute;
+pub mod graph;
 pub mod merge;
 mod table;
 
