@@ -243,6 +243,4 @@ mod kind {
 }
 
 #[cfg(test)]
-mod oracle;
-#[cfg(test)]
 mod tests;

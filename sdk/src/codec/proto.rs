@@ -40,8 +40,8 @@
 //! [`PathOut`]: the same fields with the same protobuf semantics, but strings
 //! read straight into the `Arc<str>` the decoded frames share and written
 //! from the frames' own `&str`, columns sized before they are filled, and
-//! the encoded length computed once. The `oracle` tests check that both read
-//! and write exactly what `PathProto` does.
+//! the encoded length computed once. The golden tests (`tests/golden.rs`) check
+//! that the bytes written and the paths and errors read never change.
 
 use std::sync::Arc;
 

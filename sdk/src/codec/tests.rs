@@ -715,3 +715,5 @@ proptest! {
         }
     }
 }
+
+mod golden;
