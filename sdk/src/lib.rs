@@ -113,8 +113,9 @@ pub mod task;
 pub mod testing;
 pub mod trigger;
 
+pub use export::RecordSink;
 pub use path::{Accounting, CriticalPath, Frame, FrameId, Location, Segment, SegmentKind};
-pub use record::{Labels, Record, RecordError, RecordSink};
+pub use record::{Labels, Record, RecordError};
 pub use trigger::Trigger;
 
 #[cfg(feature = "layer")]

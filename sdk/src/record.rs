@@ -41,6 +41,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Where records go; defined in [`export`](crate::export), re-exported here
+/// for existing imports.
+pub use crate::export::RecordSink;
 use crate::path::{Accounting, CriticalPath, Frame, FrameId, Location, SegmentKind};
 use crate::trigger::Trigger;
 
@@ -309,24 +312,6 @@ pub enum RecordError {
         /// The sum of its segments.
         path_ns: u64,
     },
-}
-
-/// Where finished records go.
-///
-/// Implementations must not block: they are called on the thread that
-/// finished the request. Queue, count and drop instead.
-pub trait RecordSink: Send + Sync + 'static {
-    /// Take one finished record.
-    fn emit(&self, record: Record);
-}
-
-impl<F> RecordSink for F
-where
-    F: Fn(Record) + Send + Sync + 'static,
-{
-    fn emit(&self, record: Record) {
-        self(record)
-    }
 }
 
 impl fmt::Display for Record {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{CriticalPathLayer, Shared};
 use crate::clock::{Clock, SystemClock};
-use crate::record::RecordSink;
+use crate::export::RecordSink;
 use crate::trigger::{DefaultSampler, Sampler, SamplingContext, Trigger};
 
 /// Configures a [`CriticalPathLayer`].

@@ -44,7 +44,7 @@ pub use builder::{Builder, Handle};
 use node::{NodeState, Request};
 
 use crate::clock::Clock;
-use crate::record::RecordSink;
+use crate::export::RecordSink;
 use crate::trigger::Sampler;
 
 /// The tracing layer. Build it with [`CriticalPathLayer::builder`].

@@ -19,7 +19,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::record::{Record, RecordSink};
+use crate::export::RecordSink;
+use crate::record::Record;
 
 /// `Duration::from_millis(n)`.
 pub fn ms(n: u64) -> Duration {

@@ -1,8 +1,13 @@
-//! Asynchronous export of records: a bounded queue in front of a worker
-//! thread, so emitting a record never blocks the request that finished.
+//! Where finished requests' records go.
 //!
+//! - [`RecordSink`] takes each record on the thread that finished the
+//!   request; any `Fn(Record) + Send + Sync` closure is one.
+//! - [`Exporter`] is the asynchronous sink: a bounded queue in front of a
+//!   worker thread, so emitting a record never blocks the request that
+//!   finished.
 //! - [`Export`] is what ships a batch (the collector's client implements it;
-//!   [`JsonLines`](crate::sink::JsonLines) writes a file).
+//!   [`JsonLines`] writes a file, [`json_lines_file`] wires both up).
+//! - `RecordingSink` (feature `testing`) keeps records in memory.
 //! - [`ExporterBuilder::build`] starts the worker and returns the
 //!   [`Exporter`] (a [`RecordSink`] to give the layer) and an
 //!   [`ExportHandle`] (counters, flush, shutdown).
@@ -39,7 +44,30 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::record::{Record, RecordSink};
+use crate::record::Record;
+
+mod json_lines;
+#[cfg(feature = "testing")]
+pub use crate::testing::RecordingSink;
+pub use json_lines::{JsonLines, json_lines_file};
+
+/// Where finished records go.
+///
+/// Implementations must not block: they are called on the thread that
+/// finished the request. Queue, count and drop instead.
+pub trait RecordSink: Send + Sync + 'static {
+    /// Take one finished record.
+    fn emit(&self, record: Record);
+}
+
+impl<F> RecordSink for F
+where
+    F: Fn(Record) + Send + Sync + 'static,
+{
+    fn emit(&self, record: Record) {
+        self(record)
+    }
+}
 
 /// Ships batches of records somewhere (a collector, a file).
 ///
