@@ -11,7 +11,7 @@
 //! - **request**: one unit of work entering a service (an RPC, an HTTP
 //!   request).
 //! - **node**: a named piece of work inside a request: a `tracing` span, a
-//!   task of the [task graph](task::Graph), an outbound RPC. Between its
+//!   task of the [task graph](task::TaskGraph), an outbound RPC. Between its
 //!   start and end it is *busy* (entered / being polled) or *waiting*.
 //! - **blocker**: when a node resumes after waiting, the dependency whose end
 //!   came last before the resumption ([`path::graph::Resumption`]). A wait
@@ -69,7 +69,7 @@
 //! | [`path`] | the model: [`CriticalPath`], frames, segments, accounting; [`path::graph`] (a request's nodes and timelines), [`path::compute`] (the backwards walk), `path::merge` (splicing a callee's path) |
 //! | [`layer`] | [`CriticalPathLayer`], its builder and handle |
 //! | [`request`] | the hand API: begin / finish / trigger / labels / callee |
-//! | [`task`] | `join`, `try_join`, `join_all`, `spawn`, `spawn_blocking`, `scope`, `Graph` |
+//! | [`task`] | `join`, `try_join`, `join_all`, `spawn`, `spawn_blocking`, `scope`, `TaskGraph` |
 //! | [`trigger`] | [`Trigger`], [`trigger::Sampler`], [`trigger::DefaultSampler`] |
 //! | [`record`], [`sink`], [`export`] | records, sinks, the non-blocking exporter |
 //! | [`clock`] | the [`clock::Clock`] seam |

@@ -38,21 +38,21 @@ struct Spec<T> {
 /// # Examples
 ///
 /// ```
-/// use cpt_sdk::task::Graph;
+/// use cpt_sdk::task::TaskGraph;
 ///
 /// # async fn demo() {
-/// let mut g = Graph::new();
+/// let mut g = TaskGraph::new();
 /// let b1 = g.node("B1", &[], |_| async { 20 });
 /// let a2 = g.node("A2", &[], |_| async { 2 });
 /// let a1 = g.node("A1", &[b1, a2], |inputs: Vec<u64>| async move { inputs.iter().sum() });
 /// assert_eq!(g.run(a1).await, 22);
 /// # }
 /// ```
-pub struct Graph<T> {
+pub struct TaskGraph<T> {
     specs: Vec<Spec<T>>,
 }
 
-impl<T> fmt::Debug for Graph<T> {
+impl<T> fmt::Debug for TaskGraph<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
             .entries(self.specs.iter().map(|s| (&s.name, &s.inputs)))
@@ -60,13 +60,13 @@ impl<T> fmt::Debug for Graph<T> {
     }
 }
 
-impl<T> Default for Graph<T> {
+impl<T> Default for TaskGraph<T> {
     fn default() -> Self {
-        Graph { specs: Vec::new() }
+        TaskGraph { specs: Vec::new() }
     }
 }
 
-impl<T: Clone + Send + 'static> Graph<T> {
+impl<T: Clone + Send + 'static> TaskGraph<T> {
     /// An empty graph.
     pub fn new() -> Self {
         Self::default()
@@ -87,7 +87,7 @@ impl<T: Clone + Send + 'static> Graph<T> {
         let inputs: Vec<usize> = inputs.iter().map(|i| i.0).collect();
         assert!(
             inputs.iter().all(|&i| i < self.specs.len()),
-            "task::Graph::node: an input is not a node of this graph"
+            "task::TaskGraph::node: an input is not a node of this graph"
         );
         self.specs.push(Spec {
             name: name.into(),
@@ -106,7 +106,7 @@ impl<T: Clone + Send + 'static> Graph<T> {
     pub fn run(self, output: Input) -> Run<T> {
         assert!(
             output.0 < self.specs.len(),
-            "task::Graph::run: output is not a node of this graph"
+            "task::TaskGraph::run: output is not a node of this graph"
         );
         let n = self.specs.len();
         let mut dependants = vec![Vec::new(); n];
@@ -144,7 +144,7 @@ enum State<T> {
     Taken,
 }
 
-/// The future of [`Graph::run`].
+/// The future of [`TaskGraph::run`].
 pub struct Run<T> {
     nodes: Vec<State<T>>,
     dependants: Vec<Vec<usize>>,

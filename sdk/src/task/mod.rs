@@ -1,7 +1,7 @@
 //! Task hooks that make blocking relationships exact where plain spans
 //! cannot: named nodes over futures, [`join`]/[`try_join`], [`spawn`] and
 //! [`spawn_blocking`] linked to the spawning node, [`scope`] for threads,
-//! and a small task [`Graph`] in the spirit of Dagger producers (CPT
+//! and a small task graph ([`TaskGraph`]) in the spirit of Dagger producers (CPT
 //! "Identifying service subcomponents").
 //!
 //! Every helper creates a child span of the current span, named by a
@@ -23,7 +23,12 @@ mod graph;
 use std::future::Future;
 
 pub use future::Tracked;
-pub use graph::{Graph, Input};
+pub use graph::{Input, TaskGraph};
+
+/// The task graph by its earlier name (renamed so it is not confused with
+/// [`path::graph::Graph`](crate::path::graph::Graph), a request's node graph).
+#[deprecated(since = "0.1.0", note = "renamed to `TaskGraph`")]
+pub type Graph<T> = TaskGraph<T>;
 
 /// The span of a helper node: a child of the current span named `name`.
 pub fn node_span(name: &str) -> tracing::Span {

@@ -105,7 +105,7 @@ async fn task_graph_records_the_input_that_completed_last() {
     let root = t.root("A1");
     let clock = t.clock.clone();
     let v = async move {
-        let mut g = task::Graph::new();
+        let mut g = task::TaskGraph::new();
         let b1 = g.node("B1", &[], |_| async {
             sleep(ms(20)).await;
             20u64
