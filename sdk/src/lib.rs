@@ -105,7 +105,7 @@ pub mod layer;
 pub mod path;
 pub mod record;
 #[cfg(feature = "layer")]
-pub mod request;
+pub use layer::request;
 pub mod sink;
 #[cfg(feature = "layer")]
 pub mod task;

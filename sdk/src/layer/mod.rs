@@ -18,7 +18,7 @@
 //! exit, marked *nested* when the parent was entered on the same thread),
 //! explicit blockers from the [task helpers](crate::task), and the end (the
 //! last exit, once the span closes). When the request's root ends
-//! ([`request::finish`](crate::request::finish) or the root span's close)
+//! ([`request::finish`] or the root span's close)
 //! it computes the path with [`compute`](crate::path::compute::compute) and
 //! emits a [`Record`](crate::Record) to the sink.
 //!
@@ -29,6 +29,7 @@
 mod builder;
 mod finisher;
 pub(crate) mod node;
+pub mod request;
 
 use std::cell::RefCell;
 use std::sync::Arc;

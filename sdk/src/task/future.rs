@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use pin_project_lite::pin_project;
 
 use crate::clock::Clock;
-use crate::layer::node::NodeState;
+use crate::request::NodeState;
 
 pin_project! {
     /// A future polled inside its node's span, like `tracing`'s

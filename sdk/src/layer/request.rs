@@ -35,8 +35,9 @@ use std::time::Duration;
 use tracing::span::Id;
 use tracing::{Dispatch, Span};
 
-use crate::layer::CriticalPathLayer;
-use crate::layer::node::{NodeState, Request, RequestInit};
+use super::CriticalPathLayer;
+pub(crate) use super::node::NodeState;
+use super::node::{Request, RequestInit};
 use crate::path::CriticalPath;
 use crate::path::graph::CalleeOutcome;
 use crate::record::Labels;
