@@ -169,15 +169,7 @@ impl Record {
             trace_id: self.trace_id.as_deref().map(Into::into),
             labels: (!self.labels.is_empty()).then(|| self.labels.clone()),
             path,
-            accounting: (!a.is_zero()).then(|| wire::Accounting {
-                network_ns: duration_ns(a.network),
-                overcount_ns: duration_ns(a.overcount),
-                blind_spot_ns: duration_ns(a.blind_spot),
-                unattributed_ns: duration_ns(a.unattributed),
-                queueing_ns: duration_ns(a.queueing),
-                truncated_ns: duration_ns(a.truncated),
-                clock_skew_ns: duration_ns(a.clock_skew),
-            }),
+            accounting: (!a.is_zero()).then_some(wire::Accounting(*a)),
         }
     }
 
@@ -245,15 +237,7 @@ impl Record {
             });
         }
         if let Some(a) = w.accounting {
-            path.accounting = Accounting {
-                network: Duration::from_nanos(a.network_ns),
-                overcount: Duration::from_nanos(a.overcount_ns),
-                blind_spot: Duration::from_nanos(a.blind_spot_ns),
-                unattributed: Duration::from_nanos(a.unattributed_ns),
-                queueing: Duration::from_nanos(a.queueing_ns),
-                truncated: Duration::from_nanos(a.truncated_ns),
-                clock_skew: Duration::from_nanos(a.clock_skew_ns),
-            };
+            path.accounting = a.0;
         }
         Ok(Record {
             service: w.service.into_owned(),
@@ -325,7 +309,10 @@ mod wire {
     use std::borrow::Cow;
     use std::fmt;
 
+    use std::time::Duration;
+
     use super::Labels;
+    use crate::path::Cause;
     use serde::{Deserialize, Serialize};
 
     #[derive(Serialize, Deserialize)]
@@ -454,16 +441,66 @@ mod wire {
         }
     }
 
-    #[derive(Serialize, Deserialize, Default)]
-    #[serde(default)]
-    pub(super) struct Accounting {
-        pub(super) network_ns: u64,
-        pub(super) overcount_ns: u64,
-        pub(super) blind_spot_ns: u64,
-        pub(super) unattributed_ns: u64,
-        pub(super) queueing_ns: u64,
-        pub(super) truncated_ns: u64,
-        pub(super) clock_skew_ns: u64,
+    /// The accounting object: `{cause}_ns` for every [`Cause`] in
+    /// [`Cause::ALL`] order, zeros included. Reading, a missing key is zero,
+    /// an unknown key is ignored (a newer writer's cause), a repeated key is
+    /// an error.
+    pub(super) struct Accounting(pub(super) crate::path::Accounting);
+
+    /// `{cause}_ns`, written without allocating.
+    struct NsKey(Cause);
+
+    impl Serialize for NsKey {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_str(&format_args!("{}_ns", self.0.name()))
+        }
+    }
+
+    impl Serialize for Accounting {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap;
+            let mut m = s.serialize_map(Some(Cause::ALL.len()))?;
+            for (c, d) in self.0.iter() {
+                m.serialize_entry(&NsKey(c), &super::duration_ns(d))?;
+            }
+            m.end()
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Accounting {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_map(AccountingVisitor)
+        }
+    }
+
+    struct AccountingVisitor;
+
+    impl<'de> serde::de::Visitor<'de> for AccountingVisitor {
+        type Value = Accounting;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an accounting object: {\"network_ns\": …, \"queueing_ns\": …}")
+        }
+        fn visit_map<M: serde::de::MapAccess<'de>>(self, mut m: M) -> Result<Accounting, M::Error> {
+            let mut a = crate::path::Accounting::default();
+            let mut seen = [false; Cause::ALL.len()];
+            while let Some(key) = m.next_key::<Str<'_>>()? {
+                match key.0.strip_suffix("_ns").and_then(Cause::from_name) {
+                    Some(c) => {
+                        if std::mem::replace(&mut seen[c as usize], true) {
+                            return Err(serde::de::Error::custom(format_args!(
+                                "duplicate field `{}`",
+                                key.0
+                            )));
+                        }
+                        a.set(c, Duration::from_nanos(m.next_value::<u64>()?));
+                    }
+                    None => {
+                        m.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(Accounting(a))
+        }
     }
 }
 
@@ -620,7 +657,40 @@ mod tests {
         (r#"{"trigger":"sampled","latency_ns":0,"path":[]}"#, "missing field `service`"),
         (r#"{"service":"S","trigger":"sampled","latency_ns":1,"path":[{"stack":[3],"ns":1}]}"#, "expected a frame"),
         (r#"{"service":"S","trigger":"sampled","latency_ns":1,"path":[{"stack":[{"file":"f"}],"ns":1}]}"#, "missing field `name`"),
+        (r#"{"service":"S","trigger":"sampled","latency_ns":1,"path":[{"stack":["x"],"ns":1}],"accounting":{"queueing_ns":1,"queueing_ns":2}}"#, "duplicate field `queueing_ns`"),
+        (r#"{"service":"S","trigger":"sampled","latency_ns":1,"path":[{"stack":["x"],"ns":1}],"accounting":{"network_ns":-1}}"#, "invalid value"),
     ];
+
+    /// The accounting object keeps the key names and order other tools read:
+    /// `{cause}_ns` for every cause, zeros included; keys it does not know
+    /// (a newer writer's cause) are skipped, missing ones are zero.
+    #[test]
+    fn json_accounting_names_every_cause() {
+        let mut p = CriticalPath::new();
+        p.push_frames(
+            [Frame::new("S", "x")],
+            Duration::from_nanos(9),
+            SegmentKind::Busy,
+        );
+        p.accounting.network = Duration::from_nanos(1);
+        p.accounting.clock_skew = Duration::from_nanos(7);
+        let json = Record::new("S", Trigger::Sampled, p).to_json();
+        assert!(
+            json.contains(r#""accounting":{"network_ns":1,"overcount_ns":0,"blind_spot_ns":0,"unattributed_ns":0,"queueing_ns":0,"truncated_ns":0,"clock_skew_ns":7}"#),
+            "{json}"
+        );
+        let r = Record::from_json(
+            r#"{"service":"S","trigger":"sampled","latency_ns":1,"path":[{"stack":["x"],"ns":1}],"accounting":{"truncated_ns":4,"future_cause_ns":5,"note":"x"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            r.path.accounting,
+            Accounting {
+                truncated: Duration::from_nanos(4),
+                ..Accounting::default()
+            }
+        );
+    }
 
     #[test]
     fn json_bad_records_say_what_is_wrong() {

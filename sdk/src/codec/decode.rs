@@ -413,13 +413,5 @@ impl Frames<'_> {
 }
 
 fn accounting_from_wire(a: AccountingProto) -> Accounting {
-    Accounting {
-        network: Duration::from_nanos(a.network_nanos),
-        overcount: Duration::from_nanos(a.overcount_nanos),
-        blind_spot: Duration::from_nanos(a.blind_spot_nanos),
-        unattributed: Duration::from_nanos(a.unattributed_nanos),
-        queueing: Duration::from_nanos(a.queueing_nanos),
-        truncated: Duration::from_nanos(a.truncated_nanos),
-        clock_skew: Duration::from_nanos(a.clock_skew_nanos),
-    }
+    a.to_accounting()
 }

@@ -1,14 +1,13 @@
 //! Writing a [`CriticalPath`] in the wire form, coarsening it to fit.
 
 use std::collections::hash_map::Entry;
-use std::time::Duration;
 
 use rustc_hash::FxHashMap as HashMap;
 
 use super::proto::{AccountingProto, PathOut};
 use super::strings::StringTable;
 use super::{DecodeLimits, EncodeOptions, MIN_MAX_BYTES, VERSION, kind};
-use crate::path::{Accounting, CriticalPath, FrameId};
+use crate::path::{Accounting, Cause, CriticalPath, FrameId};
 
 /// Tree entries beyond this make a depth "not fit" outright: entry refs must
 /// stay below 2^29 to be shifted by the kind bits, and no limit a transport
@@ -237,8 +236,8 @@ impl<'a> Builder<'a> {
 
         let mut accounting = accounting_to_wire(&path.accounting);
         if folded > 0 {
-            let truncated = u128::from(accounting.truncated_nanos) + folded;
-            accounting.truncated_nanos = truncated.min(u128::from(total)) as u64;
+            let truncated = u128::from(*accounting.get_mut(Cause::Truncated)) + folded;
+            *accounting.get_mut(Cause::Truncated) = truncated.min(u128::from(total)) as u64;
         }
         msg.accounting = (accounting != AccountingProto::default()).then_some(accounting);
         true
@@ -250,7 +249,7 @@ impl<'a> Builder<'a> {
 fn fallback(path: &CriticalPath, total: u128) -> PathOut<'static> {
     let total = u64::try_from(total).unwrap_or(u64::MAX);
     let mut accounting = accounting_to_wire(&path.accounting);
-    accounting.truncated_nanos = total;
+    *accounting.get_mut(Cause::Truncated) = total;
     let (codes, durations) = if total == 0 {
         (Vec::new(), Vec::new())
     } else {
@@ -265,18 +264,6 @@ fn fallback(path: &CriticalPath, total: u128) -> PathOut<'static> {
     }
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 fn accounting_to_wire(a: &Accounting) -> AccountingProto {
-    AccountingProto {
-        network_nanos: nanos(a.network),
-        overcount_nanos: nanos(a.overcount),
-        blind_spot_nanos: nanos(a.blind_spot),
-        unattributed_nanos: nanos(a.unattributed),
-        queueing_nanos: nanos(a.queueing),
-        truncated_nanos: nanos(a.truncated),
-        clock_skew_nanos: nanos(a.clock_skew),
-    }
+    AccountingProto::from_accounting(a)
 }

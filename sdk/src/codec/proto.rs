@@ -44,8 +44,10 @@
 //! that the bytes written and the paths and errors read never change.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use prost::DecodeError;
+use prost::bytes::{Buf, BufMut};
 use prost::encoding::{
     DecodeContext, WireType, check_wire_type, decode_key, encoded_len_varint, key_len, message,
     skip_field, string, uint32, uint64,
@@ -88,23 +90,79 @@ pub(crate) struct PathProto {
     pub(crate) accounting: Option<AccountingProto>,
 }
 
-/// [`crate::path::Accounting`] on the wire, in nanoseconds.
-#[derive(Clone, Copy, PartialEq, prost::Message)]
+use crate::path::{Accounting, Cause};
+
+/// [`crate::path::Accounting`] on the wire, in nanoseconds: one `uint64`
+/// field per [`Cause`], numbered [`Cause::field_number`] (the same bytes and
+/// errors as a prost-derived message with the seven fields).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct AccountingProto {
-    #[prost(uint64, tag = "1")]
-    pub(crate) network_nanos: u64,
-    #[prost(uint64, tag = "2")]
-    pub(crate) overcount_nanos: u64,
-    #[prost(uint64, tag = "3")]
-    pub(crate) blind_spot_nanos: u64,
-    #[prost(uint64, tag = "4")]
-    pub(crate) unattributed_nanos: u64,
-    #[prost(uint64, tag = "5")]
-    pub(crate) queueing_nanos: u64,
-    #[prost(uint64, tag = "6")]
-    pub(crate) truncated_nanos: u64,
-    #[prost(uint64, tag = "7")]
-    pub(crate) clock_skew_nanos: u64,
+    /// Indexed by `field_number - 1`.
+    pub(crate) nanos: [u64; Cause::ALL.len()],
+}
+
+impl AccountingProto {
+    pub(crate) fn from_accounting(a: &Accounting) -> AccountingProto {
+        let mut out = AccountingProto::default();
+        for (c, d) in a.iter() {
+            out.nanos[c as usize] = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        }
+        out
+    }
+
+    /// The nanoseconds of `cause`.
+    pub(crate) fn get_mut(&mut self, cause: Cause) -> &mut u64 {
+        &mut self.nanos[cause as usize]
+    }
+
+    pub(crate) fn to_accounting(self) -> Accounting {
+        Accounting::from_causes(
+            Cause::ALL
+                .into_iter()
+                .map(|c| (c, Duration::from_nanos(self.nanos[c as usize]))),
+        )
+    }
+}
+
+impl prost::Message for AccountingProto {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        for c in Cause::ALL {
+            let v = self.nanos[c as usize];
+            if v != 0 {
+                uint64::encode(c.field_number(), &v, buf);
+            }
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        match Cause::from_field_number(tag) {
+            Some(c) => {
+                uint64::merge(wire_type, &mut self.nanos[c as usize], buf, ctx).map_err(|mut e| {
+                    e.push("AccountingProto", c.proto_field_name());
+                    e
+                })
+            }
+            None => skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        Cause::ALL
+            .into_iter()
+            .filter(|c| self.nanos[*c as usize] != 0)
+            .map(|c| uint64::encoded_len(c.field_number(), &self.nanos[c as usize]))
+            .sum()
+    }
+
+    fn clear(&mut self) {
+        *self = AccountingProto::default();
+    }
 }
 
 /// The name prost gives decode errors of [`PathIn`]'s fields, so that they

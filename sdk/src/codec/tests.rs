@@ -314,10 +314,10 @@ fn valid() -> PathProto {
         tree_line: vec![0, 7],
         segment_entry_kind: vec![1 << 3, 2 << 3 | 3],
         segment_duration_nanos: vec![5, 20],
-        accounting: Some(AccountingProto {
-            network_nanos: 20,
-            ..AccountingProto::default()
-        }),
+        accounting: Some(AccountingProto::from_accounting(&Accounting {
+            network: Duration::from_nanos(20),
+            ..Accounting::default()
+        })),
     }
 }
 

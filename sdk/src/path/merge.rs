@@ -26,7 +26,7 @@
 
 use std::time::Duration;
 
-use super::{Accounting, CriticalPath, Frame, FrameId, SegmentKind, Stack};
+use super::{Accounting, Cause, CriticalPath, Frame, FrameId, SegmentKind, Stack};
 
 /// What came back from a callee for one RPC.
 #[derive(Clone, Copy, Debug)]
@@ -199,16 +199,15 @@ pub(crate) fn splice_with(
             "scaled callee segments must sum to observed"
         );
         let excess = nanos_to_duration(total_ns - observed_ns);
-        let a = &path.accounting;
-        let scaled = Accounting {
-            network: scale.apply_duration(a.network),
-            overcount: a.overcount.saturating_add(excess),
-            blind_spot: scale.apply_duration(a.blind_spot),
-            unattributed: scale.apply_duration(a.unattributed),
-            queueing: scale.apply_duration(a.queueing),
-            truncated: scale.apply_duration(a.truncated),
-            clock_skew: scale.apply_duration(a.clock_skew),
-        };
+        // Every cause scales with the callee's segments, except overcount,
+        // which keeps the callee's own and adds what was scaled away.
+        let scaled = Accounting::from_causes(path.accounting.iter().map(|(c, d)| {
+            let d = match c {
+                Cause::Overcount => d.saturating_add(excess),
+                _ => scale.apply_duration(d),
+            };
+            (c, d)
+        }));
         into.accounting.add(&scaled);
         SpliceOutcome::Overcount { excess }
     }

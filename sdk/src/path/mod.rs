@@ -11,6 +11,7 @@
 //! cannot explain in detail is still on the path, as a segment whose
 //! [`SegmentKind`] says why, and is totalled in [`Accounting`].
 
+mod accounting;
 pub mod coarsen;
 pub mod compute;
 pub mod graph;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+pub use accounting::{Accounting, Cause};
 use table::FrameTable;
 
 /// Where a node's code lives, when the instrumentation knows it
@@ -154,52 +156,6 @@ pub struct Segment {
     pub duration: Duration,
     /// Why it is on the path.
     pub kind: SegmentKind,
-}
-
-/// Time the path could not explain in detail, always kept in the total.
-///
-/// Every field except [`Accounting::overcount`],
-/// [`Accounting::truncated`] and [`Accounting::clock_skew`] is also present on the path as segments of the
-/// matching [`SegmentKind`]; overcount is time a callee *claimed* beyond what
-/// the caller saw and was scaled away; truncated is time whose detail was
-/// folded into parent frames to fit a size limit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Accounting {
-    /// Caller-observed minus callee-reported time, summed over RPCs.
-    pub network: Duration,
-    /// Callee-reported minus caller-observed time, summed; clamped away.
-    pub overcount: Duration,
-    /// Time in RPCs whose callee returned no usable path.
-    pub blind_spot: Duration,
-    /// Waits with no instrumented blocker.
-    pub unattributed: Duration,
-    /// Time between a node's creation and its first poll, on the path.
-    pub queueing: Duration,
-    /// Time whose frames were folded into parents to fit a size limit.
-    pub truncated: Duration,
-    /// Time cut from spans by clock-skew repair when the path was computed
-    /// from an imported trace (children truncated to fit their parent,
-    /// dropped wholly outside it, or overlapping siblings clipped). Not on
-    /// the path; zero for paths the SDK recorded.
-    pub clock_skew: Duration,
-}
-
-impl Accounting {
-    /// Field-wise saturating sum.
-    pub fn add(&mut self, other: &Accounting) {
-        self.network = self.network.saturating_add(other.network);
-        self.overcount = self.overcount.saturating_add(other.overcount);
-        self.blind_spot = self.blind_spot.saturating_add(other.blind_spot);
-        self.unattributed = self.unattributed.saturating_add(other.unattributed);
-        self.queueing = self.queueing.saturating_add(other.queueing);
-        self.truncated = self.truncated.saturating_add(other.truncated);
-        self.clock_skew = self.clock_skew.saturating_add(other.clock_skew);
-    }
-
-    /// True when every field is zero.
-    pub fn is_zero(&self) -> bool {
-        *self == Accounting::default()
-    }
 }
 
 /// A request's critical path: an interned frame table, the ordered segments,
