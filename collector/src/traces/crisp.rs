@@ -42,6 +42,12 @@
 //! - **children touching end-to-start**: both on the path, nothing clipped.
 //! - **a child equal to its parent**: the child covers the whole window; the
 //!   parent has no own time.
+//! - **children the node does not wait for** (detached: a consumer under
+//!   its producer, a Jaeger `FOLLOWS_FROM` child; see
+//!   [`Span::detached`](super::model::Span::detached)) are never on its
+//!   path, even when they end last; the record counts them in the labels
+//!   `async.subtrees` and `async.spans`. Select a consumer's operation with
+//!   `--root` to get its own critical path.
 //! - **own time of a client span** whose server child (another host) is on
 //!   its path is network time ([`SegmentKind::Network`], counted in
 //!   [`Accounting::network`](cpt_sdk::Accounting)); any other own time is
@@ -264,7 +270,8 @@ fn enter(
     let mut network = false;
     for &c in trace.children(node) {
         let ci = c as usize;
-        if !rep.kept[ci] {
+        // A child the node does not wait for is never its blocker.
+        if !rep.kept[ci] || trace.spans[ci].detached {
             continue;
         }
         let s = rep.start[ci].max(lo);
@@ -383,7 +390,38 @@ pub fn to_record(
     if r.error {
         rec.labels.insert("error".into(), "true".into());
     }
+    let (subtrees, spans) = detached_under(trace, root);
+    if subtrees > 0 {
+        rec.labels
+            .insert("async.subtrees".into(), subtrees.to_string());
+        rec.labels.insert("async.spans".into(), spans.to_string());
+    }
     rec
+}
+
+/// Under `root`, the detached children that hang off spans the root waits
+/// for (consumers, `FOLLOWS_FROM` children), and how many spans their
+/// subtrees hold: work the trace recorded but the root's path leaves out by
+/// definition, counted so it is not lost silently.
+pub fn detached_under(trace: &Trace, root: u32) -> (u64, u64) {
+    let (mut subtrees, mut spans) = (0, 0);
+    let mut todo = vec![root];
+    let mut inner = Vec::new();
+    while let Some(i) = todo.pop() {
+        for &c in trace.children(i) {
+            if !trace.spans[c as usize].detached {
+                todo.push(c);
+                continue;
+            }
+            subtrees += 1;
+            inner.push(c);
+            while let Some(d) = inner.pop() {
+                spans += 1;
+                inner.extend_from_slice(trace.children(d));
+            }
+        }
+    }
+    (subtrees, spans)
 }
 
 /// Lowercase hex trace ids shorter than 32 digits are left-padded with

@@ -3,7 +3,8 @@
 //!
 //! Also accepted: a bare array of trace objects, and a single trace object.
 //! Times are µs since the epoch. A span's parent is its first `CHILD_OF`
-//! reference in the same trace, else its first `FOLLOWS_FROM`. Its clock
+//! reference in the same trace, else its first `FOLLOWS_FROM` (then the
+//! parent does not wait for it: [`Span::detached`](super::model::Span::detached)). Its clock
 //! domain is its process's `hostname` (or `ip`) tag, else the process id.
 //!
 //! Reading is two-pass: the document is split into one raw JSON slice per
@@ -459,12 +460,10 @@ fn convert(t: JTrace<'_>, names: &mut Interner, opts: BuildOptions) -> Result<Tr
                     .as_deref()
                     .is_some_and(|own| r.trace_id.as_deref() == Some(own))
         };
-        let parent = s
-            .references
-            .child_of
-            .as_ref()
-            .filter(|r| same_trace(r))
-            .or_else(|| s.references.follows_from.as_ref().filter(|r| same_trace(r)))
+        let child_of = s.references.child_of.as_ref().filter(|r| same_trace(r));
+        let follows_from = s.references.follows_from.as_ref().filter(|r| same_trace(r));
+        let parent = child_of
+            .or(follows_from)
             .map(|r| Cow::Borrowed(&*r.span_id));
         spans.push(RawSpan {
             id: Cow::Borrowed(&*s.span_id),
@@ -476,6 +475,7 @@ fn convert(t: JTrace<'_>, names: &mut Interner, opts: BuildOptions) -> Result<Tr
             kind: s.tags.kind,
             clock,
             error: s.tags.error,
+            follows_from: child_of.is_none() && follows_from.is_some(),
         });
     }
     build(&t.trace_id, spans, opts)

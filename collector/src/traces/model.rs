@@ -80,9 +80,22 @@ pub struct Span {
     pub clock: u32,
     /// The span is marked as failed (error tag, HTTP ≥ 400, gRPC status).
     pub error: bool,
+    /// The parent does not wait for this span: it follows from the parent
+    /// (Jaeger `FOLLOWS_FROM`) or consumes a message the parent produced
+    /// (a `Consumer` span under a `Producer`). It and its subtree are never
+    /// on the parent's critical path, and clock-skew repair does not hold
+    /// them inside the parent (a consumer may run long after the producer
+    /// ended). See [`Span::is_detached`] and the `traces` module docs.
+    pub detached: bool,
 }
 
 impl Span {
+    /// True when the parent does not wait for this span (see
+    /// [`Span::detached`]).
+    pub fn is_detached(&self) -> bool {
+        self.detached
+    }
+
     /// End, ns since the Unix epoch.
     pub fn end_ns(&self) -> i64 {
         self.start_ns.saturating_add(self.duration_ns)
@@ -160,6 +173,11 @@ pub struct RawSpan<'a> {
     pub clock: Arc<str>,
     /// Marked as failed.
     pub error: bool,
+    /// The reader found the parent relation to be "follows from" rather
+    /// than "child of" (Jaeger's `FOLLOWS_FROM` reference): the parent does
+    /// not wait for this span. [`build`] also detaches a `Consumer` span
+    /// whose parent is a `Producer`, whatever the reader says.
+    pub follows_from: bool,
 }
 
 /// Validation choices.
@@ -316,6 +334,14 @@ pub fn build(
         }
     }
     drop(index);
+    // Children their parent does not wait for (see `Span::detached`).
+    let detached: Vec<bool> = (0..n)
+        .map(|i| {
+            raw[i].follows_from
+                || (raw[i].kind == SpanKind::Consumer
+                    && parent[i].is_some_and(|p| raw[p as usize].kind == SpanKind::Producer))
+        })
+        .collect();
     // Cycle check and a parents-first order (iterative; a node's parent chain
     // is walked once overall thanks to the `state` marks).
     const NEW: u8 = 0;
@@ -370,7 +396,9 @@ pub fn build(
             ),
             None => (lo[i as usize], hi[i as usize]),
         };
-        if let Some(p) = parent[i as usize] {
+        // An untimed parent is placed over the children it waited for, not
+        // over what runs after it (a detached consumer).
+        if let Some(p) = parent[i as usize].filter(|_| !detached[i as usize]) {
             let p = p as usize;
             if let (Some(l), Some(h)) = (l, h) {
                 lo[p] = Some(lo[p].map_or(l, |x| x.min(l)));
@@ -417,6 +445,7 @@ pub fn build(
             kind: r.kind,
             clock,
             error: r.error,
+            detached: p.is_some() && detached[i],
         });
     }
     // Children in CSR form, in file order within each parent.
@@ -519,6 +548,7 @@ mod tests {
             kind: SpanKind::Unspecified,
             clock: Arc::from("h"),
             error: false,
+            follows_from: false,
         }
     }
 

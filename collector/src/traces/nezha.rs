@@ -95,6 +95,7 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
             kind: SpanKind::Unspecified,
             clock: names.get_joined("pod:", pod, ""),
             error: false,
+            follows_from: false,
         });
     }
     let out = order

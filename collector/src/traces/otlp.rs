@@ -291,6 +291,10 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                                 kind: span_kind(&s.kind),
                                 clock: clock.clone(),
                                 error,
+                                // OTLP has no "follows from" parent: a span
+                                // that only links to another has no parent
+                                // and is a root of its own.
+                                follows_from: false,
                             });
                         }
                         Err(e) => {

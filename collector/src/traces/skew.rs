@@ -31,6 +31,10 @@
 //!    either edge of its parent is inside.
 //!
 //! Roots keep their times: the root's duration is the request's latency.
+//! So do detached spans (a consumer under its producer, a `FOLLOWS_FROM`
+//! child) and their subtrees: their parent does not wait for them, so
+//! running after it ended is no skew, and no walk from above enters them (a
+//! span selected as a root inside one is repaired as usual).
 
 use std::collections::HashMap;
 
@@ -174,15 +178,25 @@ pub fn repair(trace: &Trace, opts: &RepairOptions, anchors: &[u32]) -> Repaired 
         end.push(s.end_ns().saturating_add(off));
     }
     let mut kept = vec![true; n];
+    let mut unwalked = vec![false; n];
     // Parents come before children in `trace.spans`.
     for i in 0..n {
         let Some(p) = trace.spans[i].parent else {
             continue;
         };
+        let p = p as usize;
+        // Anchors are analysed as roots: not held to their parents' times.
         if anchor[i] {
             continue;
         }
-        let p = p as usize;
+        // A detached span (a consumer, a FOLLOWS_FROM child) is not waited
+        // for, so it need not lie inside its parent; no walk from an anchor
+        // above it enters its subtree, so nothing there is repaired or
+        // counted (an anchor inside it starts a walk of its own).
+        if trace.spans[i].detached || unwalked[p] {
+            unwalked[i] = true;
+            continue;
+        }
         if !kept[p] {
             kept[i] = false;
             adj.dropped_spans += 1;
@@ -300,6 +314,7 @@ mod tests {
             kind,
             clock: Arc::from(host),
             error: false,
+            follows_from: false,
         }
     }
 

@@ -248,6 +248,7 @@ fn convert(
             kind,
             clock: names.get(&clock),
             error,
+            follows_from: false,
         });
     }
     build(tid, raw, opts)

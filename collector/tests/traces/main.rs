@@ -4,6 +4,7 @@
 //! `testdata/traces/traceweaver-{media,hotel}` (DeathStarBench) and
 //! `testdata/traces/zipkin-lens`.
 
+mod async_children;
 mod crisp_files;
 mod dsb;
 mod edge;
