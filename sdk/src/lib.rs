@@ -109,7 +109,7 @@ pub use layer::request;
 pub mod sink;
 #[cfg(feature = "layer")]
 pub mod task;
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod trigger;
 

@@ -541,9 +541,7 @@ const SHARED_LEN: usize = 256;
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     fn fig2a() -> Record {
         let mut p = CriticalPath::new();

@@ -13,9 +13,7 @@ use crate::path::{Accounting, CriticalPath, Frame, SegmentKind};
 
 use SegmentKind::{BlindSpot, Busy, Network, Queueing, Unattributed};
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use crate::testing::ms;
 
 fn compacted(p: &CriticalPath) -> CriticalPath {
     let mut p = p.clone();

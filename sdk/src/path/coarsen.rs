@@ -92,9 +92,7 @@ mod tests {
 
     use crate::path::{CriticalPath, Frame, FrameId, SegmentKind};
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     /// Build a path from `(stack names, ms, kind)`; every frame in service "S".
     fn path(segs: &[(&[&str], u64, SegmentKind)]) -> CriticalPath {

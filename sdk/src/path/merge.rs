@@ -280,9 +280,7 @@ mod tests {
 
     use SegmentKind::{BlindSpot, Busy, Network, Unattributed};
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     fn ns(n: u64) -> Duration {
         Duration::from_nanos(n)

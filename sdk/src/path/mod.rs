@@ -377,9 +377,7 @@ impl CriticalPath {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     #[test]
     fn push_merges_equal_neighbours_and_drops_empty() {

@@ -1,5 +1,7 @@
-//! Test helpers (feature `testing`): [`RecordingSink`], [`ManualClock`] and
-//! path expectations ([`expect::path`]).
+//! Test helpers (feature `testing`): [`RecordingSink`], [`ManualClock`],
+//! path expectations ([`expect::path`]), the paper cases every crate's tests
+//! use ([`fixtures`]: CPT Figure 2a/b/c, Table 1) and a deterministic
+//! generator ([`SplitMix64`]).
 //!
 //! ```
 //! use cpt_sdk::testing::{expect, ms};
@@ -12,6 +14,10 @@
 //! ```
 
 pub mod expect;
+pub mod fixtures;
+mod rng;
+
+pub use rng::SplitMix64;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,9 +3,7 @@
 
 use super::*;
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use crate::testing::ms;
 
 /// Build a node: `busy` as `(start_ms, end_ms, nested)`.
 fn add(
