@@ -30,25 +30,9 @@ use cpt_collector::profile::encode_gzip;
 use cpt_collector::selection::{PercentileBand, Selection};
 use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
 use cpt_sdk::record::Record;
+use cpt_sdk::testing::SplitMix64 as Rng;
 use cpt_sdk::trigger::Trigger;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// ~200 distinct frame stacks over services A–F, depth 2–7.
 fn stack_pool(rng: &mut Rng) -> Vec<Vec<Frame>> {
@@ -85,7 +69,7 @@ fn fresh(f: &Frame) -> Frame {
 }
 
 fn records(distinct: usize) -> Vec<Record> {
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42);
     let stacks = stack_pool(&mut rng);
     (0..distinct)
         .map(|i| {
