@@ -1,21 +1,39 @@
 //! The cpt collector: stores records and aggregates them into pprof profiles
-//! (CPT "Aggregation and Visualization").
+//! (CPT "Aggregation and Visualization"), and imports traces of services
+//! that do not use the SDK.
+//!
+//! | module | what is in it |
+//! |---|---|
+//! | [`records`] | where records come from; [`records::selection`], what a question selects |
+//! | [`profile`] | records folded into profiles: aggregate, pprof, histograms, diff, flame graphs |
+//! | `server` (feature `server`) | `cpt serve`: admission, HTTP and gRPC ingest, the writer, the SQLite store |
+//! | [`ingest`] | the wire contract of ingest, shared by the server and the client |
+//! | `client` (feature `client`) | the exporter services use to ship records to a collector |
+//! | [`traces`] | Jaeger / Zipkin / OTLP / Nezha import ([`traces::import`]) and the analyses over them ([`traces::analysis`]) |
+//! | `cli` (feature `cli`) | the `cpt` command |
 #![forbid(unsafe_code)]
-pub mod traces;
 
 #[cfg(feature = "client")]
 pub mod client;
 pub mod ingest;
+pub mod profile;
+pub mod records;
 #[cfg(feature = "server")]
-pub mod serve;
-#[cfg(feature = "server")]
-pub mod store;
+pub mod server;
+pub mod traces;
 
-pub mod aggregate;
 #[cfg(feature = "cli")]
 pub mod cli;
-pub mod diff;
-pub mod flame;
-pub mod histogram;
-pub mod profile;
-pub mod selection;
+
+// The paths these modules had before the collector was laid out in rooms
+// (README, Changelog). Kept so code written against them still builds.
+#[doc(hidden)]
+pub use profile::{aggregate, diff, flame, histogram};
+#[doc(hidden)]
+pub use records::selection;
+#[cfg(feature = "server")]
+#[doc(hidden)]
+pub use server as serve;
+#[cfg(feature = "server")]
+#[doc(hidden)]
+pub use server::store;

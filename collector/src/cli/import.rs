@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 
 use crate::ingest::JsonLines;
-use crate::store::{Durability, EncodedBatch, Store};
+use crate::server::store::{Durability, EncodedBatch, Store};
 
 /// Bad lines shown before the rest are only counted.
 const SHOWN_BAD_LINES: usize = 10;

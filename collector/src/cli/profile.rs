@@ -25,12 +25,13 @@ use cpt_sdk::record::Record;
 use flate2::read::MultiGzDecoder;
 use rayon::prelude::*;
 
-use crate::aggregate::{Aggregate, Aggregator};
-use crate::diff::{DiffOptions, diff};
-use crate::flame::{FlameOptions, flame_svg, folded};
-use crate::histogram::{Report, fmt_ns};
 use crate::profile;
-use crate::selection::{PercentileBand, Selection, TriggerFilter, parse_time};
+use crate::profile::aggregate::{Aggregate, Aggregator};
+use crate::profile::diff::{DiffOptions, diff};
+use crate::profile::flame::{FlameOptions, flame_svg, folded};
+use crate::profile::format::fmt_ns;
+use crate::profile::report::Report;
+use crate::records::selection::{PercentileBand, Selection, TriggerFilter, parse_time};
 
 /// Bad lines shown before the rest are only counted.
 const SHOWN_BAD_LINES: u64 = 10;
@@ -246,7 +247,7 @@ fn load_store(
     aggs: &mut [&mut Aggregator],
     stats: &mut LoadStats,
 ) -> anyhow::Result<()> {
-    let store = crate::store::Store::open_read_only(path)
+    let store = crate::server::store::Store::open_read_only(path)
         .with_context(|| format!("cannot open store {}", path.display()))?;
     // One query per distinct selection would push more filters down; one
     // query with the first selection's pushdown is only correct for one
@@ -611,7 +612,7 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(path) = &args.flame {
-        let svg = crate::flame::diff_flame_svg(&base, &test, &FlameOptions::default())
+        let svg = crate::profile::flame::diff_flame_svg(&base, &test, &FlameOptions::default())
             .context("cannot draw the differential flame graph")?;
         write_out(Some(path), &svg)?;
         eprintln!("cpt: wrote {}", path.display());

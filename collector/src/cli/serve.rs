@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-use crate::serve::{
+use crate::server::store::Durability;
+use crate::server::{
     Collector, DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_GROUP_RECORDS, DEFAULT_MAX_PENDING_BATCHES,
     ServeConfig,
 };
-use crate::store::Durability;
 
 /// Run the collector: accept record batches over gRPC (cpt.collector.v1.Collector/Export) and
 /// HTTP (POST /v1/records, JSON Lines or protobuf) into a SQLite store, acknowledging each batch

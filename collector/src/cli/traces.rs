@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use cpt_sdk::Record;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::diff::DiffOptions;
+use crate::profile::diff::DiffOptions;
 use crate::traces::analysis::{bottomup, heatmap, histograms, topdown};
 use crate::traces::{
     BuildOptions, Endpoint, Format, Import, ImportOptions, OverlapThreshold, RepairOptions,

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use cpt_sdk::path::Frame;
 
-use crate::aggregate::{Aggregate, StackStats, frame_label};
-use crate::histogram::{csv_field, fmt_ns};
+use crate::profile::aggregate::{Aggregate, StackStats, frame_label};
+use crate::profile::format::{csv_field, fmt_ns};
 
 /// Knobs for [`diff`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -415,8 +415,8 @@ pub fn normal_quantile(p: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::tests::record;
-    use crate::selection::Selection;
+    use crate::profile::aggregate::tests::record;
+    use crate::records::selection::Selection;
     use cpt_sdk::path::SegmentKind;
     use cpt_sdk::record::Record;
 
@@ -492,7 +492,7 @@ mod tests {
     #[test]
     fn cpt_table1_diff_of_the_two_requests() {
         // Base = request 1 (A2 on the path), test = request 2 (B1 on the path).
-        let t = crate::aggregate::tests::table1();
+        let t = crate::profile::aggregate::tests::table1();
         let r = diff(&agg(&t[..1]), &agg(&t[1..]), &DiffOptions::default());
         let by = |s: &str| r.rows.iter().find(|x| x.stack == s).unwrap().change_nanos;
         assert_eq!(by("A1 (A);A2 (A)"), -10e6);

@@ -13,8 +13,8 @@ use std::io;
 
 use inferno::flamegraph::{self, Options};
 
-use crate::aggregate::{Aggregate, frame_label};
-use crate::histogram::fmt_ns;
+use crate::profile::aggregate::{Aggregate, frame_label};
+use crate::profile::format::fmt_ns;
 
 /// A frame label made safe for the folded format (`;` separates frames and
 /// line breaks separate stacks).
@@ -164,8 +164,8 @@ pub fn diff_flame_svg(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::tests::table1;
-    use crate::selection::Selection;
+    use crate::profile::aggregate::tests::table1;
+    use crate::records::selection::Selection;
 
     #[test]
     fn cpt_table1_folded() {

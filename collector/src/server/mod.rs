@@ -54,7 +54,9 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 
 use crate::ingest::codec::WireCodec;
 use crate::ingest::{self, BatchError, BodyFormat, proto};
-use crate::store::{Durability, EncodedBatch, Store, StoreError};
+pub mod store;
+
+use crate::server::store::{Durability, EncodedBatch, Store, StoreError};
 use cpt_sdk::Record;
 
 /// Default for [`ServeConfig::max_pending_batches`].
@@ -800,7 +802,7 @@ enum ProfileError {
 
 /// Build the gzipped profile for a `GET /profile` query string.
 fn profile_from_store(path: &std::path::Path, query: &str) -> Result<Vec<u8>, ProfileError> {
-    let sel = crate::selection::Selection::from_query(query)
+    let sel = crate::records::selection::Selection::from_query(query)
         .map_err(|e| ProfileError::BadQuery(format!("bad profile query {query:?}: {e}")))?;
     let store = Store::open_read_only(path).map_err(ProfileError::Store)?;
     let mut first_err = None;
@@ -814,7 +816,7 @@ fn profile_from_store(path: &std::path::Path, query: &str) -> Result<Vec<u8>, Pr
                 None
             }
         });
-    let agg = crate::aggregate::Aggregate::from_records(&sel, records);
+    let agg = crate::profile::aggregate::Aggregate::from_records(&sel, records);
     if let Some(e) = first_err {
         return Err(ProfileError::Store(e));
     }

@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
 
-use crate::selection::{Selection, TriggerFilter};
+use crate::records::selection::{Selection, TriggerFilter};
 use cpt_sdk::{Record, Trigger};
 use rayon::prelude::*;
 use rusqlite::types::Value;
@@ -801,8 +801,8 @@ mod tests {
         let n = Store::open_read_only(&path)
             .unwrap()
             .records(
-                &crate::selection::Selection::new()
-                    .with_triggers(crate::selection::TriggerFilter::All),
+                &crate::records::selection::Selection::new()
+                    .with_triggers(crate::records::selection::TriggerFilter::All),
             )
             .unwrap()
             .count();

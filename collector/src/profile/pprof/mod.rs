@@ -35,7 +35,7 @@
 //! Do **not** merge cpt profiles by adding their `critical_path` values
 //! (`go tool pprof -proto a b` does that): two means add to nonsense. Merge
 //! sums and counts instead, which is what `cpt merge` and
-//! [`crate::aggregate::Aggregate::merge`] do: for each stack,
+//! [`crate::profile::aggregate::Aggregate::merge`] do: for each stack,
 //! `critical_path_sum` and `requests` add, `cpt.requests` adds, and the new
 //! `critical_path` is `Σ critical_path_sum / Σ cpt.requests`. A profile
 //! without `critical_path_sum` (e.g. from another tool) is read as
@@ -54,7 +54,7 @@ use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use prost::Message;
 
-use crate::aggregate::{Aggregate, StackStats, frame_label};
+use crate::profile::aggregate::{Aggregate, StackStats, frame_label};
 
 /// Sample type of the mean time per request (the default).
 pub const CRITICAL_PATH: &str = "critical_path";

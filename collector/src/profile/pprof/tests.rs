@@ -6,8 +6,8 @@ use cpt_sdk::record::Record;
 use cpt_sdk::trigger::Trigger;
 
 use super::*;
-use crate::aggregate::tests::table1;
-use crate::selection::Selection;
+use crate::profile::aggregate::tests::table1;
+use crate::records::selection::Selection;
 
 /// A compact, stable text form of a profile for golden files.
 pub(crate) fn dump(p: &Profile) -> String {

@@ -1,5 +1,5 @@
 //! The critical path of one trace (CRISP §5.1, Listing 1), computed on the
-//! repaired times of [`super::skew`], and its conversion into a
+//! repaired times of [`skew`](crate::traces::import::skew), and its conversion into a
 //! [`cpt_sdk::Record`].
 //!
 //! # The walk
@@ -23,7 +23,7 @@
 //!    ended, and no other child of the node starts or ends inside the
 //!    overlap `[l.start, c.end]`. Then `c` is on the path only until
 //!    `l.start` (its window is clipped; the clipped time is counted in
-//!    [`Adjustments::overlap_ns`](super::skew::Adjustments)), so the time
+//!    [`Adjustments::overlap_ns`](crate::traces::import::skew::Adjustments)), so the time
 //!    is never counted twice.
 //! 5. Each chosen child is walked the same way over its window; the gaps
 //!    between chosen children and the stretch from `lo` to the earliest one
@@ -44,7 +44,7 @@
 //!   parent has no own time.
 //! - **children the node does not wait for** (detached: a consumer under
 //!   its producer, a Jaeger `FOLLOWS_FROM` child; see
-//!   [`Span::detached`](super::model::Span::detached)) are never on its
+//!   [`Span::detached`](crate::traces::model::Span::detached)) are never on its
 //!   path, even when they end last; the record counts them in the labels
 //!   `async.subtrees` and `async.spans`. Select a consumer's operation with
 //!   `--root` to get its own critical path.
@@ -59,8 +59,8 @@ use std::time::Duration;
 use cpt_sdk::{CriticalPath, Frame, FrameId, Record, SegmentKind, Trigger};
 use rustc_hash::FxHashMap;
 
-use super::model::{SpanKind, Trace};
-use super::skew::{Adjustments, Repaired, is_rpc_pair};
+use crate::traces::import::skew::{Adjustments, Repaired, is_rpc_pair};
+use crate::traces::model::{SpanKind, Trace};
 
 /// How much overlap between consecutive siblings is still read as "one
 /// after the other" (CRISP §5.2).

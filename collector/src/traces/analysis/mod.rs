@@ -1,4 +1,5 @@
-//! The analyses of CRISP §6 over imported traces: top-down per endpoint
+//! What is computed from imported traces: the critical path itself
+//! ([`crisp`], CRISP Listing 1) and the analyses of CRISP §6 over it: top-down per endpoint
 //! ([`topdown`]: percentile-window profiles and their diff, through the
 //! collector's own aggregation), bottom-up over all endpoints
 //! ([`bottomup`]: operations ranked by critical-path time and by the number
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use cpt_sdk::{Record, SegmentKind};
 
 pub mod bottomup;
+pub mod crisp;
 pub mod heatmap;
 pub mod histograms;
 pub mod topdown;

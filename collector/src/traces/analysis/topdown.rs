@@ -2,7 +2,7 @@
 //! path of the requests in latency-percentile windows (P50, P95, P99), as
 //! the collector's own [`Aggregate`]s (pprof profiles, flame graphs), and the
 //! differential between two windows with confidence intervals
-//! ([`crate::diff`]).
+//! ([`crate::profile::diff`]).
 //!
 //! A window is a percentile band of end-to-end latency within the endpoint
 //! ([`PercentileBand`]): the defaults are `P50 = p45-p55` (the typical
@@ -16,9 +16,9 @@ use std::fmt::Write as _;
 
 use cpt_sdk::Record;
 
-use crate::aggregate::{Aggregate, ranked_stacks};
-use crate::diff::{DiffOptions, DiffReport, diff};
-use crate::selection::{PercentileBand, Selection};
+use crate::profile::aggregate::{Aggregate, ranked_stacks};
+use crate::profile::diff::{DiffOptions, DiffReport, diff};
+use crate::records::selection::{PercentileBand, Selection};
 
 use super::{fmt_ns, quantile};
 

@@ -4,7 +4,7 @@
 //! Also accepted: a bare array of trace objects, and a single trace object.
 //! Times are µs since the epoch. A span's parent is its first `CHILD_OF`
 //! reference in the same trace, else its first `FOLLOWS_FROM` (then the
-//! parent does not wait for it: [`Span::detached`](super::model::Span::detached)). Its clock
+//! parent does not wait for it: [`Span::detached`](crate::traces::model::Span::detached)). Its clock
 //! domain is its process's `hostname` (or `ip`) tag, else the process id.
 //!
 //! Reading is two-pass: the document is split into one raw JSON slice per
@@ -21,8 +21,10 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::model::{BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build};
 use super::tags::{TagValue, is_error_tag};
+use crate::traces::model::{
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build,
+};
 
 /// Split a Jaeger document into one raw slice per trace.
 ///

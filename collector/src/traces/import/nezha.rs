@@ -11,12 +11,14 @@
 //! (`Duration`, in µs, is ignored: the end time is exact). There are no span
 //! kinds, so no client/server shift applies, only CRISP's truncation.
 //! Identical duplicate rows (traces straddling two minute files repeat) are
-//! dropped by [`super::model::build`]; rows of one trace may be anywhere in
+//! dropped by [`crate::traces::model::build`]; rows of one trace may be anywhere in
 //! the file.
 
 use std::collections::HashMap;
 
-use super::model::{BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build};
+use crate::traces::model::{
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build,
+};
 
 const HEADER: &str =
     "TraceID,SpanID,ParentID,PodName,OperationName,StartTimeUnixNano,EndTimeUnixNano";

@@ -19,9 +19,11 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use serde_json::value::RawValue;
 
-use super::model::{BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build};
 use super::tags::{TagValue, is_error_tag};
 use super::zipkin::guess;
+use crate::traces::model::{
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build,
+};
 
 #[derive(Deserialize)]
 struct Doc<'a> {

@@ -3,7 +3,7 @@
 //!
 //! Every span's times come from its own host's clock, so a child can seem
 //! to start before, or end after, the parent that waited for it. The walk in
-//! [`super::crisp`] needs children inside their parents; this module makes
+//! [`crisp`](crate::traces::analysis::crisp) needs children inside their parents; this module makes
 //! them so, and counts every nanosecond it moves or cuts.
 //!
 //! # How
@@ -38,7 +38,7 @@
 
 use std::collections::HashMap;
 
-use super::model::{SpanKind, Trace};
+use crate::traces::model::{SpanKind, Trace};
 
 /// Repair choices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,9 +70,9 @@ pub struct Adjustments {
     /// Duration of the dropped subtree roots (after their own repair), ns.
     pub dropped_ns: u64,
     /// Time of tolerated sibling overlaps clipped by the walk, ns (filled in
-    /// by [`super::crisp`]).
+    /// by [`crisp`](crate::traces::analysis::crisp)).
     pub overlap_ns: u64,
-    /// Sibling overlaps tolerated by the walk (filled in by [`super::crisp`]).
+    /// Sibling overlaps tolerated by the walk (filled in by [`crisp`](crate::traces::analysis::crisp)).
     pub overlaps: u64,
 }
 

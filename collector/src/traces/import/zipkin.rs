@@ -2,7 +2,7 @@
 //! traces (`GET /api/v2/traces`), spans of many traces mixed in any order.
 //!
 //! - Times are µs since the epoch; `duration` may be absent (zero-length;
-//!   a span without `timestamp` is placed by [`super::model::build`]).
+//!   a span without `timestamp` is placed by [`crate::traces::model::build`]).
 //! - **Shared spans**: a CLIENT and a SERVER record may share one `id`
 //!   (Zipkin's B3 "shared span" model). The CLIENT (or kind-less) record
 //!   keeps the id; each SERVER record becomes its own span, child of the
@@ -20,8 +20,10 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::model::{BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build};
 use super::tags::{TagValue, is_error_tag};
+use crate::traces::model::{
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build,
+};
 
 #[derive(Deserialize)]
 struct ZSpan<'a> {

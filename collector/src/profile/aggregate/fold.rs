@@ -1,0 +1,450 @@
+//! The parallel fold: [`Aggregator`] splits batches of records over one
+//! `Partial` per rayon worker, each with its own interner, and merges the
+//! partials at the end.
+
+use super::intern::*;
+use super::*;
+
+/// Parent of a top-level trie node.
+pub(super) const NO_PARENT: u32 = u32::MAX;
+
+/// Records per work item of [`Aggregator::push_batch`]: small enough to
+/// balance two workers when one is slowed, large enough that taking a free
+/// partial per item costs nothing.
+pub(super) const CHUNK: usize = 512;
+
+/// Records per batch in [`Aggregate::from_records`].
+pub(super) const BATCH: usize = 16 * 1024;
+
+/// Incremental, parallel builder of an [`Aggregate`].
+///
+/// Push records one by one ([`Aggregator::push`]) or in batches
+/// ([`Aggregator::push_batch`], folded in parallel), then
+/// [`Aggregator::finish`]. With a percentile band the per-request
+/// contributions are kept until `finish` (the band needs every latency);
+/// without one, records are folded as they come and nothing per request is
+/// kept.
+#[derive(Debug)]
+pub struct Aggregator {
+    sel: Selection,
+    parts: Vec<Partial>,
+    ordinal: u64,
+    offered: u64,
+}
+
+impl Aggregator {
+    /// A builder for this selection, with one partial per rayon worker.
+    pub fn new(sel: Selection) -> Self {
+        let keep = sel.percentile().is_some();
+        let n = rayon::current_num_threads().max(1);
+        Aggregator {
+            parts: (0..n).map(|_| Partial::new(keep)).collect(),
+            sel,
+            ordinal: 0,
+            offered: 0,
+        }
+    }
+
+    /// Also collect per-stack latency histograms ([`Detail::histogram`];
+    /// off by default: they cost about a sixth of the fold and only
+    /// `cpt histogram` needs them). The request-latency histogram and the
+    /// sums of squares (for confidence intervals) are always collected.
+    #[must_use]
+    pub fn with_histograms(mut self, on: bool) -> Self {
+        for p in &mut self.parts {
+            p.histograms = on;
+        }
+        self
+    }
+
+    /// The selection.
+    pub fn selection(&self) -> &Selection {
+        &self.sel
+    }
+
+    /// Records offered so far (selected or not).
+    pub fn offered(&self) -> u64 {
+        self.offered
+    }
+
+    /// Records that passed every filter except the percentile band so far.
+    pub fn matched(&self) -> u64 {
+        self.parts.iter().map(|p| p.matched).sum()
+    }
+
+    /// Offer one record.
+    pub fn push(&mut self, r: &Record) {
+        self.offered += 1;
+        let ord = self.ordinal;
+        self.ordinal += 1;
+        self.parts[0].push(&self.sel, r, ord);
+    }
+
+    /// Offer a batch of records, folded in parallel.
+    pub fn push_batch<R: Borrow<Record> + Sync>(&mut self, rs: &[R]) {
+        if rs.is_empty() {
+            return;
+        }
+        self.offered += rs.len() as u64;
+        let base = self.ordinal;
+        self.ordinal += rs.len() as u64;
+        let sel = &self.sel;
+        if rs.len() < 256 {
+            for (i, r) in rs.iter().enumerate() {
+                self.parts[0].push(sel, r.borrow(), base + i as u64);
+            }
+            return;
+        }
+        // Many small work items, each folded into whichever partial is free:
+        // a worker slowed by other load on the machine leaves the rest of the
+        // batch to the others instead of holding them at the end of it.
+        // Which partial folds which record does not change the result.
+        let keep = sel.percentile().is_some();
+        let histograms = self.parts.first().is_some_and(|p| p.histograms);
+        let free = Mutex::new(std::mem::take(&mut self.parts));
+        let lock = || free.lock().unwrap_or_else(PoisonError::into_inner);
+        rs.par_chunks(CHUNK).enumerate().for_each(|(ci, recs)| {
+            let taken = lock().pop();
+            let mut part = taken.unwrap_or_else(|| {
+                let mut p = Partial::new(keep);
+                p.histograms = histograms;
+                p
+            });
+            let first = base + (ci * CHUNK) as u64;
+            for (i, r) in recs.iter().enumerate() {
+                part.push(sel, r.borrow(), first + i as u64);
+            }
+            lock().push(part);
+        });
+        self.parts = free.into_inner().unwrap_or_else(PoisonError::into_inner);
+    }
+
+    /// Apply the percentile band (if any) and merge the partials.
+    pub fn finish(mut self) -> Aggregate {
+        if let Some(band) = self.sel.percentile() {
+            let mut keys: Vec<(u64, u64)> = self
+                .parts
+                .iter()
+                .flat_map(|p| p.kept.iter().map(|k| (k.latency, k.ordinal)))
+                .collect();
+            let ranks = band.ranks(keys.len());
+            let (lo, hi) = if ranks.is_empty() {
+                ((1, 0), (0, 0))
+            } else {
+                keys.par_sort_unstable();
+                (keys[ranks.start], keys[ranks.end - 1])
+            };
+            drop(keys);
+            self.parts.par_iter_mut().for_each(|p| p.fold_kept(lo, hi));
+        }
+        let mut parts = self.parts.into_iter().map(Partial::into_aggregate);
+        let mut agg = parts.next().unwrap_or_default();
+        for p in parts {
+            agg.merge(&p);
+        }
+        agg.canonicalize();
+        agg.comments.push(format!("cpt selection: {}", self.sel));
+        agg
+    }
+}
+
+/// A per-request contribution kept for the percentile band.
+#[derive(Debug)]
+pub(super) struct Kept {
+    latency: u64,
+    ordinal: u64,
+    end: usize,
+    start_unix_nanos: Option<u64>,
+    accounting: Accounting,
+}
+
+/// One worker's share: its own interner and dense per-stack sums.
+#[derive(Debug)]
+pub(super) struct Partial {
+    frames: Vec<Frame>,
+    /// Frames by [`frame_hash`]: open addressing with linear probing, at
+    /// most half full; `(hash, frame id + 1)`, 0 marking an empty slot.
+    /// Frames with one hash are both kept, a probe apart.
+    frame_slots: Vec<(u64, u32)>,
+    /// Stack trie: node → (parent node or NO_PARENT, frame); every node is a
+    /// stack (root..=node), and sums are indexed by node.
+    nodes: Vec<(u32, u32)>,
+    node_ix: FxMap<u64, u32>,
+    sums: Vec<u64>,
+    counts: Vec<u64>,
+    details: Vec<Detail>,
+    kind_frames: [u32; 4],
+    /// [`NO_FRAMES`]: busy time whose segment has an empty stack.
+    no_frames: u32,
+    // per-record scratch, reused
+    local: Vec<u32>,
+    /// Sample stacks by their frame ids (see [`StackIndex`]).
+    stack_ix: StackIndex,
+    /// The current segment's sample stack (frame ids), reused.
+    key: Vec<u32>,
+    cur: Vec<u64>,
+    touched: Vec<u32>,
+    // totals
+    matched: u64,
+    requests: u64,
+    latency_sum: u64,
+    latency: Detail,
+    accounting: Accounting,
+    start_range: Option<(u64, u64)>,
+    // percentile band: contributions kept until finish
+    keep: bool,
+    histograms: bool,
+    kept: Vec<Kept>,
+    entries: Vec<(u32, u64)>,
+}
+
+impl Partial {
+    pub(super) fn new(keep: bool) -> Self {
+        let mut p = Partial {
+            frames: Vec::new(),
+            frame_slots: vec![(0, 0); 256],
+            nodes: Vec::new(),
+            node_ix: FxMap::default(),
+            sums: Vec::new(),
+            counts: Vec::new(),
+            details: Vec::new(),
+            kind_frames: [0; 4],
+            no_frames: 0,
+            local: Vec::new(),
+            stack_ix: StackIndex::default(),
+            key: Vec::new(),
+            cur: Vec::new(),
+            touched: Vec::new(),
+            matched: 0,
+            requests: 0,
+            latency_sum: 0,
+            latency: Detail::default(),
+            accounting: Accounting::default(),
+            start_range: None,
+            keep,
+            histograms: false,
+            kept: Vec::new(),
+            entries: Vec::new(),
+        };
+        for (slot, kind) in KINDS.iter().enumerate() {
+            let f = kind_frame(*kind).expect("non-busy kinds have a synthetic frame");
+            p.kind_frames[slot] = p.intern_frame(&f);
+        }
+        p.no_frames = p.intern_frame(&Frame::new("", NO_FRAMES));
+        p
+    }
+
+    /// Intern a frame: probe for its 64-bit hash and confirm each hit with
+    /// a comparison that tries pointer equality of the shared strings
+    /// before their bytes (records built in-process share `Arc<str>`s).
+    #[inline]
+    pub(super) fn intern_frame(&mut self, f: &Frame) -> u32 {
+        let h = frame_hash(f);
+        let mask = self.frame_slots.len() - 1;
+        let mut i = h as usize & mask;
+        loop {
+            let (sh, id1) = self.frame_slots[i];
+            if id1 == 0 {
+                break;
+            }
+            if sh == h && same_frame(&self.frames[id1 as usize - 1], f) {
+                return id1 - 1;
+            }
+            i = (i + 1) & mask;
+        }
+        let id = self.frames.len() as u32;
+        self.frames.push(f.clone());
+        self.frame_slots[i] = (h, id + 1);
+        if self.frames.len() * 2 > self.frame_slots.len() {
+            let size = self.frame_slots.len() * 2;
+            let old = std::mem::replace(&mut self.frame_slots, vec![(0, 0); size]);
+            let mask = self.frame_slots.len() - 1;
+            for (h, id1) in old.into_iter().filter(|e| e.1 != 0) {
+                let mut i = h as usize & mask;
+                while self.frame_slots[i].1 != 0 {
+                    i = (i + 1) & mask;
+                }
+                self.frame_slots[i] = (h, id1);
+            }
+        }
+        id
+    }
+
+    /// The trie node for `frame` under `parent`, created on first use.
+    #[inline]
+    pub(super) fn child(&mut self, parent: u32, frame: u32) -> u32 {
+        let key = (u64::from(parent) << 32) | u64::from(frame);
+        if let Some(&n) = self.node_ix.get(&key) {
+            return n;
+        }
+        let n = self.nodes.len() as u32;
+        self.nodes.push((parent, frame));
+        self.node_ix.insert(key, n);
+        self.sums.push(0);
+        self.counts.push(0);
+        self.details.push(Detail::default());
+        self.cur.push(0);
+        n
+    }
+
+    pub(super) fn push(&mut self, sel: &Selection, r: &Record, ordinal: u64) {
+        if !sel.matches(r) {
+            return;
+        }
+        self.matched += 1;
+        let path = &r.path;
+        self.local.clear();
+        for f in path.frames() {
+            let id = self.intern_frame(f);
+            self.local.push(id);
+        }
+        let mut latency = 0u64;
+        let mut key = std::mem::take(&mut self.key);
+        for seg in path.segments() {
+            let ns = u64::try_from(seg.duration.as_nanos()).unwrap_or(u64::MAX);
+            if ns == 0 {
+                continue;
+            }
+            latency = latency.saturating_add(ns);
+            // The sample stack: the segment's frames, then the kind's
+            // synthetic leaf. Look the whole stack up at once by its frame
+            // ids; walk the trie only for a stack not seen before.
+            key.clear();
+            key.extend(seg.stack.iter().map(|id| self.local[id.0 as usize]));
+            if seg.kind != SegmentKind::Busy {
+                key.push(self.kind_frames[kind_slot(seg.kind)]);
+            }
+            if key.is_empty() {
+                // A path coarsened to depth 0 (the codec's last resort)
+                // keeps its time without frames.
+                key.push(self.no_frames);
+            }
+            let h = stack_hash(&key);
+            let node = match self.stack_ix.find(h, &key) {
+                Some(n) => n,
+                None => {
+                    let mut node = NO_PARENT;
+                    for &f in &key {
+                        node = self.child(node, f);
+                    }
+                    self.stack_ix.insert(h, &key, node);
+                    node
+                }
+            };
+            let sid = node;
+            let c = &mut self.cur[sid as usize];
+            if *c == 0 {
+                self.touched.push(sid);
+            }
+            *c = c.saturating_add(ns);
+        }
+        self.key = key;
+        if self.keep {
+            for &s in &self.touched {
+                let v = std::mem::take(&mut self.cur[s as usize]);
+                self.entries.push((s, v));
+            }
+            self.touched.clear();
+            self.kept.push(Kept {
+                latency,
+                ordinal,
+                end: self.entries.len(),
+                start_unix_nanos: r.start_unix_nanos,
+                accounting: r.path.accounting,
+            });
+        } else {
+            for &s in &self.touched {
+                let s = s as usize;
+                let v = std::mem::take(&mut self.cur[s]);
+                self.sums[s] = self.sums[s].saturating_add(v);
+                self.counts[s] += 1;
+                self.details[s].add(v, self.histograms);
+            }
+            self.touched.clear();
+            self.add_request(latency, r.start_unix_nanos, &r.path.accounting);
+        }
+    }
+
+    pub(super) fn add_request(&mut self, latency: u64, start: Option<u64>, acc: &Accounting) {
+        self.requests += 1;
+        self.latency_sum = self.latency_sum.saturating_add(latency);
+        self.latency.add(latency, true);
+        self.accounting.add(acc);
+        if let Some(t) = start {
+            self.start_range = Some(match self.start_range {
+                Some((a, b)) => (a.min(t), b.max(t)),
+                None => (t, t),
+            });
+        }
+    }
+
+    /// Fold the kept contributions whose (latency, ordinal) is in `[lo, hi]`.
+    pub(super) fn fold_kept(&mut self, lo: (u64, u64), hi: (u64, u64)) {
+        let kept = std::mem::take(&mut self.kept);
+        let entries = std::mem::take(&mut self.entries);
+        let mut begin = 0;
+        for k in &kept {
+            let key = (k.latency, k.ordinal);
+            if key >= lo && key <= hi {
+                for &(s, v) in &entries[begin..k.end] {
+                    let s = s as usize;
+                    self.sums[s] = self.sums[s].saturating_add(v);
+                    self.counts[s] += 1;
+                    self.details[s].add(v, self.histograms);
+                }
+                self.add_request(k.latency, k.start_unix_nanos, &k.accounting);
+            }
+            begin = k.end;
+        }
+    }
+
+    /// The frames of trie node `n`, root first.
+    pub(super) fn stack_of(&self, mut n: u32) -> Box<[u32]> {
+        let mut v = Vec::new();
+        while n != NO_PARENT {
+            let (parent, frame) = self.nodes[n as usize];
+            v.push(frame);
+            n = parent;
+        }
+        v.reverse();
+        v.into()
+    }
+
+    pub(super) fn into_aggregate(self) -> Aggregate {
+        // Only nodes some segment ended at are sample stacks; inner prefixes
+        // have no time and no requests and are dropped by canonicalize.
+        let stacks: Vec<Box<[u32]>> = (0..self.nodes.len() as u32)
+            .map(|n| {
+                if self.counts[n as usize] > 0 {
+                    self.stack_of(n)
+                } else {
+                    Box::from([])
+                }
+            })
+            .collect();
+        let stacks = stacks
+            .into_iter()
+            .zip(self.sums)
+            .zip(self.counts)
+            .zip(self.details)
+            .map(|(((stack, sum_nanos), requests), detail)| StackStats {
+                stack,
+                sum_nanos,
+                requests,
+                detail: Some(detail),
+            })
+            .collect();
+        let mut agg = Aggregate {
+            frames: self.frames,
+            stacks,
+            requests: self.requests,
+            latency_sum_nanos: self.latency_sum,
+            latency: Some(self.latency),
+            accounting: self.accounting,
+            start_range: self.start_range,
+            comments: Vec::new(),
+        };
+        agg.canonicalize();
+        agg
+    }
+}
