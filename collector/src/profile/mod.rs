@@ -10,7 +10,7 @@
 //!   per-stack table of how often and how long built from them.
 //! - [`diff`]: two aggregates compared, with a noise bound.
 //! - [`flame`]: an aggregate as a flame graph (SVG).
-//! - [`format`]: how numbers and CSV fields are written for people.
+//! - [`format`](mod@format): how numbers and CSV fields are written for people.
 //!
 //! The modules depend on each other in one direction only: `format` and
 //! `histogram` on nothing here, `aggregate` on `histogram`, the rest on
