@@ -1,0 +1,253 @@
+//! The HTTP front end: `POST /v1/records`, `GET /profile`, `GET /v1/stats`,
+//! `GET /healthz`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::body::Body as AxumBody;
+use axum::extract::{RawQuery, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+
+use super::BODY_TIMEOUT;
+use super::admission::{Ingest, SubmitError};
+use super::store::{Store, StoreError};
+use crate::ingest::{self, BatchError, BodyFormat};
+
+impl SubmitError {
+    fn into_response(self) -> Response {
+        let msg = self.message();
+        let mut body = serde_json::json!({ "error": msg });
+        let status = match &self {
+            SubmitError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            SubmitError::Malformed(e) => {
+                body["problems"] = e
+                    .problems()
+                    .iter()
+                    .map(|p| serde_json::json!({ "at": p.at, "reason": p.reason }))
+                    .collect();
+                body["total_problems"] = e.total().into();
+                StatusCode::BAD_REQUEST
+            }
+            SubmitError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            SubmitError::Store(_) | SubmitError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        let mut resp = json_response(status, &body);
+        if matches!(
+            self,
+            SubmitError::Overloaded { .. } | SubmitError::Store(_) | SubmitError::ShuttingDown
+        ) {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{body}\n"),
+    )
+        .into_response()
+}
+
+pub(super) fn router(ingest: Arc<Ingest>) -> Router {
+    Router::new()
+        .route(ingest::HTTP_RECORDS_PATH, post(post_records))
+        .route("/profile", get(get_profile))
+        .route("/v1/stats", get(get_stats))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(ingest)
+}
+
+async fn post_records(
+    State(ingest): State<Arc<Ingest>>,
+    headers: HeaderMap,
+    body: AxumBody,
+) -> Response {
+    // Admission first: an overloaded collector does not even read the body.
+    let permit = match ingest.admit() {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let gzip = match headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("identity") => false,
+        Some("gzip") => true,
+        Some(other) => {
+            ingest
+                .counters
+                .rejected_batches
+                .fetch_add(1, Ordering::Relaxed);
+            return json_response(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                &serde_json::json!({ "error": format!(
+                    "unsupported Content-Encoding {other:?}: send the body plain or gzip"
+                ) }),
+            );
+        }
+    };
+    let Some(format) = BodyFormat::from_content_type(content_type) else {
+        ingest
+            .counters
+            .rejected_batches
+            .fetch_add(1, Ordering::Relaxed);
+        return json_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &serde_json::json!({ "error": format!(
+                "unsupported Content-Type {content_type:?}: send {} (JSON Lines) or {} (protobuf RecordBatch)",
+                ingest::CONTENT_TYPE_JSON_LINES, ingest::CONTENT_TYPE_PROTOBUF
+            ) }),
+        );
+    };
+    let limit = ingest.max_batch_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        let e = SubmitError::TooLarge { limit };
+        e.count(&ingest.counters);
+        return e.into_response();
+    }
+    let bytes = match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, limit).collect()).await
+    {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            let e = SubmitError::TooLarge { limit };
+            e.count(&ingest.counters);
+            return e.into_response();
+        }
+        Ok(Err(e)) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                &serde_json::json!({ "error": format!("cannot read the request body: {e}") }),
+            );
+        }
+        Err(_) => {
+            return json_response(
+                StatusCode::REQUEST_TIMEOUT,
+                &serde_json::json!({ "error": format!("request body not received within {BODY_TIMEOUT:?}") }),
+            );
+        }
+    };
+    let decode = move || {
+        if gzip {
+            format.decode(&gunzip(&bytes, limit)?)
+        } else {
+            format.decode(&bytes)
+        }
+    };
+    match ingest.submit(decode, permit).await {
+        Ok(n) => json_response(
+            StatusCode::OK,
+            &serde_json::json!({ "accepted_records": n }),
+        ),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Inflate a gzip body, refusing more than `limit` bytes of output (a small
+/// body may inflate enormously).
+fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| BatchError::new("body", format!("bad gzip body: {e}")))?;
+    if out.len() > limit {
+        return Err(BatchError::new(
+            "body",
+            format!("gzip body inflates to more than {limit} bytes"),
+        ));
+    }
+    Ok(out)
+}
+
+async fn get_stats(State(ingest): State<Arc<Ingest>>) -> Response {
+    let s = ingest.counters.snapshot();
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "accepted_batches": s.accepted_batches,
+            "accepted_records": s.accepted_records,
+            "rejected_batches": s.rejected_batches,
+            "overloaded": s.overloaded,
+            "store_errors": s.store_errors,
+            "pending_batches": ingest.max_pending - ingest.admission.available_permits(),
+        }),
+    )
+}
+
+async fn get_profile(State(ingest): State<Arc<Ingest>>, RawQuery(query): RawQuery) -> Response {
+    let path = ingest.store_path.clone();
+    let query = query.unwrap_or_default();
+    let built = tokio::task::spawn_blocking(move || profile_from_store(&path, &query)).await;
+    match built {
+        Ok(Ok(gz)) => (
+            StatusCode::OK,
+            [
+                (header::CONTENT_TYPE, "application/octet-stream"),
+                (
+                    header::CONTENT_DISPOSITION,
+                    "attachment; filename=\"profile.pb.gz\"",
+                ),
+            ],
+            gz,
+        )
+            .into_response(),
+        Ok(Err(ProfileError::BadQuery(msg))) => json_response(
+            StatusCode::BAD_REQUEST,
+            &serde_json::json!({ "error": msg }),
+        ),
+        Ok(Err(ProfileError::Store(e))) => json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &serde_json::json!({ "error": e.to_string() }),
+        ),
+        Err(e) => json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &serde_json::json!({ "error": format!("profile task failed: {e}") }),
+        ),
+    }
+}
+
+enum ProfileError {
+    BadQuery(String),
+    Store(StoreError),
+}
+
+/// Build the gzipped profile for a `GET /profile` query string.
+fn profile_from_store(path: &std::path::Path, query: &str) -> Result<Vec<u8>, ProfileError> {
+    let sel = crate::records::selection::Selection::from_query(query)
+        .map_err(|e| ProfileError::BadQuery(format!("bad profile query {query:?}: {e}")))?;
+    let store = Store::open_read_only(path).map_err(ProfileError::Store)?;
+    let mut first_err = None;
+    let records = store
+        .records(&sel)
+        .map_err(ProfileError::Store)?
+        .filter_map(|r| match r {
+            Ok(r) => Some(r),
+            Err(e) => {
+                first_err.get_or_insert(e);
+                None
+            }
+        });
+    let agg = crate::profile::aggregate::Aggregate::from_records(&sel, records);
+    if let Some(e) = first_err {
+        return Err(ProfileError::Store(e));
+    }
+    Ok(crate::profile::encode_gzip(&agg))
+}
