@@ -4,22 +4,25 @@
 //!
 //! | module | what is in it |
 //! |---|---|
-//! | [`records`] | where records come from; [`records::selection`], what a question selects |
-//! | [`profile`] | records folded into profiles: aggregate, pprof, histograms, diff, flame graphs |
+//! | `records` (feature `profile`) | where records come from; `records::selection`, what a question selects |
+//! | `profile` (feature `profile`) | records folded into profiles: aggregate, pprof, histograms, diff, flame graphs |
 //! | `server` (feature `server`) | `cpt serve`: admission, HTTP and gRPC ingest, the writer, the SQLite store |
 //! | [`ingest`] | the wire contract of ingest, shared by the server and the client |
 //! | `client` (feature `client`) | the exporter services use to ship records to a collector |
-//! | [`traces`] | Jaeger / Zipkin / OTLP / Nezha import ([`traces::import`]) and the analyses over them ([`traces::analysis`]) |
+//! | `traces` (feature `traces`) | Jaeger / Zipkin / OTLP / Nezha import (`traces::import`) and the analyses over them (`traces::analysis`) |
 //! | `cli` (feature `cli`) | the `cpt` command |
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "client")]
 pub mod client;
 pub mod ingest;
+#[cfg(feature = "profile")]
 pub mod profile;
+#[cfg(feature = "profile")]
 pub mod records;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "traces")]
 pub mod traces;
 
 #[cfg(feature = "cli")]
@@ -27,8 +30,10 @@ pub mod cli;
 
 // The paths these modules had before the collector was laid out in rooms
 // (README, Changelog). Kept so code written against them still builds.
+#[cfg(feature = "profile")]
 #[doc(hidden)]
 pub use profile::{aggregate, diff, flame, histogram};
+#[cfg(feature = "profile")]
 #[doc(hidden)]
 pub use records::selection;
 #[cfg(feature = "server")]
