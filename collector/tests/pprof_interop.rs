@@ -20,30 +20,9 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn have(tool: &str, arg: &str) -> bool {
-    Command::new(tool)
-        .arg(arg)
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// Whether the tool is usable; if not, shout, and fail under CPT_REQUIRE_PPROF=1.
 fn require(tool: &str, arg: &str, what: &str) -> bool {
-    if have(tool, arg) {
-        return true;
-    }
-    let msg = format!(
-        "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-         !!! `{tool}` NOT FOUND: pprof interop test ({what}) NOT RUN.\n\
-         !!! Install it: apt-get install -y golang-go graphviz\n\
-         !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-    );
-    if std::env::var("CPT_REQUIRE_PPROF").as_deref() == Ok("1") {
-        panic!("{msg}CPT_REQUIRE_PPROF=1: this test must run");
-    }
-    // Write to the real stderr: libtest captures eprintln! of passing tests.
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), msg.as_bytes());
-    false
+    cpt_sdk::testing::tools::require(tool, arg, &format!("pprof interop test ({what})"))
 }
 
 /// Run `go tool pprof ARGS`, returning stdout; panics with stderr on failure.

@@ -420,26 +420,13 @@ mod tests {
     use cpt_sdk::path::SegmentKind;
     use cpt_sdk::record::Record;
 
-    /// splitmix64: a small deterministic generator for test populations.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-        fn unit(&mut self) -> f64 {
-            (self.next() >> 11) as f64 / (1u64 << 53) as f64
-        }
-    }
+    use cpt_sdk::testing::SplitMix64 as Rng;
 
     /// `n` requests of a Figure 1–like system with `k` leaf components under
     /// A1, each on the path with probability 1/4 and skewed (exponential)
     /// durations; `extra_b1` is added to B1 on every request.
     fn population(seed: u64, n: usize, k: usize, extra_b1_us: u64) -> Vec<Record> {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let names: Vec<String> = (0..k).map(|i| format!("C{i}")).collect();
         (0..n)
             .map(|_| {
@@ -492,7 +479,7 @@ mod tests {
     #[test]
     fn cpt_table1_diff_of_the_two_requests() {
         // Base = request 1 (A2 on the path), test = request 2 (B1 on the path).
-        let t = crate::profile::aggregate::tests::table1();
+        let t = cpt_sdk::testing::fixtures::table1();
         let r = diff(&agg(&t[..1]), &agg(&t[1..]), &DiffOptions::default());
         let by = |s: &str| r.rows.iter().find(|x| x.stack == s).unwrap().change_nanos;
         assert_eq!(by("A1 (A);A2 (A)"), -10e6);

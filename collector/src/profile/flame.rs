@@ -164,8 +164,8 @@ pub fn diff_flame_svg(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::aggregate::tests::table1;
     use crate::records::selection::Selection;
+    use cpt_sdk::testing::fixtures::table1;
 
     #[test]
     fn cpt_table1_folded() {

@@ -231,7 +231,7 @@ mod tests {
     fn cpt_table1_histogram_separates_frequency_from_duration() {
         let agg = Aggregate::from_records_with_histograms(
             &Selection::new(),
-            crate::profile::aggregate::tests::table1(),
+            cpt_sdk::testing::fixtures::table1(),
         );
         let rep = Report::new(&agg);
         let row = |s: &str| rep.rows.iter().find(|r| r.stack == s).unwrap().clone();

@@ -5,10 +5,9 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::Duration;
 
 use cpt_collector::store::{Store, StoreQuery};
-use cpt_sdk::{CriticalPath, Frame, Record, SegmentKind, Trigger};
+use cpt_sdk::Record;
 
 fn cpt(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cpt"))
@@ -18,34 +17,9 @@ fn cpt(args: &[&str], dir: &Path) -> Output {
         .expect("run cpt")
 }
 
-/// CPT Table 1's two requests (16 ms and 8 ms).
+/// CPT Table 1's two requests (16 ms and 8 ms), as `sdk::testing` defines them.
 fn table1() -> Vec<Record> {
-    let ms = Duration::from_millis;
-    let a1 = Frame::new("A", "A1");
-    let mut r1 = CriticalPath::new();
-    r1.push_frames([a1.clone()], ms(5), SegmentKind::Busy);
-    r1.push_frames(
-        [a1.clone(), Frame::new("A", "A2")],
-        ms(10),
-        SegmentKind::Busy,
-    );
-    r1.push_frames(
-        [a1.clone(), Frame::new("B", "B1")],
-        ms(1),
-        SegmentKind::Busy,
-    );
-    let mut r2 = CriticalPath::new();
-    r2.push_frames([a1.clone()], ms(5), SegmentKind::Busy);
-    r2.push_frames([a1, Frame::new("B", "B1")], ms(3), SegmentKind::Busy);
-    [r1, r2]
-        .into_iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let mut r = Record::new("A", Trigger::Sampled, p);
-            r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i as u64);
-            r
-        })
-        .collect()
+    cpt_sdk::testing::fixtures::table1()
 }
 
 fn stored(path: &Path) -> Vec<Record> {

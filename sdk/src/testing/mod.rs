@@ -1,7 +1,8 @@
 //! Test helpers (feature `testing`): [`RecordingSink`], [`ManualClock`],
 //! path expectations ([`expect::path`]), the paper cases every crate's tests
-//! use ([`fixtures`]: CPT Figure 2a/b/c, Table 1) and a deterministic
-//! generator ([`SplitMix64`]).
+//! use ([`fixtures`]: CPT Figure 2a/b/c, Table 1), a deterministic
+//! generator ([`SplitMix64`]) and the check for external tools a test needs
+//! ([`tools::require`]).
 //!
 //! ```
 //! use cpt_sdk::testing::{expect, ms};
@@ -16,6 +17,7 @@
 pub mod expect;
 pub mod fixtures;
 mod rng;
+pub mod tools;
 
 pub use rng::SplitMix64;
 

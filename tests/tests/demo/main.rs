@@ -225,18 +225,11 @@ fn demo_fig1_unreachable_collector_fails_fast_and_counts_every_record() {
 /// `CPT_REQUIRE_PPROF=1` (set by `.ci/run`), where it fails.
 #[test]
 fn demo_fig1_go_tool_pprof_reads_the_demo_profile() {
-    let have_go = std::process::Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have_go {
-        let msg = "\n!!! `go` NOT FOUND: pprof interop check of the demo's profile NOT RUN.\n\
-                   !!! Install it: apt-get install -y golang-go graphviz\n";
-        assert!(
-            std::env::var("CPT_REQUIRE_PPROF").as_deref() != Ok("1"),
-            "{msg}CPT_REQUIRE_PPROF=1: this test must run"
-        );
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), msg.as_bytes());
+    if !cpt_sdk::testing::tools::require(
+        "go",
+        "version",
+        "pprof interop check of the demo's profile",
+    ) {
         return;
     }
     let r = &demo_run().report;

@@ -2,9 +2,8 @@ use super::*;
 use cpt_sdk::path::CriticalPath;
 use cpt_sdk::trigger::Trigger;
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use cpt_sdk::testing::fixtures::table1;
+use cpt_sdk::testing::ms;
 
 fn a(name: &str) -> Frame {
     Frame::new("A", name)
@@ -28,26 +27,6 @@ fn means_by_label(agg: &Aggregate) -> Vec<(String, u64)> {
         .zip(agg.mean_nanos())
         .map(|(s, m)| (stack_label(agg, s, "/"), m))
         .collect()
-}
-
-/// CPT Table 1: request 1 (16 ms): A1 self 6, A1/A2 10; request 2 (8 ms):
-/// A1 self 4, A1/B1 4. Aggregated: A1 5, A1/A2 5, A1/B1 2, total 12.
-pub(crate) fn table1() -> Vec<Record> {
-    const A1: &[(&str, &str)] = &[("A", "A1")];
-    const A1A2: &[(&str, &str)] = &[("A", "A1"), ("A", "A2")];
-    const A1B1: &[(&str, &str)] = &[("A", "A1"), ("B", "B1")];
-    vec![
-        record(&[
-            (A1, 3, SegmentKind::Busy),
-            (A1A2, 10, SegmentKind::Busy),
-            (A1, 3, SegmentKind::Busy),
-        ]),
-        record(&[
-            (A1, 2, SegmentKind::Busy),
-            (A1B1, 4, SegmentKind::Busy),
-            (A1, 2, SegmentKind::Busy),
-        ]),
-    ]
 }
 
 #[test]

@@ -6,8 +6,8 @@ use cpt_sdk::record::Record;
 use cpt_sdk::trigger::Trigger;
 
 use super::*;
-use crate::profile::aggregate::tests::table1;
 use crate::records::selection::Selection;
+use cpt_sdk::testing::fixtures::table1;
 
 /// A compact, stable text form of a profile for golden files.
 pub(crate) fn dump(p: &Profile) -> String {
