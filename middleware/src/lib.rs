@@ -18,8 +18,9 @@
 //!
 //! # Trust and triggering
 //!
-//! Each service samples independently and propagates its decision in
-//! [`header::TRIGGER`]. A callee honours that trigger, and returns its path,
+//! Each entry service samples independently and propagates its decision in
+//! [`header::TRIGGER`]; an [internal](ServerLayer::internal) service
+//! ([`Role::Internal`]) never samples on its own. A callee honours that trigger, and returns its path,
 //! only to callers its [`TrustPolicy`] accepts (default: none;
 //! [`SharedSecret`], [`PeerAllowList`], closures). Operators force a trace
 //! with [`header::FORCE`] and a credential checked by [`ForceAuth`] (an

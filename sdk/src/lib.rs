@@ -73,7 +73,7 @@
 //! | [`trigger`] | [`Trigger`], [`trigger::Sampler`], [`trigger::DefaultSampler`] |
 //! | [`record`], [`sink`], [`export`] | records, sinks, the non-blocking exporter |
 //! | [`clock`] | the [`clock::Clock`] seam |
-//! | [`env`] | the `CPT_*` environment variables ([`env::CptEnv`]) |
+//! | [`env`](mod@env) | the `CPT_*` environment variables ([`env::CptEnv`]) |
 //! | `codec` | the compact wire form of paths |
 //! | `testing` | test helpers (feature `testing`) |
 //!

@@ -16,7 +16,8 @@
 //!    stream's last message ([`StreamEnd`]);
 //! 4. when this service is the request's entry point (no trusted caller asked
 //!    for the path), the SDK emits the record through its sink, with the W3C
-//!    trace id from `traceparent` when present.
+//!    trace id from `traceparent` when present and the label [`ROOT_LABEL`]
+//!    saying whether it is an entry root.
 //!
 //! # How "the whole body was ready" is decided
 //!

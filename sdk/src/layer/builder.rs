@@ -80,7 +80,7 @@ impl Builder {
     }
 
     /// The sampler from `CPT_SAMPLE_RATE` / `CPT_SAMPLE_MAX_PER_SECOND`
-    /// when either is set ([`env`](crate::env)); settings made after this
+    /// when either is set ([`env`](mod@crate::env)); settings made after this
     /// call win.
     ///
     /// # Panics
