@@ -116,7 +116,7 @@ fn server_layer(config: &Config, service: &'static str, grpc: bool) -> ServerLay
     if service == "A" {
         layer.with_sampler(DefaultSampler::new(config.sample_rate))
     } else {
-        layer.with_sampler(())
+        layer.internal()
     }
 }
 

@@ -18,8 +18,9 @@
 //!
 //! # Trust and triggering
 //!
-//! Each service samples independently and propagates its decision in
-//! [`header::TRIGGER`]. A callee honours that trigger, and returns its path,
+//! Each entry service samples independently and propagates its decision in
+//! [`header::TRIGGER`]; an [internal](ServerLayer::internal) service
+//! ([`Role::Internal`]) never samples on its own. A callee honours that trigger, and returns its path,
 //! only to callers its [`TrustPolicy`] accepts (default: none;
 //! [`SharedSecret`], [`PeerAllowList`], closures). Operators force a trace
 //! with [`header::FORCE`] and a credential checked by [`ForceAuth`] (an
@@ -38,7 +39,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `tonic` | yes | peer address from tonic's `TcpConnectInfo` for [`PeerAllowList`] |
-//! | `axum` | no | peer address from axum's `ConnectInfo`, root nodes named after `MatchedPath` |
+//! | `axum` | no | peer address from axum's `ConnectInfo`, root nodes named after `MatchedPath` (else a [`Route`] extension, else `METHOD /first-segment/*`) |
 //! | `opentelemetry` | no | `otel::TriggerPropagator` and `HeaderMap` carriers |
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -49,13 +50,15 @@ mod glue;
 pub mod header;
 #[cfg(feature = "opentelemetry")]
 pub mod otel;
+mod route;
 pub mod server;
 mod stats;
 mod trust;
 
 pub use client::{Client, ClientLayer};
 pub use credential::ForceAuth;
-pub use server::{Server, ServerLayer, StreamEnd};
+pub use route::Route;
+pub use server::{ROOT_LABEL, Role, Server, ServerLayer, StreamEnd};
 pub use stats::Stats;
 pub use trust::{
     Caller, DefaultTrust, LoopbackPeers, Or, PeerAllowList, SharedSecret, TrustPolicy,
@@ -69,7 +72,9 @@ pub(crate) enum Protocol {
 }
 
 impl Protocol {
-    /// The default root node name: the gRPC method path, or `METHOD route`.
+    /// The default root node name: the gRPC method path, or `METHOD route`
+    /// with axum's `MatchedPath`, a [`Route`] extension, or the bounded
+    /// default as the route (see [`Route`]).
     pub(crate) fn endpoint(self, caller: &Caller<'_>) -> String {
         match self {
             Protocol::Grpc => caller.uri.path().to_owned(),
@@ -78,7 +83,7 @@ impl Protocol {
                 if let Some(route) = caller.extensions.get::<axum::extract::MatchedPath>() {
                     return format!("{} {}", caller.method, route.as_str());
                 }
-                format!("{} {}", caller.method, caller.uri.path())
+                route::http_name(caller.method, caller.uri, caller.extensions)
             }
         }
     }

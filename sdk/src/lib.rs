@@ -73,6 +73,7 @@
 //! | [`trigger`] | [`Trigger`], [`trigger::Sampler`], [`trigger::DefaultSampler`] |
 //! | [`record`], [`sink`], [`export`] | records, sinks, the non-blocking exporter |
 //! | [`clock`] | the [`clock::Clock`] seam |
+//! | [`env`](mod@env) | the `CPT_*` environment variables ([`env::CptEnv`]) |
 //! | `codec` | the compact wire form of paths |
 //! | `testing` | test helpers (feature `testing`) |
 //!
@@ -99,6 +100,7 @@
 
 pub mod clock;
 pub mod codec;
+pub mod env;
 pub mod export;
 #[cfg(feature = "layer")]
 pub mod layer;

@@ -25,6 +25,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use cpt_sdk::env::{CptEnv, EnvError};
 use http::{HeaderValue, Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -40,11 +41,26 @@ type NameFn = dyn Fn(&http::Method, &http::Uri) -> String + Send + Sync;
 
 pub(crate) struct ClientConfig {
     pub(crate) callee: Arc<str>,
-    pub(crate) name: Option<Box<NameFn>>,
+    pub(crate) name: Option<Arc<NameFn>>,
     pub(crate) protocol: Protocol,
     pub(crate) caller_secret: Option<HeaderValue>,
     pub(crate) max_path_bytes: usize,
     pub(crate) counters: Arc<Counters>,
+}
+
+impl ClientConfig {
+    /// A copy to configure on its own: the same settings, fresh counters (a
+    /// layer configured after cloning is a layer of its own).
+    fn detached(&self) -> ClientConfig {
+        ClientConfig {
+            callee: self.callee.clone(),
+            name: self.name.clone(),
+            protocol: self.protocol,
+            caller_secret: self.caller_secret.clone(),
+            max_path_bytes: self.max_path_bytes,
+            counters: Counters::new(),
+        }
+    }
 }
 
 /// A tower [`Layer`] that makes each outbound call an RPC node of the current
@@ -64,6 +80,13 @@ pub(crate) struct ClientConfig {
 /// // let client = my_proto::b_client::BClient::new(channel);
 /// # let _ = channel; Ok(()) }
 /// ```
+///
+/// # Cloning
+///
+/// Clones share their configuration and [`stats`](ClientLayer::stats).
+/// Configuring a clone (any `with_*`) gives that clone a configuration and
+/// counters of its own; the layer it was cloned from, and the services made
+/// before, are unchanged.
 #[derive(Clone)]
 pub struct ClientLayer {
     config: Arc<ClientConfig>,
@@ -77,7 +100,9 @@ impl ClientLayer {
     }
 
     /// A layer for HTTP calls (a hyper-util client) to the service named
-    /// `callee`; RPC nodes are named `callee` + `METHOD path`.
+    /// `callee`; RPC nodes are named `callee` + `METHOD route`, the route
+    /// being a [`Route`](crate::Route) in the request extensions, else the
+    /// path's first segment (`GET /items/*` for `/items/42`).
     pub fn http(callee: impl Into<Arc<str>>) -> Self {
         Self::new(callee.into(), Protocol::Http)
     }
@@ -95,9 +120,13 @@ impl ClientLayer {
         }
     }
 
+    /// The configuration to change: this layer's own (copied first when
+    /// clones or services share it, see "Cloning").
     fn config_mut(&mut self) -> &mut ClientConfig {
-        Arc::get_mut(&mut self.config)
-            .expect("configure a ClientLayer before cloning it or making services")
+        if Arc::get_mut(&mut self.config).is_none() {
+            self.config = Arc::new(self.config.detached());
+        }
+        Arc::get_mut(&mut self.config).unwrap_or_else(|| unreachable!("a fresh Arc is unique"))
     }
 
     /// Send this secret in [`header::CALLER_AUTH`] on traced calls, for a
@@ -116,15 +145,15 @@ impl ClientLayer {
     }
 
     /// Name RPC nodes `callee` + this function's result instead of the
-    /// method path (gRPC) or `METHOD path` (HTTP). Use it for HTTP paths
-    /// that carry ids (`/items/42`), so that frames name routes
-    /// (`GET /items/{id}`) rather than one frame per id.
+    /// method path (gRPC) or `METHOD route` (HTTP). Return a bounded name
+    /// (a route such as `GET /items/{id}`, never the raw path of
+    /// `/items/42`): each distinct name is a frame of its own.
     #[must_use]
     pub fn with_name_fn(
         mut self,
         f: impl Fn(&http::Method, &http::Uri) -> String + Send + Sync + 'static,
     ) -> Self {
-        self.config_mut().name = Some(Box::new(f));
+        self.config_mut().name = Some(Arc::new(f));
         self
     }
 
@@ -134,6 +163,43 @@ impl ClientLayer {
     pub fn with_max_path_bytes(mut self, max: usize) -> Self {
         self.config_mut().max_path_bytes = max;
         self
+    }
+
+    /// Configure from the `CPT_*` environment variables
+    /// ([`cpt_sdk::env`]): `CPT_TRUST_SECRET` becomes the caller secret.
+    /// Unset variables leave the layer as it is; settings made after this
+    /// call win.
+    ///
+    /// # Panics
+    ///
+    /// With the [`EnvError`]'s message when a variable is malformed; use
+    /// [`try_with_default_env`](ClientLayer::try_with_default_env) to handle
+    /// the error.
+    #[must_use]
+    pub fn with_default_env(self) -> Self {
+        self.try_with_default_env()
+            .unwrap_or_else(|e| panic!("cpt configuration from the environment: {e}"))
+    }
+
+    /// [`with_default_env`](ClientLayer::with_default_env), returning the
+    /// error.
+    ///
+    /// # Errors
+    ///
+    /// A malformed `CPT_*` variable ([`CptEnv::from_env`]).
+    pub fn try_with_default_env(self) -> Result<Self, EnvError> {
+        Ok(self.with_env(&CptEnv::from_env()?))
+    }
+
+    /// Apply what `env` configures (see
+    /// [`with_default_env`](ClientLayer::with_default_env)).
+    #[must_use]
+    pub fn with_env(self, env: &CptEnv) -> Self {
+        match &env.trust_secret {
+            // `CptEnv` admits visible ASCII only, a valid header value.
+            Some(secret) => self.with_caller_secret(secret),
+            None => self,
+        }
     }
 
     /// What this layer's services merged or dropped so far.
@@ -229,7 +295,9 @@ where
         let method = match (&config.name, config.protocol) {
             (Some(f), _) => f(req.method(), req.uri()),
             (None, Protocol::Grpc) => req.uri().path().to_owned(),
-            (None, Protocol::Http) => format!("{} {}", req.method(), req.uri().path()),
+            (None, Protocol::Http) => {
+                crate::route::http_name(req.method(), req.uri(), req.extensions())
+            }
         };
         let rpc = glue::begin_rpc(&config.callee, &method);
         let fut = {

@@ -3,9 +3,10 @@
 //! For every request the server
 //!
 //! 1. decides the trigger: a trusted caller's propagated trigger, else an
-//!    operator's `x-cpt-force` with a valid credential ([`ForceAuth`]), else
-//!    the service's own sampler. Untraced requests pay for a header lookup
-//!    and the sampler, and nothing after that;
+//!    operator's `x-cpt-force` with a valid credential ([`ForceAuth`]), else,
+//!    for an [`Entry`](Role::Entry) service only, its own sampler
+//!    ([`Role`]). Untraced requests pay for a header lookup and the sampler,
+//!    and nothing after that;
 //! 2. makes the request's root node, named after the gRPC method or HTTP
 //!    route, and runs the inner service inside it;
 //! 3. ends the root when the response is ready and, if a trusted caller asked
@@ -15,7 +16,8 @@
 //!    stream's last message ([`StreamEnd`]);
 //! 4. when this service is the request's entry point (no trusted caller asked
 //!    for the path), the SDK emits the record through its sink, with the W3C
-//!    trace id from `traceparent` when present.
+//!    trace id from `traceparent` when present and the label [`ROOT_LABEL`]
+//!    saying whether it is an entry root.
 //!
 //! # How "the whole body was ready" is decided
 //!
@@ -36,6 +38,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use cpt_sdk::env::{CptEnv, EnvError};
 use cpt_sdk::trigger::Sampler;
 use cpt_sdk::{Labels, Trigger};
 use http::{HeaderValue, Request, Response};
@@ -48,7 +51,7 @@ pub use future::ResponseFuture;
 use crate::credential::ForceAuth;
 use crate::glue;
 use crate::stats::{Counters, Stats};
-use crate::trust::{Caller, DefaultTrust, TrustPolicy};
+use crate::trust::{Caller, DefaultTrust, SharedSecret, TrustPolicy};
 use crate::{Protocol, header};
 
 /// How many body frames the server polls ahead to tell a complete response
@@ -67,20 +70,81 @@ pub enum StreamEnd {
     FirstMessage,
 }
 
+/// Whether a service starts traces of its own.
+///
+/// A process has one `CriticalPathLayer` and so, by default, one sampler for
+/// all its services. A backend that samples the untraced calls it receives
+/// emits root records of its own, and a profile of every record then mixes
+/// backend roots into the entry requests. Mark backends
+/// [`Internal`](Role::Internal): they trace a request only when a trusted
+/// caller propagated its trigger or an operator forced it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Role {
+    /// Samples the requests that arrive without a trusted trigger (the
+    /// layer's sampler, else the `CriticalPathLayer`'s). The default: the
+    /// service users call.
+    #[default]
+    Entry,
+    /// Never samples on its own: traces only a trusted caller's propagated
+    /// trigger or a valid `x-cpt-force`. For services only other services
+    /// call.
+    Internal,
+}
+
+impl Role {
+    /// `"entry"` or `"internal"`, as in the [`ROOT_LABEL`] label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Entry => "entry",
+            Role::Internal => "internal",
+        }
+    }
+}
+
+/// The label every record a [`ServerLayer`] emits carries: `entry` when the
+/// service is an [`Entry`](Role::Entry) service and started the trace itself
+/// (its sampler or an operator's force), so the record covers the whole
+/// request as its users saw it; `internal` otherwise (an
+/// [`Internal`](Role::Internal) service forced directly, or a trusted caller
+/// propagated its trigger without asking for the path). Select entry records
+/// with `--label cpt.root=entry`.
+pub const ROOT_LABEL: &str = "cpt.root";
+
 type EndpointFn = dyn Fn(&Caller<'_>) -> String + Send + Sync;
 type LabelsFn = dyn Fn(&Caller<'_>) -> Labels + Send + Sync;
 
 pub(crate) struct ServerConfig {
     pub(crate) service: Arc<str>,
     pub(crate) protocol: Protocol,
-    pub(crate) trust: Box<dyn TrustPolicy>,
+    pub(crate) role: Role,
+    pub(crate) trust: Arc<dyn TrustPolicy>,
     pub(crate) force: ForceAuth,
     pub(crate) sampler: glue::SharedSampler,
     pub(crate) stream_end: StreamEnd,
     pub(crate) max_path_bytes: usize,
-    pub(crate) endpoint: Option<Box<EndpointFn>>,
-    pub(crate) labels: Option<Box<LabelsFn>>,
+    pub(crate) endpoint: Option<Arc<EndpointFn>>,
+    pub(crate) labels: Option<Arc<LabelsFn>>,
     pub(crate) counters: Arc<Counters>,
+}
+
+impl ServerConfig {
+    /// A copy to configure on its own: the same settings, fresh counters (a
+    /// layer configured after cloning is a layer of its own).
+    fn detached(&self) -> ServerConfig {
+        ServerConfig {
+            service: self.service.clone(),
+            protocol: self.protocol,
+            role: self.role,
+            trust: self.trust.clone(),
+            force: self.force.clone(),
+            sampler: self.sampler.clone(),
+            stream_end: self.stream_end,
+            max_path_bytes: self.max_path_bytes,
+            endpoint: self.endpoint.clone(),
+            labels: self.labels.clone(),
+            counters: Counters::new(),
+        }
+    }
 }
 
 /// A tower [`Layer`] that makes each request a critical-path root node and
@@ -96,6 +160,14 @@ pub(crate) struct ServerConfig {
 /// // tonic::transport::Server::builder().layer(layer).add_service(...)
 /// # let _ = layer;
 /// ```
+///
+/// # Cloning
+///
+/// Clones share their configuration and [`stats`](ServerLayer::stats)
+/// (tonic's `Server::builder().layer(..)` clones the layer it is given).
+/// Configuring a clone (any `with_*`) gives that clone a configuration and
+/// counters of its own; the layer it was cloned from, and the services made
+/// before, are unchanged.
 #[derive(Clone)]
 pub struct ServerLayer {
     config: Arc<ServerConfig>,
@@ -110,7 +182,9 @@ impl ServerLayer {
 
     /// A layer for an HTTP server (axum, hyper) of service `service`: root
     /// nodes are named `METHOD route`, with axum's `MatchedPath` as the route
-    /// when present (feature `axum`), else the URI path.
+    /// when present (feature `axum`), else a [`Route`](crate::Route) in the
+    /// request extensions, else the path's first segment (`GET /items/*`
+    /// for `/items/42`, so that ids never become frames).
     pub fn http(service: impl Into<Arc<str>>) -> Self {
         Self::new(service.into(), Protocol::Http)
     }
@@ -120,7 +194,8 @@ impl ServerLayer {
             config: Arc::new(ServerConfig {
                 service,
                 protocol,
-                trust: Box::new(DefaultTrust),
+                role: Role::Entry,
+                trust: Arc::new(DefaultTrust),
                 force: ForceAuth::none(),
                 sampler: None,
                 stream_end: StreamEnd::default(),
@@ -132,15 +207,36 @@ impl ServerLayer {
         }
     }
 
+    /// The configuration to change: this layer's own (copied first when
+    /// clones or services share it, see "Cloning").
     fn config_mut(&mut self) -> &mut ServerConfig {
-        Arc::get_mut(&mut self.config)
-            .expect("configure a ServerLayer before cloning it or making services")
+        if Arc::get_mut(&mut self.config).is_none() {
+            self.config = Arc::new(self.config.detached());
+        }
+        Arc::get_mut(&mut self.config).unwrap_or_else(|| unreachable!("a fresh Arc is unique"))
+    }
+
+    /// Whether this service starts traces on its own (default:
+    /// [`Role::Entry`]); see [`Role`].
+    #[must_use]
+    pub fn with_role(mut self, role: Role) -> Self {
+        self.config_mut().role = role;
+        self
+    }
+
+    /// Make this an internal service ([`Role::Internal`]): it never samples
+    /// on its own, and traces a request only when a trusted caller
+    /// propagated its trigger or an operator forced it. Use it for every
+    /// service that only other services call.
+    #[must_use]
+    pub fn internal(self) -> Self {
+        self.with_role(Role::Internal)
     }
 
     /// Which callers are trusted (default: none, [`DefaultTrust`]).
     #[must_use]
     pub fn with_trust(mut self, trust: impl TrustPolicy) -> Self {
-        self.config_mut().trust = Box::new(trust);
+        self.config_mut().trust = Arc::new(trust);
         self
     }
 
@@ -153,7 +249,8 @@ impl ServerLayer {
 
     /// The sampler deciding requests that arrive without a trusted trigger
     /// (default: the installed `CriticalPathLayer`'s sampler). Each service
-    /// in a process can sample at its own rate this way.
+    /// in a process can sample at its own rate this way. An
+    /// [`internal`](ServerLayer::internal) service consults no sampler.
     #[must_use]
     pub fn with_sampler(mut self, sampler: impl Sampler) -> Self {
         self.config_mut().sampler = Some(Arc::new(sampler));
@@ -181,7 +278,7 @@ impl ServerLayer {
         mut self,
         f: impl Fn(&Caller<'_>) -> String + Send + Sync + 'static,
     ) -> Self {
-        self.config_mut().endpoint = Some(Box::new(f));
+        self.config_mut().endpoint = Some(Arc::new(f));
         self
     }
 
@@ -189,7 +286,53 @@ impl ServerLayer {
     /// requests.
     #[must_use]
     pub fn on_labels(mut self, f: impl Fn(&Caller<'_>) -> Labels + Send + Sync + 'static) -> Self {
-        self.config_mut().labels = Some(Box::new(f));
+        self.config_mut().labels = Some(Arc::new(f));
+        self
+    }
+
+    /// Configure from the `CPT_*` environment variables
+    /// ([`cpt_sdk::env`]): `CPT_SAMPLE_RATE` / `CPT_SAMPLE_MAX_PER_SECOND`
+    /// set the sampler, `CPT_TRUST_SECRET` the trust policy (a
+    /// [`SharedSecret`]), `CPT_FORCE_KEY` / `CPT_FORCE_KEY_FILE` add an
+    /// accepted force key. Unset variables leave the layer as it is;
+    /// settings made after this call win.
+    ///
+    /// # Panics
+    ///
+    /// With the [`EnvError`]'s message (variable, value, what was expected)
+    /// when a variable is malformed: a misconfigured service should not
+    /// start. Use [`try_with_default_env`](ServerLayer::try_with_default_env)
+    /// to handle the error.
+    #[must_use]
+    pub fn with_default_env(self) -> Self {
+        self.try_with_default_env()
+            .unwrap_or_else(|e| panic!("cpt configuration from the environment: {e}"))
+    }
+
+    /// [`with_default_env`](ServerLayer::with_default_env), returning the
+    /// error.
+    ///
+    /// # Errors
+    ///
+    /// A malformed `CPT_*` variable ([`CptEnv::from_env`]).
+    pub fn try_with_default_env(self) -> Result<Self, EnvError> {
+        Ok(self.with_env(&CptEnv::from_env()?))
+    }
+
+    /// Apply what `env` configures (see
+    /// [`with_default_env`](ServerLayer::with_default_env)).
+    #[must_use]
+    pub fn with_env(mut self, env: &CptEnv) -> Self {
+        if let Some(sampler) = env.sampler() {
+            self = self.with_sampler(sampler);
+        }
+        if let Some(secret) = &env.trust_secret {
+            self = self.with_trust(SharedSecret::new(secret));
+        }
+        if let Some(key) = &env.force_key {
+            let force = self.config.force.clone().hmac_key(key);
+            self = self.with_force_auth(force);
+        }
         self
     }
 
@@ -204,6 +347,7 @@ impl fmt::Debug for ServerLayer {
         f.debug_struct("ServerLayer")
             .field("service", &self.config.service)
             .field("protocol", &self.config.protocol)
+            .field("role", &self.config.role)
             .field("force", &self.config.force)
             .field("stream_end", &self.config.stream_end)
             .finish_non_exhaustive()
@@ -279,11 +423,19 @@ where
             Some(f) => f(&caller),
             None => config.protocol.endpoint(&caller),
         };
-        let labels = config
+        let mut labels = config
             .labels
             .as_ref()
             .map(|f| f(&caller))
             .unwrap_or_default();
+        if !decision.return_path {
+            let root = if decision.started_here && config.role == Role::Entry {
+                Role::Entry
+            } else {
+                Role::Internal
+            };
+            labels.insert(ROOT_LABEL.to_owned(), root.as_str().to_owned());
+        }
         let request_id = req
             .headers()
             .get(header::REQUEST_ID)
@@ -323,6 +475,9 @@ where
 struct Decision {
     trigger: Trigger,
     return_path: bool,
+    /// This service started the trace (its sampler or a force), rather than
+    /// continuing a trusted caller's.
+    started_here: bool,
 }
 
 fn caller_of<B>(req: &Request<B>) -> Caller<'_> {
@@ -347,6 +502,7 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
                 return trigger.map(|trigger| Decision {
                     trigger,
                     return_path: wants,
+                    started_here: false,
                 });
             }
             if trigger.is_some() {
@@ -364,14 +520,19 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
                 return Some(Decision {
                     trigger: Trigger::Forced,
                     return_path: false,
+                    started_here: true,
                 });
             }
             config.counters.force_rejected();
         }
     }
+    if config.role == Role::Internal {
+        return None;
+    }
     glue::sample(&config.sampler, req.uri().path()).map(|trigger| Decision {
         trigger,
         return_path: false,
+        started_here: true,
     })
 }
 

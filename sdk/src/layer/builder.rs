@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{CriticalPathLayer, Shared};
 use crate::clock::{Clock, SystemClock};
+use crate::env::{CptEnv, EnvError};
 use crate::export::RecordSink;
 use crate::trigger::{DefaultSampler, Sampler, SamplingContext, Trigger};
 
@@ -76,6 +77,39 @@ impl Builder {
     pub fn with_sampler(mut self, sampler: impl Sampler) -> Self {
         self.sampler = Arc::new(sampler);
         self
+    }
+
+    /// The sampler from `CPT_SAMPLE_RATE` / `CPT_SAMPLE_MAX_PER_SECOND`
+    /// when either is set ([`env`](mod@crate::env)); settings made after this
+    /// call win.
+    ///
+    /// # Panics
+    ///
+    /// With [`EnvError`]'s message when a `CPT_*` variable is malformed
+    /// (a misconfigured process should not start); use
+    /// [`try_with_default_env`](Builder::try_with_default_env) to handle it.
+    #[must_use]
+    pub fn with_default_env(self) -> Self {
+        self.try_with_default_env()
+            .unwrap_or_else(|e| panic!("cpt configuration from the environment: {e}"))
+    }
+
+    /// [`with_default_env`](Builder::with_default_env), returning the error.
+    ///
+    /// # Errors
+    ///
+    /// A malformed `CPT_*` variable ([`CptEnv::from_env`]).
+    pub fn try_with_default_env(self) -> Result<Self, EnvError> {
+        Ok(self.with_env(&CptEnv::from_env()?))
+    }
+
+    /// Apply what `env` configures (its sampler, when set).
+    #[must_use]
+    pub fn with_env(self, env: &CptEnv) -> Self {
+        match env.sampler() {
+            Some(sampler) => self.with_sampler(sampler),
+            None => self,
+        }
     }
 
     /// The clock for every timestamp (tests: `TokioClock` under a paused
