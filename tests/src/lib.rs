@@ -4,11 +4,11 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cpt_sdk::layer::CriticalPathLayer;
+use cpt_sdk::layer::{Builder, CriticalPathLayer, Handle};
+use cpt_sdk::testing::RecordingSink;
 use cpt_sdk::{Record, SegmentKind};
 use tonic::body::Body;
 use tonic::service::Routes;
@@ -19,42 +19,54 @@ use tracing_subscriber::prelude::*;
 
 pub use cpt_examples::proto;
 
-/// A sink keeping every record it is given.
-#[derive(Clone, Debug, Default)]
-pub struct Recorder(Arc<Mutex<Vec<Record>>>);
+/// The records of one test's layer: an [`sdk::testing::RecordingSink`]
+/// (records wake waiters on a condvar) and the layer's [`Handle`], so "no
+/// more records will come" is decided by the layer (no traced request in
+/// flight, its background queue flushed), not by a sleep.
+///
+/// [`sdk::testing::RecordingSink`]: cpt_sdk::testing::RecordingSink
+#[derive(Clone, Debug)]
+pub struct Recorder {
+    sink: RecordingSink,
+    handle: Handle,
+}
 
 impl Recorder {
+    /// Build `builder`'s layer with a sink recording into a new recorder.
+    pub fn layer(builder: Builder) -> (CriticalPathLayer, Recorder) {
+        let sink = RecordingSink::new();
+        let (layer, handle) = builder.with_sink(sink.clone()).build();
+        (layer, Recorder { sink, handle })
+    }
+
     /// The records so far.
     pub fn records(&self) -> Vec<Record> {
-        self.0.lock().expect("recorder poisoned").clone()
+        self.sink.records()
     }
 
-    /// Wait (up to 2 s) until at least `n` records arrived, then return all.
+    /// Wait (up to 2 s) until at least `n` records arrived, then until the
+    /// layer is [settled](Self::settled); return all.
     pub async fn wait_for(&self, n: usize) -> Vec<Record> {
-        for _ in 0..200 {
-            if self.0.lock().expect("recorder poisoned").len() >= n {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while self.sink.len() < n && tokio::time::Instant::now() < deadline {
+            // Async: the servers whose requests we wait for run on this thread.
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        // Let anything that should not be there show up too.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        self.records()
+        self.settled().await
     }
-}
 
-impl Recorder {
-    /// Give stray records a moment to arrive, then return all (for tests
-    /// asserting that none came).
+    /// Every record that will come, for tests asserting that none (or no
+    /// more) came: waits (up to 2 s) until no traced request is in flight,
+    /// then until the layer's background thread has emitted every finished
+    /// request's record.
     pub async fn settled(&self) -> Vec<Record> {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while self.handle.requests_in_flight() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        // The background thread does not need this runtime: blocking is fine.
+        self.handle.flush(Duration::from_secs(2));
         self.records()
-    }
-}
-
-impl cpt_sdk::RecordSink for Recorder {
-    fn emit(&self, record: Record) {
-        self.0.lock().expect("recorder poisoned").push(record);
     }
 }
 
@@ -66,11 +78,18 @@ where
     F: FnOnce(Recorder) -> Fut,
     Fut: Future,
 {
-    let recorder = Recorder::default();
-    let (layer, _handle) = CriticalPathLayer::builder()
-        .with_service("test")
-        .with_sink(recorder.clone())
-        .build();
+    run_with(|b| b, f)
+}
+
+/// [`run`] with the layer's builder adjusted by `configure` (a sampler, a
+/// clock), e.g. `run_with(|b| b.with_sampler(DefaultSampler::new(1.0)), ..)`.
+pub fn run_with<F, Fut>(configure: impl FnOnce(Builder) -> Builder, f: F) -> Fut::Output
+where
+    F: FnOnce(Recorder) -> Fut,
+    Fut: Future,
+{
+    let (layer, recorder) =
+        Recorder::layer(configure(CriticalPathLayer::builder().with_service("test")));
     let subscriber = tracing_subscriber::registry().with(layer);
     let _guard = tracing::subscriber::set_default(subscriber);
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -9,7 +9,6 @@ use axum::extract::{Path, State};
 use axum::routing::get;
 use bytes::Bytes;
 use cpt_middleware::{Client, ClientLayer, ROOT_LABEL, ServerLayer, SharedSecret};
-use cpt_sdk::layer::CriticalPathLayer;
 use cpt_sdk::trigger::DefaultSampler;
 use cpt_tests::{Recorder, has, io, render, segments};
 use http_body_util::{BodyExt, Full};
@@ -17,7 +16,6 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tracing::Instrument;
-use tracing_subscriber::prelude::*;
 
 const SECRET: &str = "service-secret";
 
@@ -30,18 +28,7 @@ where
     F: FnOnce(Recorder) -> Fut,
     Fut: std::future::Future,
 {
-    let recorder = Recorder::default();
-    let (layer, _handle) = CriticalPathLayer::builder()
-        .with_service("test")
-        .with_sampler(DefaultSampler::new(1.0))
-        .with_sink(recorder.clone())
-        .build();
-    let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(f(recorder))
+    cpt_tests::run_with(|b| b.with_sampler(DefaultSampler::new(1.0)), f)
 }
 
 async fn serve(app: axum::Router) -> SocketAddr {
