@@ -28,7 +28,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use cpt_examples::proto::{GrpcClient, RunReply, RunRequest, method};
+use cpt_examples::proto::RunRequest;
+use cpt_examples::proto::service_a_client::ServiceAClient;
 use cpt_examples::system::{self, Config, Work};
 use cpt_sdk::layer::{CriticalPathLayer, Handle};
 use tonic::transport::Channel;
@@ -39,7 +40,7 @@ use tracing_subscriber::prelude::*;
 struct Setup {
     name: &'static str,
     runtime: tokio::runtime::Runtime,
-    client: GrpcClient<Channel>,
+    client: ServiceAClient<Channel>,
     latencies: Vec<Duration>,
     throughput: Vec<f64>,
     /// The cpt layer's handle: its background path computations are
@@ -95,7 +96,7 @@ fn setup(name: &'static str, dispatch: Dispatch, config: Config, layer: Option<H
             .connect()
             .await
             .expect("connect to A");
-        GrpcClient::new(channel)
+        ServiceAClient::new(channel)
     });
     Setup {
         name,
@@ -122,10 +123,7 @@ fn round(s: &mut Setup, n: usize) {
         let mut lat = Vec::with_capacity(n);
         for i in 0..n as u64 {
             let t = Instant::now();
-            let _: RunReply = client
-                .unary(method::A_RUN, request(i))
-                .await
-                .expect("A.Run");
+            client.run(request(i)).await.expect("A.Run");
             lat.push(t.elapsed());
         }
         lat
@@ -141,10 +139,7 @@ fn round(s: &mut Setup, n: usize) {
                 let (mut client, next) = (client.clone(), next.clone());
                 tokio::spawn(async move {
                     while next.fetch_add(1, Ordering::Relaxed) < n as u64 {
-                        let _: RunReply = client
-                            .unary(method::A_RUN, request(3))
-                            .await
-                            .expect("A.Run");
+                        client.run(request(3)).await.expect("A.Run");
                     }
                 })
             })

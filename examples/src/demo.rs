@@ -36,7 +36,8 @@ use cpt_sdk::sink::JsonLines;
 use cpt_sdk::{Record, RecordSink, SegmentKind, Trigger};
 use tracing_subscriber::prelude::*;
 
-use crate::proto::{GrpcClient, RunReply, RunRequest, method};
+use crate::proto::RunRequest;
+use crate::proto::service_a_client::ServiceAClient;
 use crate::system::{self, Config};
 
 /// Where the demo ships its records besides `DIR/records.jsonl`.
@@ -575,7 +576,7 @@ async fn drive(
         .connect()
         .await
         .context("connecting to A")?;
-    let client = GrpcClient::new(channel);
+    let client = ServiceAClient::new(channel);
     let next = Arc::new(AtomicU64::new(0));
     let every = config
         .requests
@@ -610,10 +611,7 @@ async fn drive(
                     id.parse().expect("ids are ASCII"),
                 );
                 let t = Instant::now();
-                match client
-                    .unary::<RunRequest, RunReply>(method::A_RUN, req)
-                    .await
-                {
+                match client.run(req).await {
                     Ok(_) => latencies.push(t.elapsed()),
                     Err(e) => {
                         errors += 1;

@@ -3,7 +3,8 @@
 //! - [`system`]: the three services, each a tonic server with the cpt server
 //!   layer and cpt client layers on its channels, plus one HTTP hop (B → C,
 //!   axum and a hyper-util client) and one server-streaming RPC (`C.Scan`).
-//! - [`proto`]: their messages and gRPC glue, written by hand.
+//! - [`proto`]: their messages, servers and clients, generated from
+//!   `proto/cpt/example/example.proto` by `build.rs` (protox, no `protoc`).
 //! - [`demo`]: the Figure 1 demo (the `demo` binary): starts all three on
 //!   loopback, drives load, writes records as JSON Lines and ships them to a
 //!   collector, writes the profile.

@@ -14,6 +14,7 @@
 //! spinning, so it is busy time on the path.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,10 +33,12 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use crate::proto::{
-    C1Reply, C1Request, GrpcClient, GrpcServer, RunReply, RunRequest, ScanItem, ScanRequest,
-    ServiceA, ServiceB, ServiceC, method,
-};
+use crate::proto::service_a_server::{ServiceA, ServiceAServer};
+use crate::proto::service_b_client::ServiceBClient;
+use crate::proto::service_b_server::{ServiceB, ServiceBServer};
+use crate::proto::service_c_client::ServiceCClient;
+use crate::proto::service_c_server::{ServiceC, ServiceCServer};
+use crate::proto::{C1Reply, C1Request, RunReply, RunRequest, ScanItem, ScanRequest};
 
 /// How long each subcomponent works (spins) per call.
 #[derive(Clone, Copy, Debug)]
@@ -120,16 +123,17 @@ fn server_layer(config: &Config, service: &'static str, grpc: bool) -> ServerLay
     }
 }
 
-type Grpc = GrpcClient<Client<Channel>>;
+/// A gRPC channel with the cpt client layer.
+type Grpc = Client<Channel>;
 type Http = Client<HttpClient<HttpConnector, Full<Bytes>>>;
 
-fn grpc_client(config: &Config, callee: &'static str, addr: SocketAddr) -> Grpc {
+fn grpc_channel(config: &Config, callee: &'static str, addr: SocketAddr) -> Grpc {
     let channel = Endpoint::from_shared(format!("http://{addr}"))
         .expect("a socket address is a valid URI")
         .tcp_nodelay(true)
         .connect_lazy();
     let layer = ClientLayer::grpc(callee).with_caller_secret(&config.secret);
-    GrpcClient::new(tower::Layer::layer(&layer, channel))
+    tower::Layer::layer(&layer, channel)
 }
 
 // === service C ===
@@ -162,40 +166,7 @@ pub async fn serve_c(
     http: TcpListener,
 ) -> anyhow::Result<()> {
     let state = Arc::new(CState { work: config.work });
-    let s1 = state.clone();
-    let s2 = state.clone();
-    let svc = GrpcServer::<ServiceC>::new()
-        .unary(method::C_C1, move |req: Request<C1Request>| {
-            let state = s1.clone();
-            async move {
-                let value = c1(&state, req.get_ref().key);
-                Ok(Response::new(C1Reply { value }))
-            }
-        })
-        .server_streaming(method::C_SCAN, move |req: Request<ScanRequest>| {
-            let state = s2.clone();
-            async move {
-                let ScanRequest { key, items } = *req.get_ref();
-                let stream = futures_util::stream::unfold(0u32, move |i| {
-                    let state = state.clone();
-                    async move {
-                        if i >= items {
-                            return None;
-                        }
-                        // C2: produce one item, calling C1 locally.
-                        let value = async {
-                            spin(state.work.c2);
-                            tokio::task::yield_now().await;
-                            c1(&state, key.wrapping_add(u64::from(i)))
-                        }
-                        .instrument(tracing::info_span!("C2"))
-                        .await;
-                        Some((Ok::<_, Status>(ScanItem { value }), i + 1))
-                    }
-                });
-                Ok(Response::new(Box::pin(stream)))
-            }
-        });
+    let svc = ServiceCServer::new(CService(state.clone()));
 
     let http_app = axum::Router::new()
         .route("/c1", get(c1_http))
@@ -238,6 +209,43 @@ pub async fn serve_c(
     Ok(())
 }
 
+struct CService(Arc<CState>);
+
+type ScanStream = Pin<Box<dyn futures_util::Stream<Item = Result<ScanItem, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ServiceC for CService {
+    async fn c1(&self, req: Request<C1Request>) -> Result<Response<C1Reply>, Status> {
+        let value = c1(&self.0, req.get_ref().key);
+        Ok(Response::new(C1Reply { value }))
+    }
+
+    type ScanStream = ScanStream;
+
+    async fn scan(&self, req: Request<ScanRequest>) -> Result<Response<ScanStream>, Status> {
+        let ScanRequest { key, items } = *req.get_ref();
+        let state = self.0.clone();
+        let stream = futures_util::stream::unfold(0u32, move |i| {
+            let state = state.clone();
+            async move {
+                if i >= items {
+                    return None;
+                }
+                // C2: produce one item, calling C1 locally.
+                let value = async {
+                    spin(state.work.c2);
+                    tokio::task::yield_now().await;
+                    c1(&state, key.wrapping_add(u64::from(i)))
+                }
+                .instrument(tracing::info_span!("C2"))
+                .await;
+                Some((Ok(ScanItem { value }), i + 1))
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct KeyQuery {
     key: u64,
@@ -251,7 +259,7 @@ async fn c1_http(State(state): State<Arc<CState>>, Query(q): Query<KeyQuery>) ->
 
 struct BState {
     work: Work,
-    c_grpc: Grpc,
+    c_grpc: ServiceCClient<Grpc>,
     c_http: Http,
     c_http_addr: SocketAddr,
 }
@@ -272,17 +280,14 @@ pub async fn serve_b(
     let http = HttpClient::builder(TokioExecutor::new()).build(connector);
     let state = Arc::new(BState {
         work: config.work,
-        c_grpc: grpc_client(&config, "C", c_grpc),
+        c_grpc: ServiceCClient::new(grpc_channel(&config, "C", c_grpc)),
         c_http: tower::Layer::layer(
             &ClientLayer::http("C").with_caller_secret(&config.secret),
             http,
         ),
         c_http_addr: c_http,
     });
-    let svc = GrpcServer::<ServiceB>::new().unary(method::B_B1, move |req: Request<RunRequest>| {
-        let state = state.clone();
-        async move { b1(state, *req.get_ref()).await.map(Response::new) }
-    });
+    let svc = ServiceBServer::new(BService(state));
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     if config.middleware {
         tonic::transport::Server::builder()
@@ -299,10 +304,19 @@ pub async fn serve_b(
     Ok(())
 }
 
-async fn b1(state: Arc<BState>, req: RunRequest) -> Result<RunReply, Status> {
+struct BService(Arc<BState>);
+
+#[tonic::async_trait]
+impl ServiceB for BService {
+    async fn b1(&self, req: Request<RunRequest>) -> Result<Response<RunReply>, Status> {
+        b1(&self.0, *req.get_ref()).await.map(Response::new)
+    }
+}
+
+async fn b1(state: &BState, req: RunRequest) -> Result<RunReply, Status> {
     async {
         spin(state.work.b1);
-        let value = b2(&state, req).await?;
+        let value = b2(state, req).await?;
         Ok(RunReply { value })
     }
     .instrument(tracing::info_span!("B1"))
@@ -331,18 +345,20 @@ async fn b2(state: &BState, req: RunRequest) -> Result<u64, Status> {
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| Status::internal("C returned a bad value"))?;
         spin(state.work.b2);
-        let items: Vec<ScanItem> = state
+        let mut items = state
             .c_grpc
             .clone()
-            .server_streaming(
-                method::C_SCAN,
-                ScanRequest {
-                    key: req.key,
-                    items: req.items,
-                },
-            )
-            .await?;
-        Ok(items.iter().fold(first, |acc, i| acc ^ i.value))
+            .scan(ScanRequest {
+                key: req.key,
+                items: req.items,
+            })
+            .await?
+            .into_inner();
+        let mut value = first;
+        while let Some(item) = items.message().await? {
+            value ^= item.value;
+        }
+        Ok(value)
     }
     .instrument(tracing::info_span!("B2"))
     .await
@@ -352,8 +368,8 @@ async fn b2(state: &BState, req: RunRequest) -> Result<u64, Status> {
 
 struct AState {
     work: Work,
-    b: Grpc,
-    c: Grpc,
+    b: ServiceBClient<Grpc>,
+    c: ServiceCClient<Grpc>,
 }
 
 /// Serve A (`A.Run`).
@@ -369,14 +385,10 @@ pub async fn serve_a(
 ) -> anyhow::Result<()> {
     let state = Arc::new(AState {
         work: config.work,
-        b: grpc_client(&config, "B", b),
-        c: grpc_client(&config, "C", c_grpc),
+        b: ServiceBClient::new(grpc_channel(&config, "B", b)),
+        c: ServiceCClient::new(grpc_channel(&config, "C", c_grpc)),
     });
-    let svc =
-        GrpcServer::<ServiceA>::new().unary(method::A_RUN, move |req: Request<RunRequest>| {
-            let state = state.clone();
-            async move { a1(state, *req.get_ref()).await.map(Response::new) }
-        });
+    let svc = ServiceAServer::new(AService(state));
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     if config.middleware {
         tonic::transport::Server::builder()
@@ -393,23 +405,26 @@ pub async fn serve_a(
     Ok(())
 }
 
+struct AService(Arc<AState>);
+
+#[tonic::async_trait]
+impl ServiceA for AService {
+    async fn run(&self, req: Request<RunRequest>) -> Result<Response<RunReply>, Status> {
+        a1(&self.0, *req.get_ref()).await.map(Response::new)
+    }
+}
+
 /// A1: work, call B1 and A2 (in sequence or in parallel), work.
-async fn a1(state: Arc<AState>, req: RunRequest) -> Result<RunReply, Status> {
+async fn a1(state: &AState, req: RunRequest) -> Result<RunReply, Status> {
     async {
         spin(state.work.a1);
-        let call_b1 = async {
-            state
-                .b
-                .clone()
-                .unary::<_, RunReply>(method::B_B1, req)
-                .await
-        };
+        let call_b1 = async { state.b.clone().b1(req).await.map(Response::into_inner) };
         let (b, a2) = if req.parallel {
-            tokio::join!(call_b1, a2(&state, req.key))
+            tokio::join!(call_b1, a2(state, req.key))
         } else {
             let b = call_b1.await;
             spin(state.work.a1);
-            (b, a2(&state, req.key).await)
+            (b, a2(state, req.key).await)
         };
         spin(state.work.a1);
         Ok(RunReply {
@@ -424,12 +439,8 @@ async fn a1(state: Arc<AState>, req: RunRequest) -> Result<RunReply, Status> {
 async fn a2(state: &AState, key: u64) -> Result<u64, Status> {
     async {
         spin(state.work.a2);
-        let reply: C1Reply = state
-            .c
-            .clone()
-            .unary(method::C_C1, C1Request { key })
-            .await?;
-        Ok(reply.value)
+        let reply = state.c.clone().c1(C1Request { key }).await?;
+        Ok(reply.into_inner().value)
     }
     .instrument(tracing::info_span!("A2"))
     .await

@@ -219,3 +219,115 @@ pub fn always(_: &cpt_sdk::trigger::SamplingContext<'_>) -> Option<cpt_sdk::Trig
 
 /// tonic's prost codec, for tests that call `tonic::client::Grpc` directly.
 pub type Codec<Req, Res> = tonic_prost::ProstCodec<Req, Res>;
+
+/// The example services' generated servers over closures, so a test states
+/// only the behaviour it needs (`cpt_examples::system` implements the same
+/// traits on structs, as a service would).
+pub mod services {
+    use std::future::Future;
+    use std::pin::Pin;
+
+    use cpt_examples::proto::service_a_server::{ServiceA, ServiceAServer};
+    use cpt_examples::proto::service_b_server::{ServiceB, ServiceBServer};
+    use cpt_examples::proto::service_c_server::{ServiceC, ServiceCServer};
+    use cpt_examples::proto::{C1Reply, C1Request, RunReply, RunRequest, ScanItem, ScanRequest};
+    use tonic::{Request, Response, Status};
+
+    /// `ServiceC.Scan`'s stream.
+    pub type ScanStream =
+        Pin<Box<dyn futures_util::Stream<Item = Result<ScanItem, Status>> + Send>>;
+
+    /// A closure as a gRPC method handler.
+    #[derive(Debug)]
+    pub struct Handler<F>(F);
+
+    impl<F> Handler<F> {
+        async fn call<Req, Res, Fut>(&self, req: Request<Req>) -> Result<Response<Res>, Status>
+        where
+            F: Fn(Request<Req>) -> Fut,
+            Fut: Future<Output = Result<Response<Res>, Status>>,
+        {
+            (self.0)(req).await
+        }
+    }
+
+    #[tonic::async_trait]
+    impl<F, Fut> ServiceA for Handler<F>
+    where
+        F: Fn(Request<RunRequest>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Response<RunReply>, Status>> + Send,
+    {
+        async fn run(&self, req: Request<RunRequest>) -> Result<Response<RunReply>, Status> {
+            self.call(req).await
+        }
+    }
+
+    #[tonic::async_trait]
+    impl<F, Fut> ServiceB for Handler<F>
+    where
+        F: Fn(Request<RunRequest>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Response<RunReply>, Status>> + Send,
+    {
+        async fn b1(&self, req: Request<RunRequest>) -> Result<Response<RunReply>, Status> {
+            self.call(req).await
+        }
+    }
+
+    /// `ServiceC` from a `C1` and a `Scan` handler.
+    #[derive(Debug)]
+    pub struct C<F, G> {
+        c1: Handler<F>,
+        scan: Handler<G>,
+    }
+
+    #[tonic::async_trait]
+    impl<F, FutF, G, FutG> ServiceC for C<F, G>
+    where
+        F: Fn(Request<C1Request>) -> FutF + Send + Sync + 'static,
+        FutF: Future<Output = Result<Response<C1Reply>, Status>> + Send,
+        G: Fn(Request<ScanRequest>) -> FutG + Send + Sync + 'static,
+        FutG: Future<Output = Result<Response<ScanStream>, Status>> + Send,
+    {
+        async fn c1(&self, req: Request<C1Request>) -> Result<Response<C1Reply>, Status> {
+            self.c1.call(req).await
+        }
+
+        type ScanStream = ScanStream;
+
+        async fn scan(&self, req: Request<ScanRequest>) -> Result<Response<ScanStream>, Status> {
+            self.scan.call(req).await
+        }
+    }
+
+    /// `ServiceA` whose `Run` is `run`.
+    pub fn a<F>(run: F) -> ServiceAServer<Handler<F>>
+    where
+        Handler<F>: ServiceA,
+    {
+        ServiceAServer::new(Handler(run))
+    }
+
+    /// `ServiceB` whose `B1` is `b1`.
+    pub fn b<F>(b1: F) -> ServiceBServer<Handler<F>>
+    where
+        Handler<F>: ServiceB,
+    {
+        ServiceBServer::new(Handler(b1))
+    }
+
+    /// `ServiceC` with both methods.
+    pub fn c<F, G>(c1: F, scan: G) -> ServiceCServer<C<F, G>>
+    where
+        C<F, G>: ServiceC,
+    {
+        ServiceCServer::new(C {
+            c1: Handler(c1),
+            scan: Handler(scan),
+        })
+    }
+
+    /// A `Scan` handler for tests that do not stream: `UNIMPLEMENTED`.
+    pub async fn no_scan(_: Request<ScanRequest>) -> Result<Response<ScanStream>, Status> {
+        Err(Status::unimplemented("this test's C does not scan"))
+    }
+}

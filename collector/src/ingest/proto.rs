@@ -1,158 +1,66 @@
-//! The ingest API's protobuf messages (`cpt.collector.v1`), written by hand.
+//! The ingest API's protobuf messages (`cpt.collector.v1`), generated at
+//! build time from `collector/proto/cpt/collector/v1/collector.proto` by
+//! `build.rs` with `protox` and `prost-build` (no `protoc`), and their
+//! conversions to and from the [`cpt_sdk`] model.
 //!
-//! `collector/proto/cpt/collector/v1/collector.proto` is the schema; these
-//! `prost` derives keep its field numbers, so cpt builds without `protoc`.
 //! The unit tests below pin every field number by decoding hand-assembled
-//! bytes, so a renumbering here cannot go unnoticed.
+//! bytes, so a renumbering in the .proto cannot go unnoticed.
 //!
 //! A record's path travels as a frame table plus segments that index into it
 //! (the shape of [`CriticalPath`] itself): each distinct frame is sent once.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cpt_sdk::path::{Accounting as SdkAccounting, CriticalPath, Frame as SdkFrame, Location};
+use cpt_sdk::path::{
+    Accounting as SdkAccounting, Cause, CriticalPath, Frame as SdkFrame, Location,
+};
 use cpt_sdk::{Record as SdkRecord, SegmentKind as SdkKind, Trigger as SdkTrigger};
 
-/// A batch of records: the request of `Collector/Export` and of
-/// `POST /v1/records` with a protobuf body.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct RecordBatch {
-    /// The records; the batch is stored whole or not at all.
-    #[prost(message, repeated, tag = "1")]
-    pub records: Vec<Record>,
+include!(concat!(env!("OUT_DIR"), "/cpt.collector.v1.rs"));
+
+// === impl Accounting ===
+
+impl Accounting {
+    /// The field of `cause`. The one place that names the generated fields:
+    /// prost generates a plain struct (no per-field accessor by number), so
+    /// this exhaustive match maps [`Cause`] to it; every conversion loops over
+    /// [`Cause::ALL`]. A new cause is a compile error here until it has its
+    /// field in collector.proto and its arm below.
+    pub fn nanos_mut(&mut self, cause: Cause) -> &mut u64 {
+        match cause {
+            Cause::Network => &mut self.network_nanos,
+            Cause::Overcount => &mut self.overcount_nanos,
+            Cause::BlindSpot => &mut self.blind_spot_nanos,
+            Cause::Unattributed => &mut self.unattributed_nanos,
+            Cause::Queueing => &mut self.queueing_nanos,
+            Cause::Truncated => &mut self.truncated_nanos,
+            Cause::ClockSkew => &mut self.clock_skew_nanos,
+        }
+    }
+
+    /// The field of `cause`.
+    pub fn nanos(mut self, cause: Cause) -> u64 {
+        *self.nanos_mut(cause)
+    }
 }
 
-/// The reply to an accepted batch: every record is durable.
-#[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
-pub struct ExportResponse {
-    /// How many records were stored.
-    #[prost(uint64, tag = "1")]
-    pub accepted_records: u64,
+impl From<&SdkAccounting> for Accounting {
+    fn from(a: &SdkAccounting) -> Accounting {
+        let mut pb = Accounting::default();
+        for (cause, d) in a.iter() {
+            *pb.nanos_mut(cause) = nanos(d);
+        }
+        pb
+    }
 }
 
-/// Why a request was traced (`TRIGGER_UNSPECIFIED` is rejected).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
-#[repr(i32)]
-pub enum Trigger {
-    /// Not set: an invalid record.
-    Unspecified = 0,
-    /// See [`cpt_sdk::Trigger::Sampled`].
-    Sampled = 1,
-    /// See [`cpt_sdk::Trigger::Forced`].
-    Forced = 2,
-}
-
-/// Why a segment is on the path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
-#[repr(i32)]
-pub enum SegmentKind {
-    /// See [`cpt_sdk::SegmentKind::Busy`].
-    Busy = 0,
-    /// See [`cpt_sdk::SegmentKind::Queueing`].
-    Queueing = 1,
-    /// See [`cpt_sdk::SegmentKind::Unattributed`].
-    Unattributed = 2,
-    /// See [`cpt_sdk::SegmentKind::Network`].
-    Network = 3,
-    /// See [`cpt_sdk::SegmentKind::BlindSpot`].
-    BlindSpot = 4,
-}
-
-/// One record (see [`cpt_sdk::Record`]).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct Record {
-    /// The service that received the request.
-    #[prost(string, tag = "1")]
-    pub service: String,
-    /// The endpoint, when known.
-    #[prost(string, optional, tag = "2")]
-    pub endpoint: Option<String>,
-    /// A [`Trigger`].
-    #[prost(enumeration = "Trigger", tag = "3")]
-    pub trigger: i32,
-    /// End-to-end latency; must equal the sum of the segments.
-    #[prost(uint64, tag = "4")]
-    pub latency_nanos: u64,
-    /// Wall-clock start, when known.
-    #[prost(uint64, optional, tag = "5")]
-    pub start_unix_nanos: Option<u64>,
-    /// The service's own request id.
-    #[prost(string, optional, tag = "6")]
-    pub request_id: Option<String>,
-    /// The W3C trace id.
-    #[prost(string, optional, tag = "7")]
-    pub trace_id: Option<String>,
-    /// User labels.
-    #[prost(btree_map = "string, string", tag = "8")]
-    pub labels: BTreeMap<String, String>,
-    /// The path's frame table.
-    #[prost(message, repeated, tag = "9")]
-    pub frames: Vec<Frame>,
-    /// The path's segments, in order.
-    #[prost(message, repeated, tag = "10")]
-    pub segments: Vec<Segment>,
-    /// The path's accounting.
-    #[prost(message, optional, tag = "11")]
-    pub accounting: Option<Accounting>,
-}
-
-/// A frame of the table.
-#[derive(Clone, PartialEq, Eq, prost::Message)]
-pub struct Frame {
-    /// Node name.
-    #[prost(string, tag = "1")]
-    pub name: String,
-    /// The service the node ran in.
-    #[prost(string, tag = "2")]
-    pub service: String,
-    /// Source file, when known.
-    #[prost(string, optional, tag = "3")]
-    pub file: Option<String>,
-    /// Source line (with `file`).
-    #[prost(uint32, tag = "4")]
-    pub line: u32,
-}
-
-/// A segment: indexes into the frame table, root first.
-#[derive(Clone, PartialEq, Eq, prost::Message)]
-pub struct Segment {
-    /// Frame indexes, root first; never empty.
-    #[prost(uint32, repeated, tag = "1")]
-    pub stack: Vec<u32>,
-    /// How long the stack was on the path.
-    #[prost(uint64, tag = "2")]
-    pub duration_nanos: u64,
-    /// A [`SegmentKind`].
-    #[prost(enumeration = "SegmentKind", tag = "3")]
-    pub kind: i32,
-}
-
-/// See [`cpt_sdk::Accounting`].
-#[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
-pub struct Accounting {
-    /// Network / undercount.
-    #[prost(uint64, tag = "1")]
-    pub network_nanos: u64,
-    /// Overcount, clamped away.
-    #[prost(uint64, tag = "2")]
-    pub overcount_nanos: u64,
-    /// Blind spots.
-    #[prost(uint64, tag = "3")]
-    pub blind_spot_nanos: u64,
-    /// Unattributed waits.
-    #[prost(uint64, tag = "4")]
-    pub unattributed_nanos: u64,
-    /// Queueing.
-    #[prost(uint64, tag = "5")]
-    pub queueing_nanos: u64,
-    /// Truncated (coarsened) time.
-    #[prost(uint64, tag = "6")]
-    pub truncated_nanos: u64,
-    /// Time cut by clock-skew repair (imported traces).
-    #[prost(uint64, tag = "7")]
-    pub clock_skew_nanos: u64,
+impl From<Accounting> for SdkAccounting {
+    fn from(pb: Accounting) -> SdkAccounting {
+        SdkAccounting::from_causes(
+            Cause::ALL.map(|cause| (cause, Duration::from_nanos(pb.nanos(cause)))),
+        )
+    }
 }
 
 /// What is wrong with a protobuf record, naming the field.
@@ -213,15 +121,7 @@ impl From<&SdkRecord> for Record {
                     kind: SegmentKind::from(s.kind) as i32,
                 })
                 .collect(),
-            accounting: (!a.is_zero()).then(|| Accounting {
-                network_nanos: nanos(a.network),
-                overcount_nanos: nanos(a.overcount),
-                blind_spot_nanos: nanos(a.blind_spot),
-                unattributed_nanos: nanos(a.unattributed),
-                queueing_nanos: nanos(a.queueing),
-                truncated_nanos: nanos(a.truncated),
-                clock_skew_nanos: nanos(a.clock_skew),
-            }),
+            accounting: (!a.is_zero()).then(|| Accounting::from(a)),
         }
     }
 }
@@ -332,15 +232,7 @@ impl Record {
             ));
         }
         if let Some(a) = self.accounting {
-            path.accounting = SdkAccounting {
-                network: Duration::from_nanos(a.network_nanos),
-                overcount: Duration::from_nanos(a.overcount_nanos),
-                blind_spot: Duration::from_nanos(a.blind_spot_nanos),
-                unattributed: Duration::from_nanos(a.unattributed_nanos),
-                queueing: Duration::from_nanos(a.queueing_nanos),
-                truncated: Duration::from_nanos(a.truncated_nanos),
-                clock_skew: Duration::from_nanos(a.clock_skew_nanos),
-            };
+            path.accounting = a.into();
         }
         Ok(SdkRecord {
             service: self.service,
@@ -430,6 +322,23 @@ mod tests {
         );
         let resp = ExportResponse::decode(&[0x08, 5][..]).unwrap();
         assert_eq!(resp.accepted_records, 5);
+    }
+
+    /// `nanos_mut` maps each cause to the field numbered
+    /// `Cause::field_number()`, and each cause survives the round trip
+    /// through the sdk's accounting on its own.
+    #[test]
+    fn accounting_fields_are_numbered_by_cause() {
+        for cause in Cause::ALL {
+            let mut pb = Accounting::default();
+            *pb.nanos_mut(cause) = 5;
+            let tag = u8::try_from(cause.field_number() << 3).unwrap();
+            assert_eq!(pb.encode_to_vec(), [tag, 5], "{cause:?}");
+            let sdk = SdkAccounting::from(pb);
+            assert_eq!(sdk.get(cause), Duration::from_nanos(5), "{cause:?}");
+            assert_eq!(sdk.iter().filter(|(_, d)| !d.is_zero()).count(), 1);
+            assert_eq!(Accounting::from(&sdk), pb, "{cause:?}");
+        }
     }
 
     #[rustfmt::skip]

@@ -10,12 +10,15 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use base64::Engine as _;
-use cpt_examples::proto::{
-    C1Reply, C1Request, GrpcClient, GrpcServer, RunReply, RunRequest, ServiceA, ServiceC, method,
-};
+use cpt_examples::proto::service_a_client::ServiceAClient;
+use cpt_examples::proto::service_c_client::ServiceCClient;
+use cpt_examples::proto::service_c_server::{ServiceC, ServiceCServer};
+use cpt_examples::proto::{C1Reply, C1Request, RunReply, RunRequest};
 use cpt_middleware::{ClientLayer, ServerLayer, SharedSecret, header};
 use cpt_sdk::{CriticalPath, Frame, Record, SegmentKind};
-use cpt_tests::{always, channel, has, io, render, run, segments, serve_grpc, time_where};
+use cpt_tests::{
+    always, channel, has, io, render, run, segments, serve_grpc, services, time_where,
+};
 use tonic::{Request, Response};
 use tower::layer::util::Identity;
 use tower::{Service, ServiceBuilder};
@@ -23,15 +26,18 @@ use tracing::Instrument;
 
 const SECRET: &str = "accounting-secret";
 
-fn c_service() -> GrpcServer<ServiceC> {
-    GrpcServer::<ServiceC>::new().unary(method::C_C1, |req: Request<C1Request>| async move {
-        async { io("C1.io", Duration::from_millis(10)).await }
-            .instrument(tracing::info_span!("C1"))
-            .await;
-        Ok(Response::new(C1Reply {
-            value: req.get_ref().key,
-        }))
-    })
+fn c_service() -> ServiceCServer<impl ServiceC> {
+    services::c(
+        |req: Request<C1Request>| async move {
+            async { io("C1.io", Duration::from_millis(10)).await }
+                .instrument(tracing::info_span!("C1"))
+                .await;
+            Ok(Response::new(C1Reply {
+                value: req.get_ref().key,
+            }))
+        },
+        services::no_scan,
+    )
 }
 
 /// Service A (always sampling) whose A1 calls C.C1 through `layer`; sends
@@ -41,23 +47,24 @@ async fn call_through_a(
     c_addr: SocketAddr,
     layer: ClientLayer,
 ) -> Record {
-    let c = GrpcClient::new(tower::Layer::layer(&layer, channel(c_addr)));
-    let a_svc =
-        GrpcServer::<ServiceA>::new().unary(method::A_RUN, move |_: Request<RunRequest>| {
-            let mut c = c.clone();
-            async move {
-                let reply: C1Reply = c
-                    .unary(method::C_C1, C1Request { key: 3 })
-                    .instrument(tracing::info_span!("A1"))
-                    .await?;
-                Ok(Response::new(RunReply { value: reply.value }))
-            }
-        });
+    let c = ServiceCClient::new(tower::Layer::layer(&layer, channel(c_addr)));
+    let a_svc = services::a(move |_: Request<RunRequest>| {
+        let mut c = c.clone();
+        async move {
+            let reply = c
+                .c1(C1Request { key: 3 })
+                .instrument(tracing::info_span!("A1"))
+                .await?
+                .into_inner();
+            Ok(Response::new(RunReply { value: reply.value }))
+        }
+    });
     let a_addr = serve_grpc(ServerLayer::grpc("A").with_sampler(always), a_svc).await;
-    let reply: RunReply = GrpcClient::new(channel(a_addr))
-        .unary(method::A_RUN, RunRequest::default())
+    let reply = ServiceAClient::new(channel(a_addr))
+        .run(RunRequest::default())
         .await
-        .expect("a bad or missing callee path never fails the call");
+        .expect("a bad or missing callee path never fails the call")
+        .into_inner();
     assert_eq!(reply.value, 3);
     let records = recorder.wait_for(1).await;
     assert_eq!(records.len(), 1, "{records:#?}");
@@ -91,7 +98,7 @@ fn blind_spot_naming_c(r: &Record) -> Duration {
     assert!(!blind.is_empty(), "a blind spot\n{shown}");
     for (stack, _, _) in &blind {
         assert!(
-            has(stack, "A:C /cpt.example.C/C1"),
+            has(stack, "A:C /cpt.example.ServiceC/C1"),
             "under the RPC frame\n{shown}"
         );
         let leaf = stack.last().unwrap();
@@ -186,7 +193,9 @@ fn undercount_delay_outside_callee_handler_is_network() {
         let r = call_through_a(&recorder, c_addr, client_layer()).await;
         let shown = render(&r);
         let network = time_where(&r, |(s, _, k)| {
-            *k == SegmentKind::Network && s.last().is_some_and(|f| f == "A:C /cpt.example.C/C1")
+            *k == SegmentKind::Network
+                && s.last()
+                    .is_some_and(|f| f == "A:C /cpt.example.ServiceC/C1")
         });
         assert!(
             network >= delay,
@@ -233,7 +242,10 @@ fn overcount_is_clamped_and_counted() {
         let mut claim = CriticalPath::new();
         let claimed = Duration::from_secs(10);
         claim.push_frames(
-            [Frame::new("C", "/cpt.example.C/C1"), Frame::new("C", "C1")],
+            [
+                Frame::new("C", "/cpt.example.ServiceC/C1"),
+                Frame::new("C", "C1"),
+            ],
             claimed,
             SegmentKind::Busy,
         );
@@ -283,7 +295,7 @@ fn oversize_path_metadata_becomes_blind_spot() {
         for i in 0..300 {
             big.push_frames(
                 [
-                    Frame::new("C", "/cpt.example.C/C1"),
+                    Frame::new("C", "/cpt.example.ServiceC/C1"),
                     Frame::new("C", format!("step-{i}")),
                 ],
                 Duration::from_micros(10),

@@ -5,13 +5,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cpt_examples::proto::{
-    GrpcClient, GrpcServer, RunReply, RunRequest, ServiceA, ServiceB, method,
-};
+use cpt_examples::proto::service_a_client::ServiceAClient;
+use cpt_examples::proto::service_b_client::ServiceBClient;
+use cpt_examples::proto::{RunReply, RunRequest, method};
 use cpt_examples::system::{self, Config};
 use cpt_middleware::{ClientLayer, ServerLayer, SharedSecret};
 use cpt_sdk::Trigger;
-use cpt_tests::{channel, has, has_service, io, render, run, segments, serve_grpc, time_where};
+use cpt_tests::{
+    channel, has, has_service, io, render, run, segments, serve_grpc, services, time_where,
+};
 use tonic::{Request, Response};
 use tracing::Instrument;
 
@@ -26,17 +28,14 @@ fn cpt_fig1_a_b_c_one_record_nests_all_services() {
         })
         .await
         .unwrap();
-        let mut client = GrpcClient::new(channel(addrs.a));
+        let mut client = ServiceAClient::new(channel(addrs.a));
         let t = Instant::now();
         let req = RunRequest {
             parallel: false,
             key: 7,
             items: 2,
         };
-        client
-            .unary::<_, RunReply>(method::A_RUN, req)
-            .await
-            .unwrap();
+        client.run(req).await.unwrap();
         let observed = t.elapsed();
 
         let records = recorder.wait_for(1).await;
@@ -61,10 +60,10 @@ fn cpt_fig1_a_b_c_one_record_nests_all_services() {
         );
 
         let segs = segments(r);
-        let rpc_b = "A:B /cpt.example.B/B1";
-        let rpc_c_from_a = "A:C /cpt.example.C/C1";
+        let rpc_b = "A:B /cpt.example.ServiceB/B1";
+        let rpc_c_from_a = "A:C /cpt.example.ServiceC/C1";
         let rpc_c_http = "B:C GET /c1";
-        let rpc_c_scan = "B:C /cpt.example.C/Scan";
+        let rpc_c_scan = "B:C /cpt.example.ServiceC/Scan";
         for (stack, _, _) in &segs {
             assert_eq!(
                 stack[0],
@@ -89,11 +88,17 @@ fn cpt_fig1_a_b_c_one_record_nests_all_services() {
             |frames: &[&str]| time_where(r, |(stack, _, _)| frames.iter().all(|f| has(stack, f)));
         assert!(under(&["A:A1"]) > Duration::ZERO, "{shown}");
         assert!(
-            under(&["A:A1", "A:A2", rpc_c_from_a, "C:/cpt.example.C/C1", "C:C1"]) > Duration::ZERO,
+            under(&[
+                "A:A1",
+                "A:A2",
+                rpc_c_from_a,
+                "C:/cpt.example.ServiceC/C1",
+                "C:C1"
+            ]) > Duration::ZERO,
             "A2 → C1\n{shown}"
         );
         assert!(
-            under(&[rpc_b, "B:/cpt.example.B/B1", "B:B1"]) > Duration::ZERO,
+            under(&[rpc_b, "B:/cpt.example.ServiceB/B1", "B:B1"]) > Duration::ZERO,
             "B1\n{shown}"
         );
         assert!(
@@ -101,7 +106,13 @@ fn cpt_fig1_a_b_c_one_record_nests_all_services() {
             "HTTP hop B2 → C1\n{shown}"
         );
         assert!(
-            under(&["B:B2", rpc_c_scan, "C:/cpt.example.C/Scan", "C:C2", "C:C1"]) > Duration::ZERO,
+            under(&[
+                "B:B2",
+                rpc_c_scan,
+                "C:/cpt.example.ServiceC/Scan",
+                "C:C2",
+                "C:C1"
+            ]) > Duration::ZERO,
             "stream B2 → C2 → C1\n{shown}"
         );
         for service in ["A", "B", "C"] {
@@ -115,7 +126,7 @@ fn cpt_fig1_a_b_c_one_record_nests_all_services() {
 
 /// A1 calls B1 and A2; B1 does `b1` of I/O, A2 `a2`. Returns A's record.
 async fn fig2_system(recorder: &cpt_tests::Recorder, parallel: bool) -> cpt_sdk::Record {
-    let b_svc = GrpcServer::<ServiceB>::new().unary(method::B_B1, |_: Request<RunRequest>| async {
+    let b_svc = services::b(|_: Request<RunRequest>| async {
         io("B1", Duration::from_millis(40)).await;
         Ok(Response::new(RunReply { value: 1 }))
     });
@@ -126,52 +137,44 @@ async fn fig2_system(recorder: &cpt_tests::Recorder, parallel: bool) -> cpt_sdk:
         b_svc,
     )
     .await;
-    let b = GrpcClient::new(tower::Layer::layer(
+    let b = ServiceBClient::new(tower::Layer::layer(
         &ClientLayer::grpc("B").with_caller_secret(SECRET),
         channel(b_addr),
     ));
     let b = Arc::new(b);
-    let a_svc =
-        GrpcServer::<ServiceA>::new().unary(method::A_RUN, move |req: Request<RunRequest>| {
-            let b = b.clone();
+    let a_svc = services::a(move |req: Request<RunRequest>| {
+        let b = b.clone();
+        async move {
+            let parallel = req.get_ref().parallel;
             async move {
-                let parallel = req.get_ref().parallel;
-                async move {
-                    io("A1.pre", Duration::from_millis(5)).await;
-                    let call_b = async {
-                        (*b).clone()
-                            .unary::<_, RunReply>(method::B_B1, RunRequest::default())
-                            .await
-                    };
-                    let a2 = io("A2", Duration::from_millis(10));
-                    if parallel {
-                        let (r, ()) = tokio::join!(call_b, a2);
-                        r?;
-                    } else {
-                        call_b.await?;
-                        a2.await;
-                    }
-                    io("A1.post", Duration::from_millis(5)).await;
-                    Ok(Response::new(RunReply { value: 0 }))
+                io("A1.pre", Duration::from_millis(5)).await;
+                let call_b = async { (*b).clone().b1(RunRequest::default()).await };
+                let a2 = io("A2", Duration::from_millis(10));
+                if parallel {
+                    let (r, ()) = tokio::join!(call_b, a2);
+                    r?;
+                } else {
+                    call_b.await?;
+                    a2.await;
                 }
-                .instrument(tracing::info_span!("A1"))
-                .await
+                io("A1.post", Duration::from_millis(5)).await;
+                Ok(Response::new(RunReply { value: 0 }))
             }
-        });
+            .instrument(tracing::info_span!("A1"))
+            .await
+        }
+    });
     let a_addr = serve_grpc(
         ServerLayer::grpc("A").with_sampler(cpt_tests::always),
         a_svc,
     )
     .await;
-    let mut client = GrpcClient::new(channel(a_addr));
+    let mut client = ServiceAClient::new(channel(a_addr));
     client
-        .unary::<_, RunReply>(
-            method::A_RUN,
-            RunRequest {
-                parallel,
-                ..Default::default()
-            },
-        )
+        .run(RunRequest {
+            parallel,
+            ..Default::default()
+        })
         .await
         .unwrap();
     let records = recorder.wait_for(1).await;

@@ -7,10 +7,11 @@ use std::time::Duration;
 use axum::routing::get;
 use base64::Engine as _;
 use bytes::Bytes;
-use cpt_examples::proto::{GrpcClient, GrpcServer, RunReply, RunRequest, ServiceA, method};
+use cpt_examples::proto::service_a_client::ServiceAClient;
+use cpt_examples::proto::{RunReply, RunRequest};
 use cpt_middleware::{ClientLayer, ServerLayer, SharedSecret, header};
 use cpt_sdk::CriticalPath;
-use cpt_tests::{always, channel, has, io, render, run, serve_grpc, time_where};
+use cpt_tests::{always, channel, has, io, render, run, serve_grpc, services, time_where};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -99,35 +100,34 @@ fn http_client_layer_merges_callee_path() {
             &layer,
             Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>(),
         );
-        let svc =
-            GrpcServer::<ServiceA>::new().unary(method::A_RUN, move |_: Request<RunRequest>| {
-                let client = client.clone();
-                async move {
-                    let req = http::Request::get(format!("http://{h}/items/7"))
-                        .body(Full::new(Bytes::new()))
-                        .unwrap();
-                    let body = async {
-                        let resp = tower::ServiceExt::oneshot(client, req)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        let body = resp
-                            .into_body()
-                            .collect()
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        Ok::<_, String>(body.to_bytes())
-                    }
-                    .instrument(tracing::info_span!("A1"))
-                    .await
-                    .map_err(Status::unavailable)?;
-                    Ok(Response::new(RunReply {
-                        value: body.len() as u64,
-                    }))
+        let svc = services::a(move |_: Request<RunRequest>| {
+            let client = client.clone();
+            async move {
+                let req = http::Request::get(format!("http://{h}/items/7"))
+                    .body(Full::new(Bytes::new()))
+                    .unwrap();
+                let body = async {
+                    let resp = tower::ServiceExt::oneshot(client, req)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let body = resp
+                        .into_body()
+                        .collect()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok::<_, String>(body.to_bytes())
                 }
-            });
+                .instrument(tracing::info_span!("A1"))
+                .await
+                .map_err(Status::unavailable)?;
+                Ok(Response::new(RunReply {
+                    value: body.len() as u64,
+                }))
+            }
+        });
         let a = serve_grpc(ServerLayer::grpc("A").with_sampler(always), svc).await;
-        let _: RunReply = GrpcClient::new(channel(a))
-            .unary(method::A_RUN, RunRequest::default())
+        ServiceAClient::new(channel(a))
+            .run(RunRequest::default())
             .await
             .unwrap();
         let records = recorder.wait_for(1).await;

@@ -5,13 +5,15 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use cpt_examples::proto::service_a_client::ServiceAClient;
+use cpt_examples::proto::service_c_client::ServiceCClient;
+use cpt_examples::proto::service_c_server::{ServiceC, ServiceCServer};
 use cpt_examples::proto::{
-    C1Reply, C1Request, GrpcClient, GrpcServer, RunReply, RunRequest, ScanItem, ScanRequest,
-    ServiceA, ServiceC, method,
+    C1Reply, C1Request, RunReply, RunRequest, ScanItem, ScanRequest, method,
 };
 use cpt_middleware::{ClientLayer, ServerLayer, SharedSecret, StreamEnd, header};
 use cpt_sdk::CriticalPath;
-use cpt_tests::{Codec, always, channel, has, io, render, run, serve_grpc, time_where};
+use cpt_tests::{Codec, always, channel, has, io, render, run, serve_grpc, services, time_where};
 use tonic::metadata::{AsciiMetadataKey, MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
@@ -21,9 +23,15 @@ const ITEM: Duration = Duration::from_millis(25);
 
 /// C with a streaming `Scan` (each item: C2 doing `ITEM` of I/O) and a `C1`
 /// that always fails.
-fn c_service() -> GrpcServer<ServiceC> {
-    GrpcServer::<ServiceC>::new()
-        .server_streaming(method::C_SCAN, |req: Request<ScanRequest>| async move {
+fn c_service() -> ServiceCServer<impl ServiceC> {
+    services::c(
+        |_: Request<C1Request>| async {
+            async { io("C1.io", Duration::from_millis(2)).await }
+                .instrument(tracing::info_span!("C1"))
+                .await;
+            Err::<Response<C1Reply>, _>(Status::not_found("no such key"))
+        },
+        |req: Request<ScanRequest>| async move {
             let items = req.get_ref().items;
             let stream = futures_util::stream::unfold(0u32, move |i| async move {
                 if i >= items {
@@ -39,14 +47,9 @@ fn c_service() -> GrpcServer<ServiceC> {
                     i + 1,
                 ))
             });
-            Ok(Response::new(Box::pin(stream)))
-        })
-        .unary(method::C_C1, |_: Request<C1Request>| async {
-            async { io("C1.io", Duration::from_millis(2)).await }
-                .instrument(tracing::info_span!("C1"))
-                .await;
-            Err::<Response<C1Reply>, _>(Status::not_found("no such key"))
-        })
+            Ok(Response::new(Box::pin(stream) as services::ScanStream))
+        },
+    )
 }
 
 fn c_layer() -> ServerLayer {
@@ -162,26 +165,29 @@ fn trailers_only_error_carries_path_in_headers() {
 fn streaming_path_is_merged_into_the_caller() {
     run(|recorder| async move {
         let c_addr = serve_grpc(c_layer(), c_service()).await;
-        let c = GrpcClient::new(tower::Layer::layer(
+        let c = ServiceCClient::new(tower::Layer::layer(
             &ClientLayer::grpc("C").with_caller_secret(SECRET),
             channel(c_addr),
         ));
-        let svc =
-            GrpcServer::<ServiceA>::new().unary(method::A_RUN, move |_: Request<RunRequest>| {
-                let mut c = c.clone();
-                async move {
-                    let items: Vec<ScanItem> = c
-                        .server_streaming(method::C_SCAN, ScanRequest { key: 0, items: 3 })
-                        .instrument(tracing::info_span!("A1"))
-                        .await?;
-                    Ok(Response::new(RunReply {
-                        value: items.len() as u64,
-                    }))
+        let svc = services::a(move |_: Request<RunRequest>| {
+            let mut c = c.clone();
+            async move {
+                let mut n = 0;
+                async {
+                    let mut items = c.scan(ScanRequest { key: 0, items: 3 }).await?.into_inner();
+                    while items.message().await?.is_some() {
+                        n += 1;
+                    }
+                    Ok::<_, Status>(())
                 }
-            });
+                .instrument(tracing::info_span!("A1"))
+                .await?;
+                Ok(Response::new(RunReply { value: n }))
+            }
+        });
         let a = serve_grpc(ServerLayer::grpc("A").with_sampler(always), svc).await;
-        let _: RunReply = GrpcClient::new(channel(a))
-            .unary(method::A_RUN, RunRequest::default())
+        ServiceAClient::new(channel(a))
+            .run(RunRequest::default())
             .await
             .unwrap();
         let records = recorder.wait_for(1).await;
@@ -190,7 +196,7 @@ fn streaming_path_is_merged_into_the_caller() {
         let shown = render(r);
         assert_eq!(r.path.total(), r.latency, "{shown}");
         let c2 = time_where(r, |(s, _, _)| {
-            has(s, "A:C /cpt.example.C/Scan") && has(s, "C:C2")
+            has(s, "A:C /cpt.example.ServiceC/Scan") && has(s, "C:C2")
         });
         assert!(
             c2 >= 3 * ITEM,

@@ -5,27 +5,31 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cpt_examples::proto::{
-    C1Reply, C1Request, GrpcClient, GrpcServer, RunReply, RunRequest, ServiceA, ServiceC, method,
-};
+use cpt_examples::proto::service_a_client::ServiceAClient;
+use cpt_examples::proto::service_c_client::ServiceCClient;
+use cpt_examples::proto::service_c_server::{ServiceC, ServiceCServer};
+use cpt_examples::proto::{C1Reply, C1Request, RunReply, RunRequest, method};
 use cpt_middleware::{ClientLayer, ForceAuth, ServerLayer, SharedSecret, header};
 use cpt_sdk::{SegmentKind, Trigger};
-use cpt_tests::{always, channel, has, io, render, run, segments, serve_grpc};
+use cpt_tests::{always, channel, has, io, render, run, segments, serve_grpc, services};
 use tonic::metadata::{AsciiMetadataKey, MetadataMap, MetadataValue};
 use tonic::{Request, Response};
 use tracing::Instrument;
 
 const SECRET: &str = "trust-secret";
 
-fn c_service() -> GrpcServer<ServiceC> {
-    GrpcServer::<ServiceC>::new().unary(method::C_C1, |req: Request<C1Request>| async move {
-        async { io("C1.io", Duration::from_millis(2)).await }
-            .instrument(tracing::info_span!("C1"))
-            .await;
-        Ok(Response::new(C1Reply {
-            value: req.get_ref().key,
-        }))
-    })
+fn c_service() -> ServiceCServer<impl ServiceC> {
+    services::c(
+        |req: Request<C1Request>| async move {
+            async { io("C1.io", Duration::from_millis(2)).await }
+                .instrument(tracing::info_span!("C1"))
+                .await;
+            Ok(Response::new(C1Reply {
+                value: req.get_ref().key,
+            }))
+        },
+        services::no_scan,
+    )
 }
 
 fn set(md: &mut MetadataMap, name: &http::HeaderName, value: &str) {
@@ -152,17 +156,18 @@ fn forced_header_without_valid_credential_is_not_honoured() {
 
 /// A (sampling per `a_sampler`) calls C through a client layer. Returns A's address.
 async fn a_calling(c_addr: SocketAddr, a_layer: ServerLayer) -> SocketAddr {
-    let c = GrpcClient::new(tower::Layer::layer(
+    let c = ServiceCClient::new(tower::Layer::layer(
         &ClientLayer::grpc("C").with_caller_secret(SECRET),
         channel(c_addr),
     ));
-    let svc = GrpcServer::<ServiceA>::new().unary(method::A_RUN, move |_: Request<RunRequest>| {
+    let svc = services::a(move |_: Request<RunRequest>| {
         let mut c = c.clone();
         async move {
-            let r: C1Reply = c
-                .unary(method::C_C1, C1Request { key: 5 })
+            let r = c
+                .c1(C1Request { key: 5 })
                 .instrument(tracing::info_span!("A1"))
-                .await?;
+                .await?
+                .into_inner();
             Ok(Response::new(RunReply { value: r.value }))
         }
     });
@@ -177,8 +182,8 @@ fn sampling_decision_propagates_downstream() {
             .with_sampler(());
         let c = serve_grpc(c_layer.clone(), c_service()).await;
         let a = a_calling(c, ServerLayer::grpc("A").with_sampler(always)).await;
-        let _: RunReply = GrpcClient::new(channel(a))
-            .unary(method::A_RUN, RunRequest::default())
+        ServiceAClient::new(channel(a))
+            .run(RunRequest::default())
             .await
             .unwrap();
         let records = recorder.wait_for(1).await;
@@ -201,8 +206,8 @@ fn untrusted_downstream_samples_for_itself() {
         // entry point of its own record, and A sees a blind spot.
         let c = serve_grpc(ServerLayer::grpc("C").with_sampler(always), c_service()).await;
         let a = a_calling(c, ServerLayer::grpc("A").with_sampler(always)).await;
-        let _: RunReply = GrpcClient::new(channel(a))
-            .unary(method::A_RUN, RunRequest::default())
+        ServiceAClient::new(channel(a))
+            .run(RunRequest::default())
             .await
             .unwrap();
         let records = recorder.wait_for(2).await;
