@@ -18,4 +18,5 @@ pub mod diff;
 pub mod flame;
 pub mod histogram;
 pub mod profile;
+pub mod records;
 pub mod selection;

@@ -1,0 +1,35 @@
+//! Reading record files: one reader for every place that takes records or
+//! traces from a path (`cpt profile` and its siblings, `cpt import`, `cpt
+//! traces`).
+//!
+//! [`input`] opens a path (`-` is stdin; gzip is recognised by its magic
+//! bytes, not by the file name), refuses a SQLite store given where a file
+//! was expected (it says to pass it as the store instead), and reads JSON
+//! Lines in parallel batches. Bad lines (not UTF-8, not a record) are skipped
+//! and reported as [`Warning`]s with their `FILE:LINE`; a gzip stream that is
+//! cut off keeps the records read before the cut and warns about the lost
+//! tail. With [`ReadOptions::strict`] both are errors instead.
+//!
+//! [`EntryServices`] notices a selection that mixes several entry services,
+//! in particular records an internal service made of its own traffic.
+//!
+//! The module is independent of the command line (no clap, no anyhow), so a
+//! server can read files the same way.
+
+pub mod input;
+mod mix;
+
+pub use input::{
+    InputError, Opened, ReadOptions, ReadStats, RecordReader, Warning, WarningKind, check_store,
+    open, read_profile, read_to_end,
+};
+pub use mix::EntryServices;
+
+/// `1 request`, `2 requests`: a count with its noun, singular for one.
+pub fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
