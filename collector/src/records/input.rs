@@ -45,7 +45,8 @@ pub enum InputError {
     },
     /// A SQLite store was given where a JSON Lines file was expected.
     #[error(
-        "{} is a cpt store (a SQLite database), not a JSON Lines file: read it with --store {}",
+        "{} is a cpt store (a SQLite database), not a JSON Lines or trace file: read it with \
+         --store {} (cpt profile, flame, folded, histogram, diff)",
         path.display(),
         path.display()
     )]
