@@ -88,9 +88,9 @@ pub fn flame_svg(agg: &Aggregate, opts: &FlameOptions) -> io::Result<Vec<u8>> {
     let mut o = Options::default();
     o.title = opts.title.clone().unwrap_or_else(|| {
         format!(
-            "cpt critical path: mean {} over {} requests",
+            "cpt critical path: mean {} over {}",
             fmt_ns(agg.mean_latency().as_nanos() as u64),
-            agg.requests()
+            crate::records::plural(agg.requests(), "request")
         )
     });
     o.subtitle = opts.subtitle.clone().or_else(|| {
@@ -138,11 +138,11 @@ pub fn diff_flame_svg(
     let mut o = Options::default();
     o.title = opts.title.clone().unwrap_or_else(|| {
         format!(
-            "cpt diff: mean {} ({} requests) → {} ({} requests)",
+            "cpt diff: mean {} ({}) → {} ({})",
             fmt_ns(base.mean_latency().as_nanos() as u64),
-            base.requests(),
+            crate::records::plural(base.requests(), "request"),
             fmt_ns(test.mean_latency().as_nanos() as u64),
-            test.requests()
+            crate::records::plural(test.requests(), "request")
         )
     });
     o.subtitle = opts.subtitle.clone();

@@ -56,7 +56,8 @@ pub struct SelectArgs {
     /// Label filter KEY=VALUE; repeat for several (all must match).
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
-    /// Latency percentile band over the otherwise-selected requests, e.g. p95-p100, p0-p50.
+    /// Latency percentile band over the otherwise-selected requests, both bounds: p99-p100 is
+    /// the slowest 1%, p0-p50 the faster half (a single bound like `99` is refused as ambiguous).
     #[arg(long, value_name = "BAND", value_parser = PercentileBand::parse)]
     pub percentile: Option<PercentileBand>,
     /// Which triggers: sampled (default; forced traces are not a random sample), forced, all.

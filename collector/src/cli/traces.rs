@@ -455,7 +455,11 @@ fn bottom_up(a: BottomupArgs) -> anyhow::Result<()> {
     if a.by_endpoints {
         ranks = bottomup::by_endpoints(ranks);
     }
-    println!("{n} records over {endpoints} endpoints; per-request means over all records");
+    println!(
+        "{} over {}; per-request means over all records",
+        plural(n, "record"),
+        plural(endpoints as u64, "endpoint")
+    );
     print!("{}", bottomup::to_text(&ranks, a.top, n));
     if let Some(path) = &a.csv {
         fs::write(path, bottomup::to_csv(&ranks))
