@@ -194,7 +194,7 @@ mod tests {
         let svg = diff_flame_svg(&base, &test, &FlameOptions::default()).unwrap();
         let svg = String::from_utf8(svg).unwrap();
         assert!(
-            svg.contains("B1 (B)") && svg.contains("16.00ms (1 requests)"),
+            svg.contains("B1 (B)") && svg.contains("16.00ms (1 request)"),
             "{}",
             &svg[..400]
         );
