@@ -2,18 +2,20 @@
 //! aggregation commands.
 //!
 //! They share the selection flags ([`SelectArgs`]) and the record sources
-//! ([`SourceArgs`]): JSON Lines files (`-` is stdin, `.gz` files are
-//! gunzipped), the SQLite store (`--store`), and for the commands that only
-//! draw an aggregate, profiles `cpt` wrote (`*.pb.gz`, `*.pb`).
+//! ([`SourceArgs`]): JSON Lines files (`-` is stdin, gzip recognised by its
+//! content), the SQLite store (`--store`), and for the commands that only
+//! draw an aggregate, profiles `cpt` wrote (`*.pb.gz`, `*.pb`). Files are read
+//! by [`crate::records`], the reader `cpt import` uses too.
 //!
 //! # Bad input lines
 //!
 //! A JSON Lines line that is not a record is skipped with a warning naming
 //! `FILE:LINE` and what is wrong (the first ten are shown, the rest counted),
 //! and the run ends with a summary of how many were skipped. A profile of a
-//! big log should not die on one truncated last line. `--strict` makes the
-//! first bad line an error instead (exit status 1), for pipelines that must
-//! not silently lose data.
+//! big log should not die on one truncated last line. A gzip file that breaks
+//! off keeps the records before the break, with a warning. `--strict` makes
+//! the first bad line or broken gzip stream an error instead (exit status 1),
+//! for pipelines that must not silently lose data.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -40,7 +42,9 @@ const LINES_PER_BATCH: usize = 8 * 1024;
 /// Which records to aggregate (all filters combine with AND).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct SelectArgs {
-    /// Entry service name.
+    /// Entry service name (the service whose request is a record's root). Without it, a
+    /// selection of several services gets a warning; a service seen on another's paths is named
+    /// as internal (its own records are calls it sampled itself, counted twice).
     #[arg(long, value_name = "NAME")]
     pub service: Option<String>,
     /// Endpoint (gRPC method, HTTP route).
@@ -101,14 +105,15 @@ impl SelectArgs {
 /// Where records come from.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct SourceArgs {
-    /// JSON Lines record files (`-` = stdin; `.gz` is gunzipped). Commands that only draw an
-    /// aggregate also take profiles cpt wrote (`.pb.gz`, `.pb`), merged in.
+    /// JSON Lines record files (`-` = stdin; gzip is recognised by its content). Commands that
+    /// only draw an aggregate also take profiles cpt wrote (`.pb.gz`, `.pb`), merged in.
     #[arg(value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// Read records from this SQLite store (as `cpt serve` / `cpt import` write it).
     #[arg(long, value_name = "PATH")]
     pub store: Option<PathBuf>,
-    /// Fail on the first bad JSON Lines line instead of skipping it with a warning.
+    /// Fail on the first bad JSON Lines line (or a gzip file that breaks off) instead of
+    /// skipping it with a warning.
     #[arg(long)]
     pub strict: bool,
 }
@@ -348,6 +353,10 @@ fn summary(agg: &Aggregate) -> String {
 /// Write the selection's average critical path as a gzipped pprof profile.
 ///
 /// Sample values are mean nanoseconds per request (pprof's total is the mean latency).
+///
+/// Warns when the selected records come from more than one entry service (a record's service
+/// is the one whose request is its root), and names a service that appears on another's paths:
+/// its records are calls it sampled itself, counted twice. Select one with --service.
 #[derive(Debug, clap::Args)]
 pub struct ProfileArgs {
     #[command(flatten)]
@@ -492,6 +501,9 @@ pub fn run_histogram(args: HistogramArgs) -> anyhow::Result<()> {
 /// The shared selection flags apply to both arms; --base / --test add KEY=VALUE filters
 /// (service, endpoint, since, until, label=K=V, percentile, trigger) to one arm, e.g.
 /// `--base label=arm=a --test label=arm=b`, or `--base percentile=p0-p50 --test percentile=p99-p100`.
+/// Reading the same inputs, the arms must be disjoint (different values of one label, service,
+/// endpoint or trigger, time ranges that do not meet, or bands that do not overlap); overlapping
+/// arms are refused, since their intervals would assume independent samples.
 #[derive(Debug, clap::Args)]
 pub struct DiffArgs {
     #[command(flatten)]
