@@ -1,26 +1,24 @@
 //! `cpt import`: load JSON Lines record files into a store.
 
-use std::fs::File;
-use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
-
-use crate::ingest::JsonLines;
+use crate::profile::format::plural;
+use crate::records::{ReadOptions, RecordReader, Warning, WarningKind};
 use crate::server::store::{Durability, EncodedBatch, Store};
 
 /// Bad lines shown before the rest are only counted.
-const SHOWN_BAD_LINES: usize = 10;
+const SHOWN_BAD_LINES: u64 = 10;
 
-/// Load JSON Lines record files into a store. Bad lines are reported as FILE:LINE and skipped
-/// (nothing of them is stored); good lines are kept. With --strict, any bad line fails the
-/// import before anything is stored.
+/// Load JSON Lines record files into a store (plain or gzipped). Bad lines are reported as
+/// FILE:LINE and skipped (nothing of them is stored); good lines are kept; a gzip file that
+/// breaks off keeps the records before the break, with a warning. With --strict, any bad line
+/// or broken gzip stream fails the import before anything is stored.
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
     /// The SQLite store (created if missing).
     #[arg(long, value_name = "PATH")]
     pub store: PathBuf,
-    /// JSON Lines record files (`-` = stdin).
+    /// JSON Lines record files (`-` = stdin; gzip is recognised by its content).
     #[arg(value_name = "FILE.jsonl", required = true)]
     pub files: Vec<PathBuf>,
     /// Fail on the first bad line (exit code 1, naming FILE:LINE) and store nothing.
@@ -29,14 +27,6 @@ pub struct ImportArgs {
     /// Records per transaction.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub batch: usize,
-}
-
-fn open(path: &Path) -> anyhow::Result<Box<dyn BufRead>> {
-    if path == Path::new("-") {
-        return Ok(Box::new(BufReader::new(io::stdin())));
-    }
-    let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    Ok(Box::new(BufReader::with_capacity(1 << 16, f)))
 }
 
 /// Run `cpt import`.
@@ -51,61 +41,73 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
             !args.files.iter().any(|f| f == Path::new("-")),
             "--strict reads each file twice (check, then store) and cannot read stdin"
         );
+        let opts = ReadOptions {
+            strict: true,
+            ..ReadOptions::default()
+        };
         for file in &args.files {
-            for (line, result) in JsonLines::new(open(file)?) {
-                if let Err(e) = result {
-                    anyhow::bail!(
-                        "{}:{line}: {e} (--strict: nothing imported)",
-                        file.display()
-                    );
-                }
-            }
+            let mut reader = RecordReader::open(file, opts)?;
+            while reader
+                .next_batch(&mut |_| {})
+                .map_err(|e| anyhow::anyhow!("{e}; nothing imported"))?
+                .is_some()
+            {}
         }
     }
     // Each chunk of --batch records is one transaction, durable once it commits.
     let mut store = Store::open_with(&args.store, Durability::Full)?;
-    let (mut stored, mut bad) = (0u64, 0usize);
+    let (mut stored, mut bad, mut truncated) = (0u64, 0u64, 0u64);
+    let opts = ReadOptions {
+        strict: false,
+        batch_lines: args.batch.min(100_000),
+    };
     for file in &args.files {
-        let mut chunk = Vec::with_capacity(args.batch.min(100_000));
-        let mut flush = |chunk: &mut Vec<cpt_sdk::Record>| -> anyhow::Result<()> {
-            if !chunk.is_empty() {
-                stored += store.insert_encoded(&EncodedBatch::new(chunk))?;
-                chunk.clear();
+        let mut reader = RecordReader::open(file, opts)?;
+        let mut warn = |w: Warning| {
+            if let WarningKind::BadLine(_) = w.kind {
+                bad += 1;
+                if bad > SHOWN_BAD_LINES {
+                    return;
+                }
+            } else {
+                truncated += 1;
             }
-            Ok(())
+            eprintln!("warning: {w}");
         };
-        for (line, result) in JsonLines::new(open(file)?) {
-            match result {
-                Ok(r) => {
-                    chunk.push(r);
-                    if chunk.len() >= args.batch {
-                        flush(&mut chunk)?;
-                    }
-                }
-                Err(crate::ingest::LineError::Io(e)) => {
-                    return Err(e)
-                        .with_context(|| format!("{}:{line}: read failed", file.display()));
-                }
-                Err(e) => {
-                    bad += 1;
-                    if bad <= SHOWN_BAD_LINES {
-                        eprintln!("{}:{line}: {e}", file.display());
-                    }
-                }
+        let mut chunk: Vec<cpt_sdk::Record> = Vec::with_capacity(args.batch.min(100_000));
+        while let Some(batch) = reader.next_batch(&mut warn)? {
+            chunk.extend(batch);
+            while chunk.len() >= args.batch {
+                let rest = chunk.split_off(args.batch);
+                stored += store.insert_encoded(&EncodedBatch::new(&chunk))?;
+                chunk = rest;
             }
         }
-        flush(&mut chunk)?;
+        if !chunk.is_empty() {
+            stored += store.insert_encoded(&EncodedBatch::new(&chunk))?;
+        }
     }
     if bad > SHOWN_BAD_LINES {
-        eprintln!("… and {} more bad lines", bad - SHOWN_BAD_LINES);
+        eprintln!("… and {} more", plural(bad - SHOWN_BAD_LINES, "bad line"));
+    }
+    let mut skipped = Vec::new();
+    if bad > 0 {
+        skipped.push(format!("skipped {}", plural(bad, "bad line")));
+    }
+    if truncated > 0 {
+        skipped.push(format!(
+            "lost the tail of {}",
+            plural(truncated, "truncated gzip file")
+        ));
     }
     eprintln!(
-        "imported {stored} records into {}{}",
+        "imported {} into {}{}",
+        plural(stored, "record"),
         args.store.display(),
-        if bad > 0 {
-            format!("; skipped {bad} bad lines")
-        } else {
+        if skipped.is_empty() {
             String::new()
+        } else {
+            format!("; {}", skipped.join(", "))
         }
     );
     Ok(())

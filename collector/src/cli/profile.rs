@@ -2,36 +2,37 @@
 //! aggregation commands.
 //!
 //! They share the selection flags ([`SelectArgs`]) and the record sources
-//! ([`SourceArgs`]): JSON Lines files (`-` is stdin, `.gz` files are
-//! gunzipped), the SQLite store (`--store`), and for the commands that only
-//! draw an aggregate, profiles `cpt` wrote (`*.pb.gz`, `*.pb`).
+//! ([`SourceArgs`]): JSON Lines files (`-` is stdin, gzip recognised by its
+//! content), the SQLite store (`--store`), and for the commands that only
+//! draw an aggregate, profiles `cpt` wrote (`*.pb.gz`, `*.pb`). Files are read
+//! by [`crate::records`], the reader `cpt import` uses too.
 //!
 //! # Bad input lines
 //!
 //! A JSON Lines line that is not a record is skipped with a warning naming
 //! `FILE:LINE` and what is wrong (the first ten are shown, the rest counted),
 //! and the run ends with a summary of how many were skipped. A profile of a
-//! big log should not die on one truncated last line. `--strict` makes the
-//! first bad line an error instead (exit status 1), for pipelines that must
-//! not silently lose data.
+//! big log should not die on one truncated last line. A gzip file that breaks
+//! off keeps the records before the break, with a warning. `--strict` makes
+//! the first bad line or broken gzip stream an error instead (exit status 1),
+//! for pipelines that must not silently lose data.
 
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use cpt_sdk::record::Record;
-use flate2::read::MultiGzDecoder;
-use rayon::prelude::*;
 
 use crate::profile;
 use crate::profile::aggregate::{Aggregate, Aggregator};
 use crate::profile::diff::{DiffOptions, diff};
 use crate::profile::flame::{FlameOptions, flame_svg, folded};
 use crate::profile::format::fmt_ns;
+use crate::profile::format::plural;
 use crate::profile::report::Report;
 use crate::records::selection::{PercentileBand, Selection, TriggerFilter, parse_time};
+use crate::records::{EntryServices, ReadOptions, RecordReader, Warning, WarningKind};
 
 /// Bad lines shown before the rest are only counted.
 const SHOWN_BAD_LINES: u64 = 10;
@@ -41,7 +42,9 @@ const LINES_PER_BATCH: usize = 8 * 1024;
 /// Which records to aggregate (all filters combine with AND).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct SelectArgs {
-    /// Entry service name.
+    /// Entry service name (the service whose request is a record's root). Without it, a
+    /// selection of several services gets a warning; a service seen on another's paths is named
+    /// as internal (its own records are calls it sampled itself, counted twice).
     #[arg(long, value_name = "NAME")]
     pub service: Option<String>,
     /// Endpoint (gRPC method, HTTP route).
@@ -57,7 +60,8 @@ pub struct SelectArgs {
     /// Label filter KEY=VALUE; repeat for several (all must match).
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
-    /// Latency percentile band over the otherwise-selected requests, e.g. p95-p100, p0-p50.
+    /// Latency percentile band over the otherwise-selected requests, both bounds: p99-p100 is
+    /// the slowest 1%, p0-p50 the faster half (a single bound like `99` is refused as ambiguous).
     #[arg(long, value_name = "BAND", value_parser = PercentileBand::parse)]
     pub percentile: Option<PercentileBand>,
     /// Which triggers: sampled (default; forced traces are not a random sample), forced, all.
@@ -101,14 +105,15 @@ impl SelectArgs {
 /// Where records come from.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct SourceArgs {
-    /// JSON Lines record files (`-` = stdin; `.gz` is gunzipped). Commands that only draw an
-    /// aggregate also take profiles cpt wrote (`.pb.gz`, `.pb`), merged in.
+    /// JSON Lines record files (`-` = stdin; gzip is recognised by its content). Commands that
+    /// only draw an aggregate also take profiles cpt wrote (`.pb.gz`, `.pb`), merged in.
     #[arg(value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// Read records from this SQLite store (as `cpt serve` / `cpt import` write it).
     #[arg(long, value_name = "PATH")]
     pub store: Option<PathBuf>,
-    /// Fail on the first bad JSON Lines line instead of skipping it with a warning.
+    /// Fail on the first bad JSON Lines line (or a gzip file that breaks off) instead of
+    /// skipping it with a warning.
     #[arg(long)]
     pub strict: bool,
 }
@@ -123,40 +128,49 @@ fn is_profile_path(p: &Path) -> bool {
 struct LoadStats {
     records: u64,
     bad_lines: u64,
+    /// Gzip inputs whose stream broke off.
+    truncated: u64,
     profiles: usize,
 }
 
-fn open_text(path: &Path) -> anyhow::Result<Box<dyn BufRead + Send>> {
-    if path == Path::new("-") {
-        return Ok(Box::new(BufReader::new(io::stdin())));
-    }
-    let mut f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut magic = [0u8; 2];
-    let n = f.read(&mut magic)?;
-    let head = io::Cursor::new(magic[..n].to_vec()).chain(f);
-    if n == 2 && magic == [0x1f, 0x8b] {
-        Ok(Box::new(BufReader::with_capacity(
-            1 << 16,
-            MultiGzDecoder::new(head),
-        )))
-    } else {
-        Ok(Box::new(BufReader::with_capacity(1 << 16, head)))
+/// Prints read warnings: every broken gzip tail, the first
+/// [`SHOWN_BAD_LINES`] bad lines, then only counts them.
+#[derive(Debug, Default)]
+struct WarningPrinter {
+    bad_lines: u64,
+}
+
+impl WarningPrinter {
+    fn print(&mut self, w: &Warning) {
+        if let WarningKind::BadLine(_) = w.kind {
+            self.bad_lines += 1;
+            if self.bad_lines > SHOWN_BAD_LINES {
+                if self.bad_lines == SHOWN_BAD_LINES + 1 {
+                    eprintln!("cpt: … further bad lines are only counted");
+                }
+                return;
+            }
+        }
+        eprintln!("cpt: warning: {w}");
     }
 }
 
 /// Feed every record of the JSON Lines sources and the store to each
 /// aggregator (one pass, several selections), and merge profile inputs into
-/// `profiles`.
+/// `profiles`. `mix`, when given, sees the records the first aggregator's
+/// selection keeps.
 fn load(
     src: &SourceArgs,
     aggs: &mut [&mut Aggregator],
     profiles: Option<&mut Vec<Aggregate>>,
+    mut mix: Option<&mut EntryServices>,
 ) -> anyhow::Result<LoadStats> {
     if src.inputs.is_empty() && src.store.is_none() {
         bail!("no input: give JSON Lines record files (or `-` for stdin) or --store PATH");
     }
     let mut stats = LoadStats::default();
     let mut profiles = profiles;
+    let mut printer = WarningPrinter::default();
     for path in &src.inputs {
         if is_profile_path(path) {
             let Some(out) = profiles.as_deref_mut() else {
@@ -165,78 +179,54 @@ fn load(
                     path.display()
                 );
             };
-            let bytes =
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            let agg = profile::read_aggregate(&bytes)
-                .with_context(|| format!("{}: not a readable profile", path.display()))?;
-            out.push(agg);
+            out.push(crate::profile::pprof::read_file(path)?);
             stats.profiles += 1;
             continue;
         }
-        load_json_lines(path, src.strict, aggs, &mut stats)?;
+        let opts = ReadOptions {
+            strict: src.strict,
+            batch_lines: LINES_PER_BATCH,
+        };
+        let mut reader = RecordReader::open(path, opts)?;
+        while let Some(batch) = reader.next_batch(&mut |w| printer.print(&w))? {
+            observe(&mut mix, aggs, &batch);
+            for a in aggs.iter_mut() {
+                a.push_batch(&batch);
+            }
+        }
+        let read = reader.stats();
+        stats.records += read.records;
+        stats.bad_lines += read.bad_lines;
+        stats.truncated += u64::from(read.truncated);
     }
     if let Some(store) = &src.store {
-        load_store(store, aggs, &mut stats)?;
+        load_store(store, aggs, &mut stats, mix)?;
     }
-    if stats.bad_lines > 0 {
+    if stats.bad_lines > 0 || stats.truncated > 0 {
+        let mut what = Vec::new();
+        if stats.bad_lines > 0 {
+            what.push(format!("skipped {}", plural(stats.bad_lines, "bad line")));
+        }
+        if stats.truncated > 0 {
+            what.push(format!(
+                "lost the tail of {}",
+                plural(stats.truncated, "truncated gzip file")
+            ));
+        }
         eprintln!(
-            "cpt: skipped {} bad line{} (use --strict to fail on them)",
-            stats.bad_lines,
-            if stats.bad_lines == 1 { "" } else { "s" }
+            "cpt: warning: {} (use --strict to fail instead)",
+            what.join(", ")
         );
     }
     Ok(stats)
 }
 
-fn load_json_lines(
-    path: &Path,
-    strict: bool,
-    aggs: &mut [&mut Aggregator],
-    stats: &mut LoadStats,
-) -> anyhow::Result<()> {
-    let mut reader = open_text(path)?;
-    let mut lineno: u64 = 0;
-    loop {
-        let mut lines: Vec<(u64, String)> = Vec::with_capacity(LINES_PER_BATCH);
-        while lines.len() < LINES_PER_BATCH {
-            let mut line = String::new();
-            let n = reader
-                .read_line(&mut line)
-                .with_context(|| format!("{}:{}: cannot read", path.display(), lineno + 1))?;
-            if n == 0 {
-                break;
-            }
-            lineno += 1;
-            if !line.trim().is_empty() {
-                lines.push((lineno, line));
-            }
-        }
-        if lines.is_empty() {
-            return Ok(());
-        }
-        let parsed: Vec<(u64, Result<Record, cpt_sdk::record::RecordError>)> = lines
-            .par_iter()
-            .map(|(n, l)| (*n, Record::from_json(l.trim_end())))
-            .collect();
-        drop(lines);
-        let mut ok = Vec::with_capacity(parsed.len());
-        for (n, r) in parsed {
-            match r {
-                Ok(r) => ok.push(r),
-                Err(e) if strict => bail!("{}:{n}: {e} (--strict)", path.display()),
-                Err(e) => {
-                    stats.bad_lines += 1;
-                    if stats.bad_lines <= SHOWN_BAD_LINES {
-                        eprintln!("cpt: {}:{n}: skipped: {e}", path.display());
-                    } else if stats.bad_lines == SHOWN_BAD_LINES + 1 {
-                        eprintln!("cpt: … further bad lines are only counted");
-                    }
-                }
-            }
-        }
-        stats.records += ok.len() as u64;
-        for a in aggs.iter_mut() {
-            a.push_batch(&ok);
+/// Show the records the first selection keeps to `mix`.
+fn observe(mix: &mut Option<&mut EntryServices>, aggs: &[&mut Aggregator], batch: &[Record]) {
+    if let (Some(mix), Some(first)) = (mix.as_deref_mut(), aggs.first()) {
+        let sel = first.selection();
+        for r in batch.iter().filter(|r| sel.matches(r)) {
+            mix.observe(r);
         }
     }
 }
@@ -246,9 +236,13 @@ fn load_store(
     path: &Path,
     aggs: &mut [&mut Aggregator],
     stats: &mut LoadStats,
+    mut mix: Option<&mut EntryServices>,
 ) -> anyhow::Result<()> {
-    let store = crate::server::store::Store::open_read_only(path)
-        .with_context(|| format!("cannot open store {}", path.display()))?;
+    crate::records::check_store(path)?;
+    // The store's errors name it and include SQLite's message: print them
+    // alone, not with their source chain (which repeats SQLite's text).
+    let store =
+        crate::server::store::Store::open_read_only(path).map_err(|e| anyhow::anyhow!("{e}"))?;
     // One query per distinct selection would push more filters down; one
     // query with the first selection's pushdown is only correct for one
     // aggregator, so with several (diff) read everything they share.
@@ -257,14 +251,15 @@ fn load_store(
         _ => Selection::new().with_triggers(TriggerFilter::All),
     };
     let mut batch = Vec::with_capacity(LINES_PER_BATCH);
-    let flush = |batch: &mut Vec<Record>, aggs: &mut [&mut Aggregator]| {
+    let mut flush = |batch: &mut Vec<Record>, aggs: &mut [&mut Aggregator]| {
+        observe(&mut mix, aggs, batch);
         for a in aggs.iter_mut() {
             a.push_batch(batch);
         }
         batch.clear();
     };
-    for r in store.records(&sel)? {
-        batch.push(r.with_context(|| format!("reading store {}", path.display()))?);
+    for r in store.records(&sel).map_err(|e| anyhow::anyhow!("{e}"))? {
+        batch.push(r.map_err(|e| anyhow::anyhow!("{e}"))?);
         stats.records += 1;
         if batch.len() == LINES_PER_BATCH {
             flush(&mut batch, aggs);
@@ -275,7 +270,12 @@ fn load_store(
 }
 
 #[cfg(not(feature = "server"))]
-fn load_store(path: &Path, _: &mut [&mut Aggregator], _: &mut LoadStats) -> anyhow::Result<()> {
+fn load_store(
+    path: &Path,
+    _: &mut [&mut Aggregator],
+    _: &mut LoadStats,
+    _: Option<&mut EntryServices>,
+) -> anyhow::Result<()> {
     bail!(
         "--store {}: this cpt was built without the `server` feature (no SQLite store)",
         path.display()
@@ -287,7 +287,8 @@ fn aggregate(src: &SourceArgs, select: &SelectArgs, histograms: bool) -> anyhow:
     let sel = select.selection();
     let mut agg = Aggregator::new(sel.clone()).with_histograms(histograms);
     let mut profiles = Vec::new();
-    let stats = load(src, &mut [&mut agg], Some(&mut profiles))?;
+    let mut mix = EntryServices::default();
+    let stats = load(src, &mut [&mut agg], Some(&mut profiles), Some(&mut mix))?;
     if !profiles.is_empty() && sel != Selection::new() {
         bail!(
             "selection flags apply to records, not to profile inputs (a profile is already a \
@@ -297,21 +298,27 @@ fn aggregate(src: &SourceArgs, select: &SelectArgs, histograms: bool) -> anyhow:
     let matched = agg.matched();
     let mut out = agg.finish();
     eprintln!(
-        "cpt: {} records read, {} matched the selection{}, {} aggregated{}",
-        stats.records,
-        matched,
-        if sel.percentile().is_some() {
-            " before the percentile band"
+        "cpt: {} read, {} the selection{}, {} aggregated{}",
+        plural(stats.records, "record"),
+        if matched == 1 {
+            "1 matched".to_owned()
         } else {
-            ""
+            format!("{matched} matched")
+        },
+        match sel.percentile() {
+            Some(b) => format!(" before the percentile band p{}-p{}", b.lo(), b.hi()),
+            None => String::new(),
         },
         out.requests(),
         if stats.profiles > 0 {
-            format!(", {} profiles merged in", stats.profiles)
+            format!(", {} merged in", plural(stats.profiles as u64, "profile"))
         } else {
             String::new()
         }
     );
+    if let Some(w) = mix.warning() {
+        eprintln!("cpt: warning: {w}");
+    }
     for p in &profiles {
         out.merge(p);
     }
@@ -337,16 +344,20 @@ fn write_out(path: Option<&Path>, bytes: &[u8]) -> anyhow::Result<()> {
 
 fn summary(agg: &Aggregate) -> String {
     format!(
-        "{} requests, mean latency {}, {} stacks",
-        agg.requests(),
+        "{}, mean latency {}, {}",
+        plural(agg.requests(), "request"),
         fmt_ns(agg.mean_latency().as_nanos() as u64),
-        agg.stacks().len()
+        plural(agg.stacks().len() as u64, "stack")
     )
 }
 
 /// Write the selection's average critical path as a gzipped pprof profile.
 ///
 /// Sample values are mean nanoseconds per request (pprof's total is the mean latency).
+///
+/// Warns when the selected records come from more than one entry service (a record's service
+/// is the one whose request is its root), and names a service that appears on another's paths:
+/// its records are calls it sampled itself, counted twice. Select one with --service.
 #[derive(Debug, clap::Args)]
 pub struct ProfileArgs {
     #[command(flatten)]
@@ -491,6 +502,9 @@ pub fn run_histogram(args: HistogramArgs) -> anyhow::Result<()> {
 /// The shared selection flags apply to both arms; --base / --test add KEY=VALUE filters
 /// (service, endpoint, since, until, label=K=V, percentile, trigger) to one arm, e.g.
 /// `--base label=arm=a --test label=arm=b`, or `--base percentile=p0-p50 --test percentile=p99-p100`.
+/// Reading the same inputs, the arms must be disjoint (different values of one label, service,
+/// endpoint or trigger, time ranges that do not meet, or bands that do not overlap); overlapping
+/// arms are refused, since their intervals would assume independent samples.
 #[derive(Debug, clap::Args)]
 pub struct DiffArgs {
     #[command(flatten)]
@@ -561,10 +575,20 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<()> {
     };
     let base_sel = arm(&args.base, "base")?;
     let test_sel = arm(&args.test, "test")?;
-    if base_sel == test_sel && args.base_inputs.is_empty() && args.test_inputs.is_empty() {
-        eprintln!(
-            "cpt: note: base and test select the same records; every flag is a false positive \
-             (useful to measure noise, CPT Table 3)"
+    if args.base_inputs.is_empty() && args.test_inputs.is_empty() && !disjoint(&base_sel, &test_sel)
+    {
+        bail!(
+            "{}base ({base_sel}) and test ({test_sel}) can select the same records; a diff \
+             compares two disjoint sets (its intervals assume independent samples). Make the arms \
+             exclusive, e.g. --base label=arm=a --test label=arm=b, --base until=T --test since=T, \
+             --base percentile=p0-p50 --test percentile=p50-p100, or give --base-input / \
+             --test-input",
+            if args.test.is_empty() || args.base.is_empty() {
+                "--base and --test each need a filter: without one an arm is every selected \
+                 record, the other arm's included. "
+            } else {
+                ""
+            }
         );
     }
     let mut base = Aggregator::new(base_sel);
@@ -576,19 +600,19 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<()> {
     };
     match (args.base_inputs.is_empty(), args.test_inputs.is_empty()) {
         (true, true) => {
-            load(&args.source, &mut [&mut base, &mut test], None)?;
+            load(&args.source, &mut [&mut base, &mut test], None, None)?;
         }
         (false, false) => {
-            load(&arm_source(&args.base_inputs), &mut [&mut base], None)?;
-            load(&arm_source(&args.test_inputs), &mut [&mut test], None)?;
+            load(&arm_source(&args.base_inputs), &mut [&mut base], None, None)?;
+            load(&arm_source(&args.test_inputs), &mut [&mut test], None, None)?;
         }
         (false, true) => {
-            load(&arm_source(&args.base_inputs), &mut [&mut base], None)?;
-            load(&args.source, &mut [&mut test], None)?;
+            load(&arm_source(&args.base_inputs), &mut [&mut base], None, None)?;
+            load(&args.source, &mut [&mut test], None, None)?;
         }
         (true, false) => {
-            load(&args.source, &mut [&mut base], None)?;
-            load(&arm_source(&args.test_inputs), &mut [&mut test], None)?;
+            load(&args.source, &mut [&mut base], None, None)?;
+            load(&arm_source(&args.test_inputs), &mut [&mut test], None, None)?;
         }
     }
     let (base, test) = (base.finish(), test.finish());
@@ -624,6 +648,48 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<()> {
     write_out(None, text.as_bytes())
 }
 
+/// Whether no record can be in both selections (provably, from the filters):
+/// different triggers, services, endpoints or values of one label, time
+/// ranges that do not meet, or percentile bands that do not overlap over the
+/// same otherwise-equal selection (adjacent bands partition exactly).
+fn disjoint(a: &Selection, b: &Selection) -> bool {
+    use TriggerFilter::{Forced, Sampled};
+    let differ = |x: Option<&str>, y: Option<&str>| matches!((x, y), (Some(x), Some(y)) if x != y);
+    let triggers = matches!(
+        (a.triggers(), b.triggers()),
+        (Sampled, Forced) | (Forced, Sampled)
+    );
+    let labels = a
+        .labels()
+        .iter()
+        .any(|(k, v)| b.labels().iter().any(|(k2, v2)| k == k2 && v != v2));
+    let ((a_since, a_until), (b_since, b_until)) = (a.time_range(), b.time_range());
+    let before = |until: Option<u64>, since: Option<u64>| matches!((until, since), (Some(u), Some(s)) if u <= s);
+    let times = before(a_until, b_since) || before(b_until, a_since);
+    let bands = match (a.percentile(), b.percentile()) {
+        (Some(x), Some(y)) => {
+            let sorted = |s: &Selection| {
+                let mut l = s.labels().to_vec();
+                l.sort();
+                l
+            };
+            let rest_equal = a.service() == b.service()
+                && a.endpoint() == b.endpoint()
+                && a.time_range() == b.time_range()
+                && a.triggers() == b.triggers()
+                && sorted(a) == sorted(b);
+            rest_equal && (x.hi() <= y.lo() || y.hi() <= x.lo())
+        }
+        _ => false,
+    };
+    triggers
+        || differ(a.service(), b.service())
+        || differ(a.endpoint(), b.endpoint())
+        || labels
+        || times
+        || bands
+}
+
 /// Merge profiles cpt wrote (e.g. from several collectors) into one, keeping the average
 /// right: per stack, summed times and request counts add; the mean is recomputed.
 #[derive(Debug, clap::Args)]
@@ -644,10 +710,7 @@ pub struct MergeArgs {
 pub fn run_merge(args: MergeArgs) -> anyhow::Result<()> {
     let mut out: Option<Aggregate> = None;
     for path in &args.inputs {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let agg = profile::read_aggregate(&bytes)
-            .with_context(|| format!("{}: not a readable profile", path.display()))?;
+        let agg = crate::profile::pprof::read_file(path)?;
         match &mut out {
             None => out = Some(agg),
             Some(o) => o.merge(&agg),

@@ -11,6 +11,7 @@ use cpt_sdk::Record;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::profile::diff::DiffOptions;
+use crate::profile::format::plural;
 use crate::traces::analysis::{bottomup, heatmap, histograms, topdown};
 use crate::traces::{
     BuildOptions, Endpoint, Format, Import, ImportOptions, OverlapThreshold, RepairOptions,
@@ -141,26 +142,38 @@ impl InputArgs {
             }
             w.flush()?;
         }
+        // Files that could not be read are errors, shown even with --quiet.
+        for e in &imp.file_errors {
+            eprintln!("error: {e}");
+        }
+        for w in &imp.warnings {
+            eprintln!("warning: {w}");
+        }
+        let s = &imp.stats;
         if !self.quiet {
-            let s = &imp.stats;
             let a = &s.adjustments;
             eprintln!(
-                "{} files, {} traces ({} rejected), {} spans, {} records in {:.2?}",
-                s.files,
-                s.traces,
+                "{}{}, {} ({} rejected), {}, {} in {:.2?}",
+                plural(s.files, "file"),
+                if s.failed_files > 0 {
+                    format!(" ({} unreadable)", s.failed_files)
+                } else {
+                    String::new()
+                },
+                plural(s.traces, "trace"),
                 s.rejected,
-                s.spans,
-                s.records,
+                plural(s.spans, "span"),
+                plural(s.records, "record"),
                 started.elapsed()
             );
             eprintln!(
-                "clock-skew repair: {} spans shifted, {} truncated ({} µs), {} dropped ({} µs), {} overlaps read as sequential ({} µs)",
-                a.shifted_spans,
+                "clock-skew repair: {} shifted, {} truncated ({} µs), {} dropped ({} µs), {} read as sequential ({} µs)",
+                plural(a.shifted_spans, "span"),
                 a.truncated_spans,
                 a.truncated_ns / 1000,
                 a.dropped_spans,
                 a.dropped_ns / 1000,
-                a.overlaps,
+                plural(a.overlaps, "overlap"),
                 a.overlap_ns / 1000
             );
             for e in imp.errors.iter().take(10) {
@@ -174,10 +187,25 @@ impl InputArgs {
             }
         }
         if imp.analyzed.is_empty() {
+            if s.failed_files == s.files {
+                bail!(
+                    "no trace could be analysed: {} could not be read",
+                    if s.files == 1 {
+                        "the file".to_owned()
+                    } else {
+                        format!("none of the {} files", s.files)
+                    }
+                );
+            }
             bail!(
-                "no trace could be analysed ({} read, {} rejected{}); are the files {} traces?",
-                imp.stats.traces,
-                imp.stats.rejected,
+                "no trace could be analysed ({}{} read, {} rejected{}); are the files {} traces?",
+                if s.failed_files > 0 {
+                    format!("{} unreadable, ", plural(s.failed_files, "file"))
+                } else {
+                    String::new()
+                },
+                plural(s.traces, "trace"),
+                s.rejected,
                 if self.roots.is_empty() {
                     ""
                 } else {
@@ -427,7 +455,11 @@ fn bottom_up(a: BottomupArgs) -> anyhow::Result<()> {
     if a.by_endpoints {
         ranks = bottomup::by_endpoints(ranks);
     }
-    println!("{n} records over {endpoints} endpoints; per-request means over all records");
+    println!(
+        "{} over {}; per-request means over all records",
+        plural(n, "record"),
+        plural(endpoints as u64, "endpoint")
+    );
     print!("{}", bottomup::to_text(&ranks, a.top, n));
     if let Some(path) = &a.csv {
         fs::write(path, bottomup::to_csv(&ranks))

@@ -129,7 +129,8 @@ impl DiffReport {
         let mut out = String::new();
         let arm = |name: &str, n: u64, a: &ArmStats| {
             format!(
-                "{name}: {n} requests, mean latency {} ± {} ({pct}% CI)\n",
+                "{name}: {}, mean latency {} ± {} ({pct}% CI)\n",
+                crate::profile::format::plural(n, "request"),
                 fmt_ns(a.mean_nanos.round() as u64),
                 fmt_ci(self.z * a.std_error_nanos),
             )
@@ -150,9 +151,9 @@ impl DiffReport {
         );
         let _ = writeln!(
             out,
-            "{} stacks compared at {pct}%{}: chance alone would flag about {:.1} of them \
+            "{} compared at {pct}%{}: chance alone would flag about {:.1} of them \
              (CPT Table 3); flagging |change| >= {} whose interval excludes 0: {} flagged",
-            self.rows.len(),
+            crate::profile::format::plural(self.rows.len() as u64, "stack"),
             if self.options.bonferroni {
                 " (Bonferroni)"
             } else {

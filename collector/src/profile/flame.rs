@@ -88,9 +88,9 @@ pub fn flame_svg(agg: &Aggregate, opts: &FlameOptions) -> io::Result<Vec<u8>> {
     let mut o = Options::default();
     o.title = opts.title.clone().unwrap_or_else(|| {
         format!(
-            "cpt critical path: mean {} over {} requests",
+            "cpt critical path: mean {} over {}",
             fmt_ns(agg.mean_latency().as_nanos() as u64),
-            agg.requests()
+            crate::profile::format::plural(agg.requests(), "request")
         )
     });
     o.subtitle = opts.subtitle.clone().or_else(|| {
@@ -138,11 +138,11 @@ pub fn diff_flame_svg(
     let mut o = Options::default();
     o.title = opts.title.clone().unwrap_or_else(|| {
         format!(
-            "cpt diff: mean {} ({} requests) → {} ({} requests)",
+            "cpt diff: mean {} ({}) → {} ({})",
             fmt_ns(base.mean_latency().as_nanos() as u64),
-            base.requests(),
+            crate::profile::format::plural(base.requests(), "request"),
             fmt_ns(test.mean_latency().as_nanos() as u64),
-            test.requests()
+            crate::profile::format::plural(test.requests(), "request")
         )
     });
     o.subtitle = opts.subtitle.clone();
@@ -194,7 +194,7 @@ mod tests {
         let svg = diff_flame_svg(&base, &test, &FlameOptions::default()).unwrap();
         let svg = String::from_utf8(svg).unwrap();
         assert!(
-            svg.contains("B1 (B)") && svg.contains("16.00ms (1 requests)"),
+            svg.contains("B1 (B)") && svg.contains("16.00ms (1 request)"),
             "{}",
             &svg[..400]
         );

@@ -26,3 +26,12 @@ pub(crate) fn csv_field(s: &str) -> String {
         s.to_owned()
     }
 }
+
+/// `1 request`, `2 requests`: a count with its noun, singular for one.
+pub fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}

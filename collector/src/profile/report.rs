@@ -154,8 +154,8 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{} requests, mean latency {}, p50 {}, p99 {}, max {}",
-            self.requests,
+            "{}, mean latency {}, p50 {}, p99 {}, max {}",
+            crate::profile::format::plural(self.requests, "request"),
             fmt_ns(self.mean_latency_nanos),
             fmt_ns(self.latency.quantile(0.5)),
             fmt_ns(self.latency.quantile(0.99)),
@@ -187,7 +187,12 @@ impl Report {
             if r.histogram.count() == 0 {
                 continue;
             }
-            let _ = writeln!(out, "\n{} (on the path of {} requests)", r.stack, r.on_path);
+            let _ = writeln!(
+                out,
+                "\n{} (on the path of {})",
+                r.stack,
+                crate::profile::format::plural(r.on_path, "request")
+            );
             out.push_str(&bars(&r.histogram));
         }
         out

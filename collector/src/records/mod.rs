@@ -1,11 +1,32 @@
-//! Where records come from and which of them a question is about.
+//! Where records come from and which of them a question is about: one
+//! reader for every place that takes records or traces from a path (`cpt
+//! profile` and its siblings, `cpt import`, `cpt traces`), and the
+//! [`Selection`](selection::Selection) every profile, diff and store query
+//! applies (service, endpoint, time range, labels, trigger, percentile
+//! band).
 //!
-//! - [`selection`]: the [`Selection`](selection::Selection) every profile,
-//!   diff and store query applies (service, endpoint, time range, labels,
-//!   trigger, percentile band).
+//! [`input`] opens a path (`-` is stdin; gzip is recognised by its magic
+//! bytes, not by the file name), refuses a SQLite store given where a file
+//! was expected (it says to pass it as the store instead), and reads JSON
+//! Lines in parallel batches. Bad lines (not UTF-8, not a record) are skipped
+//! and reported as [`Warning`]s with their `FILE:LINE`; a gzip stream that is
+//! cut off keeps the records read before the cut and warns about the lost
+//! tail. With [`ReadOptions::strict`] both are errors instead.
 //!
-//! Records are read from JSON Lines files (plain or gzipped), from a store
-//! ([`crate::server::store`], with the `server` feature) and, for imported traces,
-//! from [`crate::traces`].
+//! [`EntryServices`] notices a selection that mixes several entry services,
+//! in particular records an internal service made of its own traffic.
+//!
+//! Records are also read from a store (`server::store`, with the `server`
+//! feature) and made from imported traces (`traces`). The module is
+//! independent of the command line (no clap, no anyhow), so a server reads
+//! files the same way.
 
+pub mod input;
+mod mix;
 pub mod selection;
+
+pub use input::{
+    InputError, Opened, ReadOptions, ReadStats, RecordReader, Warning, WarningKind, check_store,
+    open, read_to_end,
+};
+pub use mix::EntryServices;

@@ -124,11 +124,14 @@ impl PercentileBand {
         Ok(PercentileBand { lo, hi })
     }
 
-    /// Parse `p95-p100`, `95-100`, `p99.9-p100`, or `p95` (meaning `p95-p100`).
+    /// Parse `p95-p100`, `95-100` or `p99.9-p100`: both bounds, always.
     ///
     /// # Errors
     ///
-    /// If the text is not of that form or the bounds are out of order.
+    /// If the text is not of that form or the bounds are out of order. A
+    /// single bound (`p99`) is refused: it could mean the tail above it
+    /// (`p99-p100`) or everything below it (`p0-p99`), and the message offers
+    /// both.
     pub fn parse(s: &str) -> Result<Self, SelectionError> {
         let bad = |why: &str| {
             SelectionError::new(format!(
@@ -145,7 +148,14 @@ impl PercentileBand {
         };
         let (lo, hi) = match s.split_once('-') {
             Some((a, b)) => (num(a)?, num(b)?),
-            None => (num(s)?, 100.0),
+            None => {
+                let v = num(s)?;
+                return Err(SelectionError::new(format!(
+                    "percentile band {s:?}: give both bounds, e.g. \"p{v}-p100\" for the slowest \
+                     {}% or \"p0-p{v}\" for the rest",
+                    ((100.0 - v) * 1e6).round() / 1e6
+                )));
+            }
         };
         PercentileBand::new(lo, hi)
     }
@@ -560,7 +570,6 @@ mod tests {
             ("p50-p100", 3,   2..3),
             ("p99-p100", 10,  9..10),   // at least one record
             ("p0-p100",  7,   0..7),
-            ("p95",      20,  19..20),
             ("p99.9-p100", 10000, 9990..10000),
             ("p50-p100", 0,   0..0),
         ];
@@ -580,6 +589,8 @@ mod tests {
             ("percentile=p100-p95", "lower bound must be below"),
             ("percentile=p95-p101", "within 0..=100"),
             ("percentile=fast", "is not a number"),
+            ("percentile=p99", "give both bounds, e.g. \"p99-p100\" for the slowest 1% or \"p0-p99\""),
+            ("percentile=95", "\"p95-p100\" for the slowest 5%"),
             ("since=yesterday", "time \"yesterday\""),
             ("since=12parsecs", "time \"12parsecs\""),
             ("label=arm", "expected key=value"),

@@ -210,8 +210,11 @@ pub struct Analyzed {
 /// Counters of one import.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImportStats {
-    /// Files read.
+    /// Files given (read or not).
     pub files: u64,
+    /// Files that could not be read at all (missing, a store, not UTF-8);
+    /// their reasons are in [`Import::file_errors`]. Not counted as traces.
+    pub failed_files: u64,
     /// Traces read (accepted + rejected).
     pub traces: u64,
     /// Traces rejected.
@@ -233,8 +236,13 @@ pub struct ImportStats {
 pub struct Import {
     /// One entry per selected root, in file and trace order.
     pub analyzed: Vec<Analyzed>,
-    /// Rejected traces (and unreadable files), with reasons.
+    /// Rejected traces, with reasons.
     pub errors: Vec<TraceError>,
+    /// Files that could not be read, one message each naming the file.
+    pub file_errors: Vec<String>,
+    /// Files read only in part (a gzip stream that breaks off: the traces
+    /// before the break are kept), one message each.
+    pub warnings: Vec<String>,
     /// Counters.
     pub stats: ImportStats,
 }
@@ -250,8 +258,11 @@ impl Import {
     fn merge(&mut self, mut other: Import) {
         self.analyzed.append(&mut other.analyzed);
         self.errors.append(&mut other.errors);
+        self.file_errors.append(&mut other.file_errors);
+        self.warnings.append(&mut other.warnings);
         let (s, o) = (&mut self.stats, &other.stats);
         s.files += o.files;
+        s.failed_files += o.failed_files;
         s.traces += o.traces;
         s.rejected += o.rejected;
         s.spans += o.spans;
@@ -272,9 +283,12 @@ pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
 
 /// Read, repair and walk every trace of the files.
 ///
-/// Files are decompressed when they start with the gzip magic. A file that
-/// cannot be read is reported in [`Import::errors`] (trace id `file:PATH`)
-/// and the run goes on.
+/// Files are opened as [`crate::records::open`] does: decompressed when they
+/// start with the gzip magic, a SQLite store refused. A file that cannot be
+/// read is counted in [`ImportStats::failed_files`] and reported in
+/// [`Import::file_errors`] (not as a rejected trace), and the run goes on; a
+/// gzip file that breaks off keeps what was decoded before the break (its
+/// complete traces) and is reported in [`Import::warnings`].
 pub fn import_files(
     paths: &[PathBuf],
     format: Format,
@@ -296,19 +310,18 @@ pub fn import_files(
         }
         BUFS.with(|b| {
             let (raw, text) = &mut *b.borrow_mut();
-            let imp = match read_text_into(p, raw, text) {
-                Ok(t) => {
+            let imp = match read_input(p, raw) {
+                Ok((t, warning)) => {
                     let mut imp = import_text(t, format, opts, inner_parallel, &tick);
                     imp.stats.files = 1;
+                    imp.warnings.extend(warning);
                     imp
                 }
                 Err(e) => Import {
-                    errors: vec![TraceError::new(
-                        format!("file:{}", p.display()),
-                        Reason::Json(e),
-                    )],
+                    file_errors: vec![e],
                     stats: ImportStats {
                         files: 1,
+                        failed_files: 1,
                         ..Default::default()
                     },
                     ..Default::default()
@@ -376,29 +389,18 @@ fn size_hint(path: &Path) -> u64 {
 /// traces in parallel.
 fn import_stream(path: &Path, opts: &ImportOptions, progress: Progress<'_>) -> Import {
     const BATCH: usize = 4096;
-    let file_error = |e: String| Import {
-        errors: vec![TraceError::new(
-            format!("file:{}", path.display()),
-            Reason::Json(e),
-        )],
-        ..Default::default()
-    };
-    let f = match std::fs::File::open(path) {
-        Ok(f) => std::io::BufReader::with_capacity(1 << 20, f),
-        Err(e) => return file_error(format!("{}: {e}", path.display())),
-    };
-    let mut head = [0u8; 2];
-    let gz = std::fs::File::open(path)
-        .and_then(|mut g| g.read_exact(&mut head))
-        .is_ok()
-        && head == [0x1f, 0x8b];
-    let reader: Box<dyn Read> = if gz {
-        Box::new(std::io::BufReader::with_capacity(
-            1 << 20,
-            flate2::bufread::MultiGzDecoder::new(f),
-        ))
-    } else {
-        Box::new(f)
+    let reader = match crate::records::open(path) {
+        Ok(o) => o.reader,
+        Err(e) => {
+            return Import {
+                file_errors: vec![e.to_string()],
+                stats: ImportStats {
+                    failed_files: 1,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+        }
     };
     let mut imp = Import::default();
     let mut batch: Vec<Result<Trace, TraceError>> = Vec::with_capacity(BATCH);
@@ -416,6 +418,16 @@ fn import_stream(path: &Path, opts: &ImportOptions, progress: Progress<'_>) -> I
     });
     imp.merge(analyze_all(batch, opts, true, progress));
     if let Err((n, e)) = res {
+        if e.is_io() {
+            // The input broke off (a gzip stream cut short): the traces
+            // before are good, the rest of the file is lost.
+            imp.warnings.push(format!(
+                "{}: the input breaks off after {n} traces ({e}); kept them, the rest of the \
+                 file is lost (truncated download or copy?)",
+                path.display()
+            ));
+            return imp;
+        }
         imp.reject(TraceError::new(
             format!("file:{} (after {n} traces)", path.display()),
             Reason::Json(e.to_string()),
@@ -434,6 +446,33 @@ fn analyze_all(
     fold_chunks(&items, parallel, progress, |w, item, imp| {
         process_ref(item.as_ref(), opts, &mut w.scratch, &mut w.pieces, imp);
     })
+}
+
+/// A file's text, read into `buf` as [`crate::records::open`] reads it, with
+/// a warning when its gzip stream breaks off (the text then ends at the last
+/// complete character before the break).
+fn read_input<'b>(path: &Path, buf: &'b mut Vec<u8>) -> Result<(&'b str, Option<String>), String> {
+    buf.clear();
+    let hint = size_hint(path);
+    buf.reserve(usize::try_from(hint).unwrap_or(0).min(1 << 30));
+    let broken = crate::records::read_to_end(path, buf).map_err(|e| e.to_string())?;
+    let warning = broken.map(|e| {
+        format!(
+            "{}: the gzip stream breaks off after {} bytes ({e}); kept the traces before it, \
+             the rest of the file is lost (truncated download or copy?)",
+            path.display(),
+            buf.len()
+        )
+    });
+    let text = match std::str::from_utf8(buf) {
+        Ok(t) => t,
+        // Cut in the middle of a character: keep the complete ones.
+        Err(e) if warning.is_some() && e.error_len().is_none() => {
+            std::str::from_utf8(&buf[..e.valid_up_to()]).expect("valid up to here")
+        }
+        Err(e) => return Err(format!("{}: not UTF-8: {e}", path.display())),
+    };
+    Ok((text, warning))
 }
 
 /// [`read_text`] into caller-owned buffers (`raw` for the file's bytes,

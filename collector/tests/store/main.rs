@@ -45,9 +45,12 @@ fn import_keeps_good_lines_and_reports_bad_ones_as_file_and_line() {
     let out = cpt(&["import", "--store", "s.db", "r.jsonl"], dir.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("r.jsonl:2: not a cpt record"), "{stderr}");
     assert!(
-        stderr.contains("r.jsonl:5: unknown trigger \"maybe\""),
+        stderr.contains("r.jsonl:2: skipped: not a cpt record"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("r.jsonl:5: skipped: unknown trigger \"maybe\""),
         "{stderr}"
     );
     assert!(

@@ -54,7 +54,12 @@ use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use prost::Message;
 
+use std::path::Path;
+
+use flate2::read::MultiGzDecoder;
+
 use crate::profile::aggregate::{Aggregate, StackStats, frame_label};
+use crate::records::input::{GZIP_MAGIC, InputError, SQLITE_MAGIC};
 
 /// Sample type of the mean time per request (the default).
 pub const CRITICAL_PATH: &str = "critical_path";
@@ -402,6 +407,50 @@ fn frame_from_function<'a>(
         frame = frame.with_location(file, u32::try_from(l).unwrap_or(0));
     }
     Ok(frame)
+}
+
+/// Read a profile `cpt profile` (or `cpt merge`, `cpt diff -o`) wrote.
+///
+/// # Errors
+///
+/// [`InputError::Open`], or [`InputError::NotAProfile`] saying what the file
+/// is instead (JSON Lines records, a store) and what to do.
+pub fn read_file(path: &Path) -> Result<Aggregate, InputError> {
+    let bytes = std::fs::read(path).map_err(|error| InputError::Open {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    match read_aggregate(&bytes) {
+        Ok(a) => Ok(a),
+        Err(e) => {
+            let text: Vec<u8> = if bytes.starts_with(&GZIP_MAGIC) {
+                let mut out = Vec::new();
+                let _ = MultiGzDecoder::new(&bytes[..])
+                    .take(256)
+                    .read_to_end(&mut out);
+                out
+            } else {
+                bytes.iter().take(256).copied().collect()
+            };
+            let found = if bytes.starts_with(SQLITE_MAGIC) {
+                format!(
+                    "it is a cpt store: make a profile with `cpt profile --store {} -o OUT.pb.gz`",
+                    path.display()
+                )
+            } else if text.trim_ascii_start().starts_with(b"{") {
+                format!(
+                    "it holds JSON Lines records: make a profile with `cpt profile -o OUT.pb.gz {}`",
+                    path.display()
+                )
+            } else {
+                format!("{e}; expected the .pb.gz file cpt profile writes")
+            };
+            Err(InputError::NotAProfile {
+                path: path.to_path_buf(),
+                found,
+            })
+        }
+    }
 }
 
 #[cfg(test)]

@@ -153,10 +153,10 @@ pub fn to_text(reports: &[EndpointReport], top: usize) -> String {
     for r in reports {
         let _ = writeln!(
             s,
-            "== {} {} — {} requests, latency p50 {} p95 {} p99 {}",
+            "== {} {} — {}, latency p50 {} p95 {} p99 {}",
             r.service,
             r.endpoint.as_deref().unwrap_or("(any)"),
-            r.requests,
+            crate::profile::format::plural(r.requests, "request"),
             fmt_ns(r.latency_ns[0]),
             fmt_ns(r.latency_ns[1]),
             fmt_ns(r.latency_ns[2])
@@ -164,10 +164,10 @@ pub fn to_text(reports: &[EndpointReport], top: usize) -> String {
         for (w, agg) in &r.windows {
             let _ = writeln!(
                 s,
-                "  [{} = {}] {} requests, mean critical path {}",
+                "  [{} = {}] {}, mean critical path {}",
                 w.name,
                 w.band,
-                agg.requests(),
+                crate::profile::format::plural(agg.requests(), "request"),
                 fmt_ns(u64::try_from(agg.mean_latency().as_nanos()).unwrap_or(u64::MAX))
             );
             for (stack, ns) in ranked_stacks(agg).into_iter().take(top) {
