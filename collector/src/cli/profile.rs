@@ -250,22 +250,14 @@ fn load_store(
         [one] => one.selection().clone(),
         _ => Selection::new().with_triggers(TriggerFilter::All),
     };
-    let mut batch = Vec::with_capacity(LINES_PER_BATCH);
-    let mut flush = |batch: &mut Vec<Record>, aggs: &mut [&mut Aggregator]| {
-        observe(&mut mix, aggs, batch);
-        for a in aggs.iter_mut() {
-            a.push_batch(batch);
-        }
-        batch.clear();
-    };
-    for r in store.records(&sel).map_err(|e| anyhow::anyhow!("{e}"))? {
-        batch.push(r.map_err(|e| anyhow::anyhow!("{e}"))?);
-        stats.records += 1;
-        if batch.len() == LINES_PER_BATCH {
-            flush(&mut batch, aggs);
-        }
-    }
-    flush(&mut batch, aggs);
+    stats.records += store
+        .for_each_batch(&sel, LINES_PER_BATCH, |batch| {
+            observe(&mut mix, aggs, batch);
+            for a in aggs.iter_mut() {
+                a.push_batch(batch);
+            }
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }
 

@@ -230,24 +230,17 @@ enum ProfileError {
 }
 
 /// Build the gzipped profile for a `GET /profile` query string.
+/// Records per batch folded in parallel for `GET /profile`.
+const PROFILE_BATCH: usize = 16 * 1024;
+
 fn profile_from_store(path: &std::path::Path, query: &str) -> Result<Vec<u8>, ProfileError> {
     let sel = crate::records::selection::Selection::from_query(query)
         .map_err(|e| ProfileError::BadQuery(format!("bad profile query {query:?}: {e}")))?;
     let store = Store::open_read_only(path).map_err(ProfileError::Store)?;
-    let mut first_err = None;
-    let records = store
-        .records(&sel)
-        .map_err(ProfileError::Store)?
-        .filter_map(|r| match r {
-            Ok(r) => Some(r),
-            Err(e) => {
-                first_err.get_or_insert(e);
-                None
-            }
-        });
-    let agg = crate::profile::aggregate::Aggregate::from_records(&sel, records);
-    if let Some(e) = first_err {
-        return Err(ProfileError::Store(e));
-    }
+    let mut agg = crate::profile::aggregate::Aggregator::new(sel.clone());
+    store
+        .for_each_batch(&sel, PROFILE_BATCH, |batch| agg.push_batch(batch))
+        .map_err(ProfileError::Store)?;
+    let agg = agg.finish();
     Ok(crate::profile::encode_gzip(&agg))
 }

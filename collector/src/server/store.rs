@@ -543,6 +543,38 @@ impl Store {
         self.query(&StoreQuery::from_selection(sel))
     }
 
+    /// Hand the records that may match `sel` (as [`Store::records`]) to `f`
+    /// in batches of at most `batch` records; returns how many were read.
+    /// The one loop `cpt profile --store` and the collector's `GET /profile`
+    /// both read a store with.
+    ///
+    /// # Errors
+    ///
+    /// The first error reading the store; batches before it were handed
+    /// over, nothing after it is.
+    pub fn for_each_batch(
+        &self,
+        sel: &Selection,
+        batch: usize,
+        mut f: impl FnMut(&[Record]),
+    ) -> Result<u64, StoreError> {
+        let batch = batch.max(1);
+        let mut buf = Vec::with_capacity(batch);
+        let mut n = 0;
+        for r in self.records(sel)? {
+            buf.push(r?);
+            n += 1;
+            if buf.len() == batch {
+                f(&buf);
+                buf.clear();
+            }
+        }
+        if !buf.is_empty() {
+            f(&buf);
+        }
+        Ok(n)
+    }
+
     /// Stream the records matching `query`, oldest insert first.
     ///
     /// The query runs on a reader thread with its own read-only connection
