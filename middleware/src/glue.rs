@@ -78,23 +78,6 @@ pub(crate) fn begin_root(opts: RootOptions) -> tracing::Span {
     span
 }
 
-/// End the root node now and compute its path (the SDK emits the record
-/// when this service is the entry point).
-pub(crate) fn finish_root(root: &tracing::Span) -> Option<CriticalPath> {
-    request::finish(root).map(|f| f.path)
-}
-
-/// End the request rooted at `root`; its path and record are made in the
-/// background.
-pub(crate) fn finish_root_detached(root: &tracing::Span) {
-    request::finish_detached(root);
-}
-
-/// The trigger of the traced request the current span belongs to.
-pub(crate) fn current_trigger() -> Option<Trigger> {
-    request::current_trigger()
-}
-
 /// Make an RPC node, a child of the current node.
 pub(crate) fn begin_rpc(callee: &str, method: &str) -> tracing::Span {
     let name = format!("{callee} {method}");

@@ -69,7 +69,7 @@ impl TextMapPropagator for TriggerPropagator {
         let trigger = cx
             .get::<PropagatedTrigger>()
             .map(|t| t.0)
-            .or_else(crate::glue::current_trigger);
+            .or_else(cpt_sdk::request::current_trigger);
         if let Some(trigger) = trigger {
             injector.set(header::TRIGGER.as_str(), trigger.as_str().to_owned());
         }

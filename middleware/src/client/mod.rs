@@ -277,7 +277,7 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let Some(trigger) = glue::current_trigger() else {
+        let Some(trigger) = cpt_sdk::request::current_trigger() else {
             return ResponseFuture::untraced(self.inner.call(req));
         };
         let config = &self.config;

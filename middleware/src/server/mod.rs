@@ -559,10 +559,11 @@ impl Ending {
     /// does not wait for either.
     fn finish(self) -> Option<HeaderValue> {
         if !self.return_path {
-            glue::finish_root_detached(&self.root);
+            cpt_sdk::request::finish_detached(&self.root);
             return None;
         }
-        let path = glue::finish_root(&self.root)?;
+        // The SDK emits the record when this service is the entry point.
+        let path = cpt_sdk::request::finish(&self.root)?.path;
         let value = glue::encode_header(&path, self.config.max_path_bytes);
         if value.is_some() {
             Counters::bump(&self.config.counters.paths_returned);
