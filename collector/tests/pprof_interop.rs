@@ -7,7 +7,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use cpt_collector::aggregate::Aggregate;
 use cpt_collector::profile::encode_gzip;
@@ -16,9 +15,7 @@ use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
 use cpt_sdk::record::Record;
 use cpt_sdk::trigger::Trigger;
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use cpt_sdk::testing::ms;
 
 /// Whether the tool is usable; if not, shout, and fail under CPT_REQUIRE_PPROF=1.
 fn require(tool: &str, arg: &str, what: &str) -> bool {

@@ -1,6 +1,8 @@
-//! Everything the middleware asks of the SDK, in one place: root and RPC
-//! nodes (`cpt_sdk::request`), sampling, and the path's wire form in headers
-//! (`cpt_sdk::codec` + base64, as tonic encodes `-bin` metadata).
+//! What the middleware adapts from the SDK: root and RPC nodes
+//! (`cpt_sdk::request` with the options the layers need), sampling, and the
+//! path's wire form in headers (`cpt_sdk::codec` + base64, as tonic encodes
+//! `-bin` metadata). Where an SDK call needs no adapting, the layers call
+//! `cpt_sdk::request` directly.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;

@@ -543,25 +543,7 @@ mod tests {
 
     use crate::testing::ms;
 
-    fn fig2a() -> Record {
-        let mut p = CriticalPath::new();
-        let a1 = Frame::new("A", "A1");
-        let b1 = Frame::new("B", "B1").with_location("b/src/lib.rs", 12);
-        p.push_frames([a1.clone()], ms(5), SegmentKind::Busy);
-        p.push_frames([a1.clone(), b1], ms(20), SegmentKind::Busy);
-        p.push_frames([a1.clone()], ms(8), SegmentKind::Busy);
-        p.push_frames(
-            [a1, Frame::new("A", "A2")],
-            ms(2),
-            SegmentKind::Unattributed,
-        );
-        p.accounting.unattributed = ms(2);
-        let mut r = Record::new("A", Trigger::Sampled, p);
-        r.endpoint = Some("/a.A/Run".into());
-        r.labels.insert("arm".into(), "b".into());
-        r.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
-        r
-    }
+    use crate::testing::fixtures::fig2a_record as fig2a;
 
     #[test]
     fn json_round_trip_keeps_services_locations_and_kinds() {

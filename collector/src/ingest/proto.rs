@@ -264,20 +264,11 @@ mod tests {
     use super::*;
     use prost::Message;
 
+    /// CPT Figure 2a with everything a record carries, forced.
     fn fig2a() -> SdkRecord {
-        let ms = Duration::from_millis;
-        let mut p = CriticalPath::new();
-        let a1 = SdkFrame::new("A", "A1");
-        let b1 = SdkFrame::new("B", "B1").with_location("b/src/lib.rs", 12);
-        p.push_frames([a1.clone()], ms(5), SdkKind::Busy);
-        p.push_frames([a1.clone(), b1], ms(20), SdkKind::Busy);
-        p.push_frames([a1.clone()], ms(8), SdkKind::Busy);
-        p.push_frames([a1, SdkFrame::new("A", "A2")], ms(2), SdkKind::Unattributed);
-        p.accounting.unattributed = ms(2);
-        let mut r = SdkRecord::new("A", SdkTrigger::Forced, p);
-        r.endpoint = Some("/a.A/Run".into());
-        r.start_unix_nanos = Some(1_700_000_000_000_000_000);
-        r.labels.insert("arm".into(), "b".into());
+        let mut r = cpt_sdk::testing::fixtures::fig2a_record();
+        r.trigger = SdkTrigger::Forced;
+        r.trace_id = None;
         r
     }
 

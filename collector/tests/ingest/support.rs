@@ -13,7 +13,7 @@ use cpt_sdk::{CriticalPath, Frame, Record, SegmentKind, Trigger};
 
 /// A CPT Fig. 2a-shaped record tagged with `batch` and `i`.
 pub(crate) fn record(batch: &str, i: usize) -> Record {
-    let ms = Duration::from_millis;
+    use cpt_sdk::testing::ms;
     let mut p = CriticalPath::new();
     let a1 = Frame::new("A", "A1").with_location("a/src/main.rs", 10);
     p.push_frames([a1.clone()], ms(5), SegmentKind::Busy);

@@ -4,16 +4,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Duration;
 
 use cpt_collector::profile::read_aggregate;
 use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
 use cpt_sdk::record::Record;
 use cpt_sdk::trigger::Trigger;
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use cpt_sdk::testing::ms;
 
 /// CPT Table 1's two requests (16 ms with A2 on the path, 8 ms with B1),
 /// labelled arm=a / arm=b, plus a forced 100 ms request.

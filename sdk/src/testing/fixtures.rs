@@ -50,6 +50,27 @@ pub fn fig2c() -> CriticalPath {
     p
 }
 
+/// CPT Figure 2a as a record carrying everything a record can: B1 with a
+/// source location, the wait on A2 unattributed (and accounted), an
+/// endpoint, a start time, a label `arm=b` and a trace id. For tests of
+/// the record's forms (JSON, the collector's protobuf).
+pub fn fig2a_record() -> Record {
+    let mut p = CriticalPath::new();
+    let a1 = f("A", "A1");
+    let b1 = f("B", "B1").with_location("b/src/lib.rs", 12);
+    p.push_frames([a1.clone()], ms(5), SegmentKind::Busy);
+    p.push_frames([a1.clone(), b1], ms(20), SegmentKind::Busy);
+    p.push_frames([a1.clone()], ms(8), SegmentKind::Busy);
+    p.push_frames([a1, f("A", "A2")], ms(2), SegmentKind::Unattributed);
+    p.accounting.unattributed = ms(2);
+    let mut r = Record::new("A", Trigger::Sampled, p);
+    r.endpoint = Some("/a.A/Run".into());
+    r.start_unix_nanos = Some(1_700_000_000_000_000_000);
+    r.labels.insert("arm".into(), "b".into());
+    r.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
+    r
+}
+
 /// CPT Table 1's two requests of service A, sampled, one second apart from
 /// 2023-11-14T22:13:20Z: request 1 (16 ms) A1 3, A1/A2 10, A1 3; request 2
 /// (8 ms) A1 2, A1/B1 4, A1 2. Their average critical path is A1 5, A1/A2
