@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::profile::format::plural;
+use crate::format::plural;
 use crate::records::{ReadOptions, RecordReader, Warning, WarningKind};
 use crate::server::store::{Durability, EncodedBatch, Store};
 

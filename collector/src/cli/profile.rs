@@ -24,12 +24,12 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use cpt_sdk::record::Record;
 
+use crate::format::fmt_ns;
+use crate::format::plural;
 use crate::profile;
 use crate::profile::aggregate::{Aggregate, Aggregator};
 use crate::profile::diff::{DiffOptions, diff};
 use crate::profile::flame::{FlameOptions, flame_svg, folded};
-use crate::profile::format::fmt_ns;
-use crate::profile::format::plural;
 use crate::profile::report::Report;
 use crate::records::selection::{PercentileBand, Selection, TriggerFilter, parse_time};
 use crate::records::{EntryServices, ReadOptions, RecordReader, Warning, WarningKind};

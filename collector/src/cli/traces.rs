@@ -10,8 +10,8 @@ use anyhow::{Context, bail};
 use cpt_sdk::Record;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::format::plural;
 use crate::profile::diff::DiffOptions;
-use crate::profile::format::plural;
 use crate::traces::analysis::{bottomup, heatmap, histograms, topdown};
 use crate::traces::{
     BuildOptions, Endpoint, Format, Import, ImportOptions, OverlapThreshold, RepairOptions,

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use cpt_sdk::path::Frame;
 
+use crate::format::{csv_field, fmt_ns};
 use crate::profile::aggregate::{Aggregate, StackStats, frame_label};
-use crate::profile::format::{csv_field, fmt_ns};
 
 /// Knobs for [`diff`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -130,7 +130,7 @@ impl DiffReport {
         let arm = |name: &str, n: u64, a: &ArmStats| {
             format!(
                 "{name}: {}, mean latency {} ± {} ({pct}% CI)\n",
-                crate::profile::format::plural(n, "request"),
+                crate::format::plural(n, "request"),
                 fmt_ns(a.mean_nanos.round() as u64),
                 fmt_ci(self.z * a.std_error_nanos),
             )
@@ -153,7 +153,7 @@ impl DiffReport {
             out,
             "{} compared at {pct}%{}: chance alone would flag about {:.1} of them \
              (CPT Table 3); flagging |change| >= {} whose interval excludes 0: {} flagged",
-            crate::profile::format::plural(self.rows.len() as u64, "stack"),
+            crate::format::plural(self.rows.len() as u64, "stack"),
             if self.options.bonferroni {
                 " (Bonferroni)"
             } else {

@@ -13,8 +13,8 @@ use std::io;
 
 use inferno::flamegraph::{self, Options};
 
+use crate::format::fmt_ns;
 use crate::profile::aggregate::{Aggregate, frame_label};
-use crate::profile::format::fmt_ns;
 
 /// A frame label made safe for the folded format (`;` separates frames and
 /// line breaks separate stacks).
@@ -90,7 +90,7 @@ pub fn flame_svg(agg: &Aggregate, opts: &FlameOptions) -> io::Result<Vec<u8>> {
         format!(
             "cpt critical path: mean {} over {}",
             fmt_ns(agg.mean_latency().as_nanos() as u64),
-            crate::profile::format::plural(agg.requests(), "request")
+            crate::format::plural(agg.requests(), "request")
         )
     });
     o.subtitle = opts.subtitle.clone().or_else(|| {
@@ -140,9 +140,9 @@ pub fn diff_flame_svg(
         format!(
             "cpt diff: mean {} ({}) → {} ({})",
             fmt_ns(base.mean_latency().as_nanos() as u64),
-            crate::profile::format::plural(base.requests(), "request"),
+            crate::format::plural(base.requests(), "request"),
             fmt_ns(test.mean_latency().as_nanos() as u64),
-            crate::profile::format::plural(test.requests(), "request")
+            crate::format::plural(test.requests(), "request")
         )
     });
     o.subtitle = opts.subtitle.clone();

@@ -10,16 +10,14 @@
 //!   per-stack table of how often and how long built from them.
 //! - [`diff`]: two aggregates compared, with a noise bound.
 //! - [`flame`]: an aggregate as a flame graph (SVG).
-//! - [`format`](mod@format): how numbers and CSV fields are written for people.
 //!
-//! The modules depend on each other in one direction only: `format` and
-//! `histogram` on nothing here, `aggregate` on `histogram`, the rest on
-//! `aggregate`.
+//! The modules depend on each other in one direction only: `histogram` on
+//! nothing here, `aggregate` on `histogram`, the rest on `aggregate`; all of
+//! them write numbers through [`crate::format`].
 
 pub mod aggregate;
 pub mod diff;
 pub mod flame;
-pub mod format;
 pub mod histogram;
 pub mod pprof;
 pub mod report;

@@ -12,8 +12,8 @@
 use std::fmt::Write as _;
 
 use super::aggregate::{Aggregate, stack_label};
-use super::format::{csv_field, fmt_ns};
 use super::histogram::Histogram;
+use crate::format::{csv_field, fmt_ns};
 
 /// One row of a histogram [`Report`].
 #[derive(Clone, Debug, PartialEq)]
@@ -155,7 +155,7 @@ impl Report {
         let _ = writeln!(
             out,
             "{}, mean latency {}, p50 {}, p99 {}, max {}",
-            crate::profile::format::plural(self.requests, "request"),
+            crate::format::plural(self.requests, "request"),
             fmt_ns(self.mean_latency_nanos),
             fmt_ns(self.latency.quantile(0.5)),
             fmt_ns(self.latency.quantile(0.99)),
@@ -191,7 +191,7 @@ impl Report {
                 out,
                 "\n{} (on the path of {})",
                 r.stack,
-                crate::profile::format::plural(r.on_path, "request")
+                crate::format::plural(r.on_path, "request")
             );
             out.push_str(&bars(&r.histogram));
         }

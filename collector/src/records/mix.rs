@@ -3,7 +3,7 @@
 use cpt_sdk::record::Record;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::profile::format::plural;
+use crate::format::plural;
 
 /// The entry services of the records a selection kept, to warn when there is
 /// more than one.

@@ -156,7 +156,7 @@ pub fn to_text(reports: &[EndpointReport], top: usize) -> String {
             "== {} {} — {}, latency p50 {} p95 {} p99 {}",
             r.service,
             r.endpoint.as_deref().unwrap_or("(any)"),
-            crate::profile::format::plural(r.requests, "request"),
+            crate::format::plural(r.requests, "request"),
             fmt_ns(r.latency_ns[0]),
             fmt_ns(r.latency_ns[1]),
             fmt_ns(r.latency_ns[2])
@@ -167,7 +167,7 @@ pub fn to_text(reports: &[EndpointReport], top: usize) -> String {
                 "  [{} = {}] {}, mean critical path {}",
                 w.name,
                 w.band,
-                crate::profile::format::plural(agg.requests(), "request"),
+                crate::format::plural(agg.requests(), "request"),
                 fmt_ns(u64::try_from(agg.mean_latency().as_nanos()).unwrap_or(u64::MAX))
             );
             for (stack, ns) in ranked_stacks(agg).into_iter().take(top) {

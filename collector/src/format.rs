@@ -1,6 +1,6 @@
 //! How the collector writes numbers and fields for people and for CSV,
-//! shared by every report ([`report`](super::report), [`diff`](super::diff),
-//! [`flame`](super::flame), the trace analyses and the CLI).
+//! shared by every report (the profile reports, the trace analyses, the CLI)
+//! and by the record reader's warnings. It depends on nothing else here.
 
 use std::time::Duration;
 

@@ -1,0 +1,183 @@
+//! The last step of [`compute`](super::compute): the walk's pieces (latest
+//! first) turned into the path's segments, with each piece's frame stack
+//! resolved ([`Stacks`], memoised per node) and callee paths spliced in.
+
+use super::*;
+
+/// Turn pieces (latest first) into the path, resolving stacks and splicing
+/// callees.
+#[inline(never)]
+pub(super) fn emit(
+    graph: &Graph,
+    prep: &[Prep],
+    root: usize,
+    pieces: &[Piece],
+    stacks: &mut Stacks,
+) -> CriticalPath {
+    stacks.reset(prep.len(), graph.frames.len());
+    // Size the path once: what the walk found plus what the callees bring.
+    let (mut frames, mut segments) = (prep.len().min(graph.frames.len()), pieces.len());
+    for piece in pieces {
+        if let Piece::Splice { node, .. } = *piece {
+            match &graph.nodes[node].callee {
+                Some(CalleeOutcome::Path(p)) => {
+                    frames += p.frames().len();
+                    segments += p.segments().len() + 1;
+                }
+                _ => frames += 1,
+            }
+        }
+    }
+    let mut path = CriticalPath::with_capacity(frames, segments);
+    for piece in pieces.iter().rev() {
+        match *piece {
+            Piece::Seg { node, dur, kind } => {
+                let d = Duration::from_nanos(dur);
+                let (stack, deep) = stacks.get(graph, prep, root, node, &mut path);
+                match kind {
+                    SegmentKind::Queueing => {
+                        path.accounting.queueing = path.accounting.queueing.saturating_add(d)
+                    }
+                    SegmentKind::Unattributed => {
+                        path.accounting.unattributed =
+                            path.accounting.unattributed.saturating_add(d)
+                    }
+                    _ => {}
+                }
+                if deep {
+                    path.accounting.truncated = path.accounting.truncated.saturating_add(d);
+                }
+                let stack = &stacks.arena[stack];
+                path.push_ids(stack.iter().copied(), stack.len(), d, kind);
+            }
+            Piece::Splice { node, observed } => {
+                let (prefix, deep) = stacks.get(graph, prep, root, node, &mut path);
+                let prefix = &stacks.arena[prefix];
+                let d = Duration::from_nanos(observed);
+                if deep {
+                    path.accounting.truncated = path.accounting.truncated.saturating_add(d);
+                }
+                let callee = match &graph.nodes[node].callee {
+                    Some(CalleeOutcome::Path(p)) => Callee::Path(p),
+                    Some(CalleeOutcome::BlindSpot { callee }) => Callee::BlindSpot { callee },
+                    None => {
+                        path.push_slice(prefix, d, SegmentKind::Busy);
+                        continue;
+                    }
+                };
+                merge::splice_with(&mut path, prefix, d, callee, &mut stacks.callee_map);
+            }
+        }
+    }
+    path
+}
+
+/// A node whose stack is not resolved yet.
+pub(super) const UNKNOWN: (u32, u32, bool) = (u32::MAX, 0, false);
+
+/// Frame stacks of nodes, root first, memoised in one arena; built without
+/// recursion. A node's stack is its parent's plus its own frame, so each
+/// resolved node costs one copy of its parent's stack, and a segment costs
+/// none (it borrows the arena).
+#[derive(Debug, Default)]
+pub(super) struct Stacks {
+    /// Per node: `(start, len, deep)` in `arena`, or [`UNKNOWN`].
+    pub(super) memo: Vec<(u32, u32, bool)>,
+    pub(super) arena: Vec<FrameId>,
+    /// Graph frame -> path frame id, interned on first use.
+    pub(super) frames: Vec<Option<FrameId>>,
+    /// Scratch for the climb.
+    pub(super) chain: Vec<usize>,
+    /// Scratch for [`merge::splice_with`].
+    pub(super) callee_map: Vec<FrameId>,
+}
+
+impl Stacks {
+    /// Forget the previous request's stacks.
+    pub(super) fn reset(&mut self, nodes: usize, frames: usize) {
+        self.memo.clear();
+        self.memo.resize(nodes, UNKNOWN);
+        self.arena.clear();
+        self.frames.clear();
+        self.frames.resize(frames, None);
+    }
+
+    pub(super) fn get(
+        &mut self,
+        graph: &Graph,
+        prep: &[Prep],
+        root: usize,
+        node: usize,
+        path: &mut CriticalPath,
+    ) -> (Range<usize>, bool) {
+        // Known already (most segments: the walk stays in a node a while).
+        let (start, len, deep) = self.memo[node];
+        if start != UNKNOWN.0 {
+            return (start as usize..(start + len) as usize, deep);
+        }
+        if self.memo[root] == UNKNOWN {
+            let f = self.frame_id(graph, root, path);
+            self.memo[root] = (self.arena.len() as u32, 1, false);
+            self.arena.push(f);
+        }
+        // Climb to a known ancestor; a chain longer than the graph is a cycle.
+        self.chain.clear();
+        let mut cur = node;
+        let mut known = None;
+        for _ in 0..=prep.len() {
+            if self.memo[cur] != UNKNOWN {
+                known = Some(cur);
+                break;
+            }
+            self.chain.push(cur);
+            match prep[cur].parent {
+                Some(p) => cur = p,
+                None => break,
+            }
+        }
+        // Unknown ancestry (not under the root, or a cycle): hang it under the root.
+        let mut base = known.unwrap_or(root);
+        for i in (0..self.chain.len()).rev() {
+            let c = self.chain[i];
+            if c == root {
+                continue;
+            }
+            let (start, len, mut deep) = self.memo[base];
+            let from = self.arena.len();
+            self.arena
+                .extend_from_within(start as usize..(start + len) as usize);
+            if (len as usize) < MAX_STACK_DEPTH {
+                let f = self.frame_id(graph, c, path);
+                self.arena.push(f);
+            } else {
+                deep = true;
+            }
+            self.memo[c] = (from as u32, (self.arena.len() - from) as u32, deep);
+            base = c;
+        }
+        let (start, len, deep) = self.memo[node];
+        (start as usize..(start + len) as usize, deep)
+    }
+
+    pub(super) fn frame_id(
+        &mut self,
+        graph: &Graph,
+        node: usize,
+        path: &mut CriticalPath,
+    ) -> FrameId {
+        let r = graph.nodes[node].frame;
+        match self.frames.get(r.0 as usize) {
+            Some(Some(id)) => *id,
+            Some(None) => {
+                let id = path.intern_hashed(
+                    &graph.frames.frames()[r.0 as usize],
+                    graph.frames.hash_of(r.0),
+                );
+                self.frames[r.0 as usize] = Some(id);
+                id
+            }
+            // A reference from another graph: name it plainly.
+            None => path.intern(Frame::new("?", "?")),
+        }
+    }
+}
