@@ -7,7 +7,7 @@
 //! | `records` (feature `profile`) | where records come from; `records::selection`, what a question selects |
 //! | `profile` (feature `profile`) | records folded into profiles: aggregate, pprof, histograms, diff, flame graphs |
 //! | `server` (feature `server`) | `cpt serve`: admission, HTTP and gRPC ingest, the writer, the SQLite store |
-//! | [`format`] | how numbers, counts and CSV fields are written for people (every report uses it) |
+//! | [`format`](mod@format) | how numbers, counts and CSV fields are written for people (every report uses it) |
 //! | [`ingest`] | the wire contract of ingest, shared by the server and the client |
 //! | `client` (feature `client`) | the exporter services use to ship records to a collector |
 //! | `traces` (feature `traces`) | Jaeger / Zipkin / OTLP / Nezha import (`traces::import`) and the analyses over them (`traces::analysis`) |
