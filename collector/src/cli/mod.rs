@@ -7,6 +7,7 @@
 
 #[cfg(feature = "server")]
 pub mod import;
+pub mod predict;
 pub mod profile;
 #[cfg(feature = "server")]
 pub mod serve;

@@ -42,6 +42,9 @@ pub enum TracesCommand {
     Histograms(HistogramsArgs),
     /// Heat map operations × traces as a self-contained HTML page.
     Heatmap(HeatmapArgs),
+    /// Predict parents' latencies from their children's (Mann et al.'s
+    /// execution flows and baselines) and report Mann Table 1.
+    Predict(super::predict::PredictArgs),
 }
 
 /// Input files and import choices shared by every `cpt traces` command.
@@ -338,6 +341,7 @@ pub fn run(args: TracesArgs) -> anyhow::Result<()> {
         TracesCommand::Bottomup(a) => bottom_up(a),
         TracesCommand::Histograms(a) => hists(a),
         TracesCommand::Heatmap(a) => heat(a),
+        TracesCommand::Predict(a) => super::predict::predict(a),
     }
 }
 

@@ -1,0 +1,149 @@
+//! `cpt traces predict`: Mann et al.'s Table 1 on imported traces.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+
+use crate::traces::Format;
+use crate::traces::analysis::flows::{self, Invocation, KeyInterner};
+use crate::traces::import::{TraceSet, read_traces};
+use crate::traces::model::BuildOptions;
+
+/// Train the six latency estimators of Mann et al. (serial, parallel,
+/// linear regression, best critical path, aggregate flow, nearest-neighbour
+/// flow) per parent `service:operation` and report their relative errors
+/// on test invocations (Mann Table 1).
+#[derive(Debug, clap::Args)]
+pub struct PredictArgs {
+    /// Trace file format.
+    #[arg(long = "from", value_name = "jaeger|zipkin|otlp|nezha", value_parser = |s: &str| s.parse::<Format>())]
+    pub from: Format,
+    /// Training traces.
+    #[arg(long, required = true, num_args = 1.., value_name = "FILE")]
+    pub train: Vec<PathBuf>,
+    /// Test traces. Without them the training traces are split in time:
+    /// at `--split-at`, or else at the median trace start (the first half
+    /// trains, the second tests, like the paper's two hours).
+    #[arg(long, num_args = 1.., value_name = "FILE")]
+    pub test: Vec<PathBuf>,
+    /// Split the training traces here (RFC 3339 like 2023-09-20T16:00:00Z, or Unix ns):
+    /// traces starting before train, the others test.
+    #[arg(long, value_name = "TIME", conflicts_with = "test")]
+    pub split_at: Option<String>,
+    /// Only parents with at least this many children (Mann §5: 5).
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub min_children: usize,
+    /// Keep spans whose parent is missing as extra roots.
+    #[arg(long)]
+    pub orphans_as_roots: bool,
+    /// Write the table as JSON here (`{"methods": {"serial": {"n", "p50",
+    /// "p90", "p95", "p99"}, …}}`; null means ∞).
+    #[arg(long, value_name = "OUT.json")]
+    pub json: Option<PathBuf>,
+}
+
+fn load(what: &str, files: &[PathBuf], args: &PredictArgs) -> anyhow::Result<TraceSet> {
+    let set = read_traces(
+        files,
+        args.from,
+        BuildOptions {
+            orphans_as_roots: args.orphans_as_roots,
+        },
+    );
+    for e in &set.file_errors {
+        eprintln!("error: {e}");
+    }
+    for w in &set.warnings {
+        eprintln!("warning: {w}");
+    }
+    if !set.rejected.is_empty() {
+        eprintln!(
+            "{what}: {} rejected (first: {})",
+            crate::format::plural(set.rejected.len() as u64, "trace"),
+            set.rejected[0]
+        );
+    }
+    if set.traces.is_empty() {
+        bail!(
+            "no {what} trace could be read from {} (see the errors above)",
+            crate::format::plural(files.len() as u64, "file")
+        );
+    }
+    Ok(set)
+}
+
+fn trace_start(t: &crate::traces::model::Trace) -> i64 {
+    t.spans.iter().map(|s| s.start_ns).min().unwrap_or(0)
+}
+
+/// Run `cpt traces predict`.
+///
+/// # Errors
+///
+/// Unreadable inputs, no trace in them, a bad `--split-at`, or no test
+/// invocation with a trained parent.
+pub fn predict(args: PredictArgs) -> anyhow::Result<()> {
+    let mut keys = KeyInterner::default();
+    let invocations = |set: &TraceSet, keys: &mut KeyInterner| -> Vec<Invocation> {
+        set.traces
+            .iter()
+            .flat_map(|t| flows::invocations(t, keys))
+            .collect()
+    };
+    let (train, test) = if args.test.is_empty() {
+        let set = load("training", &args.train, &args)?;
+        let split = match &args.split_at {
+            Some(t) => i64::try_from(crate::records::selection::parse_time(t)?)
+                .context("--split-at is past 2262")?,
+            None => {
+                let mut starts: Vec<i64> = set.traces.iter().map(trace_start).collect();
+                starts.sort_unstable();
+                starts[starts.len() / 2]
+            }
+        };
+        let (mut before, mut after) = (TraceSet::default(), TraceSet::default());
+        for t in set.traces {
+            if trace_start(&t) < split {
+                before.traces.push(t);
+            } else {
+                after.traces.push(t);
+            }
+        }
+        eprintln!(
+            "split in time: {} train, {} test",
+            crate::format::plural(before.traces.len() as u64, "trace"),
+            crate::format::plural(after.traces.len() as u64, "trace")
+        );
+        (
+            invocations(&before, &mut keys),
+            invocations(&after, &mut keys),
+        )
+    } else {
+        let train = load("training", &args.train, &args)?;
+        let test = load("test", &args.test, &args)?;
+        (
+            invocations(&train, &mut keys),
+            invocations(&test, &mut keys),
+        )
+    };
+    let eval = flows::evaluate(&train, &test, args.min_children);
+    eprintln!(
+        "{} trained on {}; {} scored ({} of parents never seen in training skipped)",
+        crate::format::plural(eval.parents_trained as u64, "parent"),
+        crate::format::plural(eval.train_invocations as u64, "invocation"),
+        crate::format::plural(eval.test_invocations as u64, "test invocation"),
+        eval.unseen_parent
+    );
+    if eval.test_invocations == 0 {
+        bail!(
+            "no test invocation to score: no parent with at least {} children appears in both the training and the test traces (try a lower --min-children)",
+            args.min_children
+        );
+    }
+    print!("{}", eval.to_table());
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&eval.to_json())?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

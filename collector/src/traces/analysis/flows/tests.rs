@@ -1,0 +1,254 @@
+//! Each estimator on hand-made invocations whose answers are worked out
+//! here, named after Mann et al.'s terms. Times are in ms for reading;
+//! invocations hold ns.
+
+use super::invocation::Call;
+use super::*;
+
+const MS: i64 = 1_000_000;
+
+/// Invocations of parent `P` built from `(latency ms, [(child, start ms,
+/// end ms)])`, sharing one key interner (flows compare keys by identity).
+struct Kit(KeyInterner);
+
+impl Kit {
+    fn new() -> Kit {
+        Kit(KeyInterner::default())
+    }
+
+    fn inv(&mut self, latency: i64, calls: &[(&str, i64, i64)]) -> Invocation {
+        let calls: Vec<Call<'_>> = calls
+            .iter()
+            .map(|&(op, s, e)| Call {
+                service: "S",
+                operation: op,
+                start: s * MS,
+                end: e * MS,
+            })
+            .collect();
+        let parent = self.0.parent("P", "run");
+        Invocation::new(parent, "t".into(), 0, latency * MS, &calls, &mut self.0)
+    }
+}
+
+fn ms(x: f64) -> f64 {
+    x / MS as f64
+}
+
+fn predict(model: &ParentModel, m: Method, inv: &Invocation) -> f64 {
+    (ms(model.predict(m, inv)) * 1e6).round() / 1e6
+}
+
+fn train(invs: &[Invocation]) -> ParentModel {
+    let refs: Vec<&Invocation> = invs.iter().collect();
+    ParentModel::train(invs[0].parent.clone(), &refs)
+}
+
+#[test]
+fn mann_p_is_time_since_the_latest_sibling_that_finished() {
+    let mut k = Kit::new();
+    // a [0,4], b [1,3], c [6,9]: c's latest finished sibling is a (4), so
+    // P(c) = 2; a and b start with the parent: P = 0 and 1.
+    let inv = k.inv(10, &[("a", 0, 4), ("b", 1, 3), ("c", 6, 9)]);
+    let pre: Vec<f64> = inv.children.iter().map(|c| ms(c.pre)).collect();
+    assert_eq!(pre, [0.0, 1.0, 2.0]);
+    assert_eq!(ms(inv.post), 1.0, "P(return): 9 → 10");
+    let edges: Vec<(usize, usize)> = inv.edges().collect();
+    assert_eq!(edges, [(0, 2), (1, 2)], "a → c and b → c; a ∥ b");
+}
+
+#[test]
+fn mann_serial_and_parallel_are_the_crude_bounds() {
+    let mut k = Kit::new();
+    // Sequential: a [0,3] then b [3,8]; the parent returns at 9.
+    let seq = k.inv(9, &[("a", 0, 3), ("b", 3, 8)]);
+    // Parallel: a [0,3] and b [0,8]; the parent returns at 9.
+    let par = k.inv(9, &[("a", 0, 3), ("b", 0, 8)]);
+    let m = train(&[seq.clone(), par.clone()]);
+    // Serial: Σ (P + L) + P(return) = (0+3) + (0+5) + 1 = 9 on the
+    // sequential one, (0+3) + (0+8) + 1 = 12 on the parallel one.
+    assert_eq!(predict(&m, Method::Serial, &seq), 9.0);
+    assert_eq!(predict(&m, Method::Serial, &par), 12.0);
+    // Parallel: max (P + L) + P(return) = 5 + 1 = 6 (under) and 8 + 1 = 9.
+    assert_eq!(predict(&m, Method::Parallel, &seq), 6.0);
+    assert_eq!(predict(&m, Method::Parallel, &par), 9.0);
+}
+
+#[test]
+fn mann_two_batch_fan_out_aggregate_flow_underestimates_and_nn_flow_is_exact() {
+    let mut k = Kit::new();
+    // Two batches: {a, b} in parallel, then c. Kind 1 waits for both before
+    // c; kind 2 (say, a cache hit) starts c as soon as a is back.
+    let kind1 = |k: &mut Kit, a: i64, b: i64, c: i64| {
+        let end1 = a.max(b);
+        k.inv(end1 + c, &[("a", 0, a), ("b", 0, b), ("c", end1, end1 + c)])
+    };
+    let kind2 = |k: &mut Kit, a: i64, b: i64, c: i64| {
+        k.inv((a + c).max(b), &[("a", 0, a), ("b", 0, b), ("c", a, a + c)])
+    };
+    // Kind 1 happens when b is slow, kind 2 when b is quick.
+    let train_set = vec![
+        kind1(&mut k, 2, 10, 5),
+        kind1(&mut k, 3, 11, 5),
+        kind2(&mut k, 2, 4, 3),
+        kind2(&mut k, 3, 5, 4),
+    ];
+    let m = train(&train_set);
+    // The aggregate flow keeps a → c (in every graph) but not b → c (kind 2
+    // starts c while b runs).
+    let agg = &m.aggregate;
+    let at = |key: &str| agg.nodes.iter().position(|n| &**n == key).unwrap();
+    assert!(agg.preds[at("S:c#0")].contains(&at("S:a#0")));
+    assert!(!agg.preds[at("S:c#0")].contains(&at("S:b#0")));
+    assert_eq!(m.flows.len(), 2, "one flow per distinct invocation graph");
+    // Test: a kind-1 request where b is the slow one: a [0,2], b [0,10], c
+    // [10,15]; the parent returns at 15.
+    let test = kind1(&mut k, 2, 10, 5);
+    // Aggregate: c = P(c) 0 + L(c) 5 + c(a) 2 = 7; return = max(7, c(b) 10)
+    // = 10: an underestimate.
+    assert_eq!(predict(&m, Method::AggregateFlow, &test), 10.0);
+    // Nearest neighbour picks kind 1's flow (its mean latencies a 2.5, b
+    // 10.5, c 5 are nearest), where c waits for b: c = 0 + 5 + 10 = 15,
+    // exact.
+    assert_eq!(predict(&m, Method::NearestNeighborFlow, &test), 15.0);
+    assert_eq!(relative_error(15.0, 15.0), 0.0);
+    assert!((relative_error(10.0, 15.0) - 0.5).abs() < 1e-12);
+}
+
+#[test]
+fn mann_fire_and_forget_child_has_no_edge_to_return() {
+    let mut k = Kit::new();
+    // a [0,5] awaited; f [5,50] still running when the parent returns at 6.
+    let invs: Vec<Invocation> = (0..3)
+        .map(|i| k.inv(6 + i, &[("a", 0, 5 + i), ("f", 5 + i, 50)]))
+        .collect();
+    let m = train(&invs);
+    let f = m
+        .aggregate
+        .nodes
+        .iter()
+        .position(|n| &**n == "S:f#0")
+        .unwrap();
+    assert!(!m.aggregate.awaited[f], "f → return only if always awaited");
+    let test = k.inv(8, &[("a", 0, 7), ("f", 7, 60)]);
+    // Flows: c(a) 7 + P(return) 1 = 8, exact; f is not waited for.
+    assert_eq!(predict(&m, Method::AggregateFlow, &test), 8.0);
+    assert_eq!(predict(&m, Method::NearestNeighborFlow, &test), 8.0);
+    // Serial counts f like any child: 7 + 53 + 1 = 61.
+    assert_eq!(predict(&m, Method::Serial, &test), 61.0);
+}
+
+#[test]
+fn mann_retried_child_is_a_second_child_after_the_first() {
+    let mut k = Kit::new();
+    // a fails and is retried: a#0 [0,3], a#1 [3,8]; then b [8,9].
+    let invs: Vec<Invocation> = (0..2)
+        .map(|_| k.inv(10, &[("a", 0, 3), ("a", 3, 8), ("b", 8, 9)]))
+        .collect();
+    let keys: Vec<&str> = invs[0].children.iter().map(|c| &*c.key).collect();
+    assert_eq!(keys, ["S:a#0", "S:a#1", "S:b#0"]);
+    let m = train(&invs);
+    // Critical path: b, before it a#1, before that a#0.
+    assert_eq!(m.paths.len(), 1);
+    let path: Vec<&str> = m.paths[0].iter().map(|k| &**k).collect();
+    assert_eq!(path, ["S:a#0", "S:a#1", "S:b#0"]);
+    // A test request whose retry is slower: a#1 [3,13], b [13,14], parent 15.
+    let test = k.inv(15, &[("a", 0, 3), ("a", 3, 13), ("b", 13, 14)]);
+    for method in [
+        Method::CriticalPath,
+        Method::AggregateFlow,
+        Method::NearestNeighborFlow,
+        Method::Serial,
+    ] {
+        assert_eq!(predict(&m, method, &test), 15.0, "{method:?}");
+    }
+}
+
+#[test]
+fn mann_best_critical_path_is_the_longest_path_seen_in_training() {
+    let mut k = Kit::new();
+    // Two shapes seen: a → c, and b alone (b ends last).
+    let shape1 = k.inv(9, &[("a", 0, 4), ("b", 0, 2), ("c", 4, 8)]);
+    let shape2 = k.inv(11, &[("a", 0, 2), ("b", 0, 10), ("c", 2, 5)]);
+    let m = train(&[shape1, shape2]);
+    assert_eq!(m.paths.len(), 2);
+    // Test: a [0,3], b [0,9], c [3,5]; parent 10. Paths: a,c = 3 + 2 = 5;
+    // b = 9; the best (longest) is 9, + P(return) 1 = 10.
+    let test = k.inv(10, &[("a", 0, 3), ("b", 0, 9), ("c", 3, 5)]);
+    assert_eq!(predict(&m, Method::CriticalPath, &test), 10.0);
+}
+
+#[test]
+fn mann_linear_regression_recovers_a_linear_parent() {
+    let mut k = Kit::new();
+    // L = a + 2 b + 1 ms, with varied a and b.
+    let invs: Vec<Invocation> = [(1, 1), (2, 1), (1, 3), (4, 2), (3, 5), (2, 2)]
+        .iter()
+        .map(|&(a, b)| k.inv(a + 2 * b + 1, &[("a", 0, a), ("b", 0, b)]))
+        .collect();
+    let m = train(&invs);
+    let test = k.inv(5 + 2 * 7 + 1, &[("a", 0, 5), ("b", 0, 7)]);
+    let est = ms(m.predict(Method::LinearRegression, &test));
+    assert!((est - 20.0).abs() < 1e-3, "{est}");
+    // A child never seen in training adds nothing.
+    let unseen = k.inv(5 + 2 * 7 + 1, &[("a", 0, 5), ("b", 0, 7), ("z", 0, 100)]);
+    let est2 = ms(m.predict(Method::LinearRegression, &unseen));
+    assert!((est2 - est).abs() < 1e-9);
+}
+
+#[test]
+fn mann_missing_child_is_skipped_and_an_unseen_child_runs_in_parallel() {
+    let mut k = Kit::new();
+    // a [0,2] → b [2,5] → c [5,6]; parent 6.
+    let invs: Vec<Invocation> = (0..2)
+        .map(|_| k.inv(6, &[("a", 0, 2), ("b", 2, 5), ("c", 5, 6)]))
+        .collect();
+    let m = train(&invs);
+    // b missing (not called this time): c waits for a: 2 + P(c) 1 + 1 = 4,
+    // plus P(return) 0.
+    let test = k.inv(4, &[("a", 0, 2), ("c", 3, 4)]);
+    assert_eq!(predict(&m, Method::AggregateFlow, &test), 4.0);
+    // An unseen child z [0,9] runs in parallel from the start and is
+    // waited for: the estimate is at least its 9 ms.
+    let test2 = k.inv(9, &[("a", 0, 2), ("b", 2, 5), ("c", 5, 6), ("z", 0, 9)]);
+    assert_eq!(predict(&m, Method::AggregateFlow, &test2), 9.0);
+}
+
+#[test]
+fn mann_table1_relative_error_is_symmetric_and_infinite_at_zero() {
+    assert_eq!(relative_error(10.0, 5.0), relative_error(5.0, 10.0));
+    assert_eq!(relative_error(0.0, 5.0), f64::INFINITY);
+    assert_eq!(relative_error(0.0, 0.0), 0.0);
+}
+
+#[test]
+fn evaluate_scores_only_parents_with_enough_children_and_reports_unseen_ones() {
+    let mut k = Kit::new();
+    let train_set: Vec<Invocation> = (0..4)
+        .map(|_| k.inv(6, &[("a", 0, 2), ("b", 2, 5), ("c", 5, 6)]))
+        .collect();
+    let mut test = vec![
+        k.inv(6, &[("a", 0, 2), ("b", 2, 5), ("c", 5, 6)]),
+        k.inv(3, &[("a", 0, 3)]),
+    ];
+    let other = k.0.parent("Q", "other");
+    let mut q = k.inv(6, &[("a", 0, 2), ("b", 2, 5), ("c", 5, 6)]);
+    q.parent = other;
+    test.push(q);
+    let e = evaluate(&train_set, &test, 3);
+    assert_eq!(
+        e.test_invocations, 1,
+        "the one-child invocation is below min_children"
+    );
+    assert_eq!(e.unseen_parent, 1);
+    let nn = &e
+        .methods
+        .iter()
+        .find(|(m, _)| *m == Method::NearestNeighborFlow)
+        .unwrap()
+        .1;
+    assert_eq!((nn.n, nn.p99), (1, 0.0));
+    let json = e.to_json();
+    assert_eq!(json["methods"]["nearest_neighbor_flow"]["n"], 1);
+    assert!(e.to_table().contains("Nearest Neighbor Flow"));
+}
