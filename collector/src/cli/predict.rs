@@ -147,3 +147,111 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Replay traces through models learned from training traces with one or
+/// more operations' latencies scaled, and report the roots' latency before
+/// and after (Mann §6: the impact of a change).
+#[derive(Debug, clap::Args)]
+pub struct WhatifArgs {
+    /// Trace file format.
+    #[arg(long = "from", value_name = "jaeger|zipkin|otlp|nezha", value_parser = |s: &str| s.parse::<Format>())]
+    pub from: Format,
+    /// Traces the models learn from.
+    #[arg(long, required = true, num_args = 1.., value_name = "FILE")]
+    pub train: Vec<PathBuf>,
+    /// Traces to replay (default: the training traces).
+    #[arg(long, num_args = 1.., value_name = "FILE")]
+    pub test: Vec<PathBuf>,
+    /// `SERVICE:OPERATION=FACTOR`: that operation takes FACTOR times as
+    /// long (0.5: twice as fast). Repeatable.
+    #[arg(long, required = true, value_name = "SERVICE:OPERATION=FACTOR")]
+    pub scale: Vec<flows::Scale>,
+    /// Model only parents with at least this many children (the others
+    /// keep their recorded latency, so a change below them stops there).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub min_children: usize,
+    /// Keep spans whose parent is missing as extra roots.
+    #[arg(long)]
+    pub orphans_as_roots: bool,
+    /// Write `{"before": {"mean_us", "p50_us", "p90_us", "p99_us"}, "after":
+    /// {...}, "actual": {...}, "roots": N}` here.
+    #[arg(long, value_name = "OUT.json")]
+    pub json: Option<PathBuf>,
+}
+
+/// Run `cpt traces whatif`.
+///
+/// # Errors
+///
+/// Unreadable inputs, no trace in them, or a scaled operation that appears
+/// in no replayed trace.
+pub fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
+    let p = PredictArgs {
+        from: args.from,
+        train: args.train.clone(),
+        test: Vec::new(),
+        split_at: None,
+        min_children: args.min_children,
+        orphans_as_roots: args.orphans_as_roots,
+        json: None,
+    };
+    let mut keys = KeyInterner::default();
+    let train = load("training", &args.train, &p)?;
+    let invs: Vec<Invocation> = train
+        .traces
+        .iter()
+        .flat_map(|t| flows::invocations(t, &mut keys))
+        .collect();
+    let models = flows::Models::train(&invs, args.min_children);
+    let replay = if args.test.is_empty() {
+        train
+    } else {
+        load("replayed", &args.test, &p)?
+    };
+    let w = flows::whatif(
+        &models,
+        &replay.traces,
+        &args.scale,
+        flows::Method::NearestNeighborFlow,
+        &mut keys,
+    );
+    if w.scaled_spans == 0 {
+        let names: Vec<&str> = args.scale.iter().map(|s| s.key.as_str()).collect();
+        bail!(
+            "no replayed span is {} (names are SERVICE:OPERATION as the traces spell them; `cpt traces bottomup` lists them)",
+            names.join(" or ")
+        );
+    }
+    eprintln!(
+        "{} replayed; {} predicted by nearest-neighbour flows of {}, {} scaled",
+        crate::format::plural(w.roots as u64, "root"),
+        crate::format::plural(w.modelled_spans as u64, "span"),
+        crate::format::plural(models.parents.len() as u64, "parent"),
+        crate::format::plural(w.scaled_spans as u64, "span"),
+    );
+    let row = |name: &str, l: &flows::Latencies| {
+        format!(
+            "{name:<8} {:>10.1} {:>10.1} {:>10.1} {:>10.1}\n",
+            l.mean / 1e3,
+            l.p50 / 1e3,
+            l.p90 / 1e3,
+            l.p99 / 1e3
+        )
+    };
+    print!(
+        "{:<8} {:>10} {:>10} {:>10} {:>10}\n{}{}{}",
+        "root µs",
+        "mean",
+        "p50",
+        "p90",
+        "p99",
+        row("actual", &w.actual),
+        row("before", &w.before),
+        row("after", &w.after)
+    );
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&w.to_json())?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

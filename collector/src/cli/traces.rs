@@ -45,6 +45,9 @@ pub enum TracesCommand {
     /// Predict parents' latencies from their children's (Mann et al.'s
     /// execution flows and baselines) and report Mann Table 1.
     Predict(super::predict::PredictArgs),
+    /// What if an operation were faster? Replay traces through learned
+    /// execution flows with its latency scaled and predict the roots.
+    Whatif(super::predict::WhatifArgs),
 }
 
 /// Input files and import choices shared by every `cpt traces` command.
@@ -342,6 +345,7 @@ pub fn run(args: TracesArgs) -> anyhow::Result<()> {
         TracesCommand::Histograms(a) => hists(a),
         TracesCommand::Heatmap(a) => heat(a),
         TracesCommand::Predict(a) => super::predict::predict(a),
+        TracesCommand::Whatif(a) => super::predict::whatif(a),
     }
 }
 

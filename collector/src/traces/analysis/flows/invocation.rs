@@ -27,6 +27,9 @@ pub struct Child {
     /// it); `false` for fire-and-forget children still running when the
     /// parent returned.
     pub awaited: bool,
+    /// The caller's id of the call ([`Call::id`]; the span's index in its
+    /// trace for [`invocations`]).
+    pub id: u32,
 }
 
 impl Child {
@@ -67,6 +70,8 @@ pub struct Call<'a> {
     pub start: i64,
     /// End, ns after the parent's start.
     pub end: i64,
+    /// The caller's id of this call, kept as [`Child::id`].
+    pub id: u32,
 }
 
 impl Invocation {
@@ -98,6 +103,7 @@ impl Invocation {
                 latency: (c.end - c.start).max(0) as f64,
                 pre: 0.0,
                 awaited: c.end <= latency,
+                id: c.id,
             });
         }
         for j in 0..children.len() {
@@ -148,6 +154,14 @@ impl Invocation {
 /// them. A parent and its children ran on one machine, so their clocks
 /// agree (Mann §4); no skew repair is applied.
 pub fn invocations(trace: &Trace, keys: &mut KeyInterner) -> Vec<Invocation> {
+    invocations_by_span(trace, keys)
+        .into_iter()
+        .map(|(_, inv)| inv)
+        .collect()
+}
+
+/// [`invocations`], each with its parent span's index in the trace.
+pub fn invocations_by_span(trace: &Trace, keys: &mut KeyInterner) -> Vec<(u32, Invocation)> {
     let mut out = Vec::new();
     let trace_id: Arc<str> = Arc::from(&*trace.trace_id);
     for (i, span) in trace.spans.iter().enumerate() {
@@ -170,16 +184,20 @@ pub fn invocations(trace: &Trace, keys: &mut KeyInterner) -> Vec<Invocation> {
                     operation: &s.operation,
                     start: s.start_ns - p_start,
                     end: s.end_ns() - p_start,
+                    id: c,
                 }
             })
             .collect();
-        out.push(Invocation::new(
-            keys.parent(&span.service, &span.operation),
-            trace_id.clone(),
-            p_start,
-            span.end_ns() - p_start,
-            &calls,
-            keys,
+        out.push((
+            i as u32,
+            Invocation::new(
+                keys.parent(&span.service, &span.operation),
+                trace_id.clone(),
+                p_start,
+                span.end_ns() - p_start,
+                &calls,
+                keys,
+            ),
         ));
     }
     out

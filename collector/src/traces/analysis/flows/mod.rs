@@ -10,6 +10,8 @@
 //! - [`model`]: per parent `service:operation`, the six estimators:
 //!   serial, parallel, linear regression, best critical path, aggregate
 //!   flow, nearest-neighbour flow.
+//! - [`whatif`]: replay traces with one operation's latency scaled and
+//!   predict the roots through every ancestor's model.
 //! - [`evaluate`]: train on one set of invocations, predict another, and
 //!   report the relative error `max(est, actual) / min(est, actual) − 1` at
 //!   p50 / p90 / p95 / p99 per method (∞ when one of them is 0).
@@ -43,14 +45,16 @@
 
 pub mod invocation;
 pub mod model;
+pub mod whatif;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-pub use invocation::{Child, Invocation, KeyInterner, invocations};
+pub use invocation::{Call, Child, Invocation, KeyInterner, invocations, invocations_by_span};
 pub use model::{Flow, Method, NnFlow, ParentModel, Regression, critical_path};
+pub use whatif::{Latencies, Scale, WhatIf, whatif};
 
 /// Models for every parent seen in training.
 #[derive(Debug, Default)]

@@ -303,6 +303,15 @@ impl ParentModel {
 
     /// The estimate of `method` for `inv`, ns.
     pub fn predict(&self, method: Method, inv: &Invocation) -> f64 {
+        self.predict_as(method, inv, inv)
+    }
+
+    /// The estimate of `method` for `inv`, with the nearest-neighbour flow
+    /// chosen by `shape` instead of `inv`: a what-if keeps the flow the
+    /// recorded request followed and changes only its latencies (chosen
+    /// by the changed latencies, a faster child could select another flow
+    /// and make the parent slower).
+    pub fn predict_as(&self, method: Method, shape: &Invocation, inv: &Invocation) -> f64 {
         let step = |c: &super::invocation::Child| c.pre + c.latency;
         match method {
             Method::Serial => inv.children.iter().map(step).sum::<f64>() + inv.post,
@@ -328,8 +337,8 @@ impl ParentModel {
             Method::AggregateFlow => self.aggregate.predict(inv),
             Method::NearestNeighborFlow => {
                 let nearest = self.flows.iter().min_by(|a, b| {
-                    let (ma, da) = a.distance(inv);
-                    let (mb, db) = b.distance(inv);
+                    let (ma, da) = a.distance(shape);
+                    let (mb, db) = b.distance(shape);
                     ma.cmp(&mb)
                         .then(da.total_cmp(&db))
                         .then(b.count.cmp(&a.count))

@@ -2,6 +2,8 @@
 //! here, named after Mann et al.'s terms. Times are in ms for reading;
 //! invocations hold ns.
 
+use std::sync::Arc;
+
 use super::invocation::Call;
 use super::*;
 
@@ -19,11 +21,13 @@ impl Kit {
     fn inv(&mut self, latency: i64, calls: &[(&str, i64, i64)]) -> Invocation {
         let calls: Vec<Call<'_>> = calls
             .iter()
-            .map(|&(op, s, e)| Call {
+            .enumerate()
+            .map(|(i, &(op, s, e))| Call {
                 service: "S",
                 operation: op,
                 start: s * MS,
                 end: e * MS,
+                id: i as u32,
             })
             .collect();
         let parent = self.0.parent("P", "run");
@@ -251,4 +255,72 @@ fn evaluate_scores_only_parents_with_enough_children_and_reports_unseen_ones() {
     let json = e.to_json();
     assert_eq!(json["methods"]["nearest_neighbor_flow"]["n"], 1);
     assert!(e.to_table().contains("Nearest Neighbor Flow"));
+}
+
+/// A trace `R` (root, service F) → `M` (service S) → `x`, `y` in sequence:
+/// x [0, x], y [x, x + y], M returns 1 ms after y, R 1 ms after M.
+fn three_levels(n: usize, x: i64, y: i64) -> crate::traces::model::Trace {
+    use crate::traces::model::{BuildOptions, RawSpan, SpanKind, build};
+    let span =
+        |id: &'static str, parent: Option<&'static str>, svc: &str, op: &str, s: i64, d: i64| {
+            RawSpan {
+                id: id.into(),
+                parent_id: parent.map(Into::into),
+                service: Arc::from(svc),
+                operation: Arc::from(op),
+                start_ns: Some(1_000_000_000 + s * MS),
+                duration_ns: Some(d * MS),
+                kind: SpanKind::Unspecified,
+                clock: Arc::from(svc),
+                error: false,
+                follows_from: false,
+            }
+        };
+    let m_end = x + y + 1;
+    build(
+        &format!("t{n}"),
+        vec![
+            span("r", None, "F", "root", 0, m_end + 1),
+            span("m", Some("r"), "S", "mid", 0, m_end),
+            span("x", Some("m"), "S", "x", 0, x),
+            span("y", Some("m"), "S", "y", x, y),
+        ],
+        BuildOptions::default(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn mann_what_if_a_child_were_twice_as_fast_propagates_to_the_root() {
+    let traces: Vec<_> = (0..4).map(|n| three_levels(n, 4, 4 + n as i64)).collect();
+    let mut keys = KeyInterner::default();
+    let invs: Vec<Invocation> = traces
+        .iter()
+        .flat_map(|t| invocations(t, &mut keys))
+        .collect();
+    let models = Models::train(&invs, 1);
+    assert_eq!(models.parents.len(), 2, "F:root and S:mid");
+    let half_y = vec!["S:y=0.5".parse::<Scale>().unwrap()];
+    let w = whatif(
+        &models,
+        &traces[..1],
+        &half_y,
+        Method::NearestNeighborFlow,
+        &mut keys,
+    );
+    // Trace 0: x 4, y 4; M = 4 + 4 + 1 = 9, R = 10. With y at 2 ms: M = 7,
+    // R = 8.
+    assert_eq!(w.roots, 1);
+    assert_eq!(ms(w.actual.mean), 10.0);
+    assert_eq!(
+        ms(w.before.mean),
+        10.0,
+        "the models reproduce the recorded root"
+    );
+    assert_eq!(ms(w.after.mean), 8.0);
+    assert_eq!((w.scaled_spans, w.modelled_spans), (1, 2));
+    let j = w.to_json();
+    assert_eq!(j["after"]["mean_us"], 8000.0);
+    assert!("S=0.5".parse::<Scale>().is_err(), "the operation is needed");
+    assert!("S:y=-1".parse::<Scale>().is_err());
 }
