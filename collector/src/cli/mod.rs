@@ -5,6 +5,7 @@
 //! runtime inside their `run`); see `/work/notes/cli.md` for the convention.
 //! `src/bin/cpt.rs` only parses [`Cli`] and calls [`run`].
 
+pub mod force;
 #[cfg(feature = "server")]
 pub mod import;
 pub mod profile;
@@ -42,6 +43,8 @@ pub enum Command {
     /// Load JSON Lines record files into a store.
     #[cfg(feature = "server")]
     Import(import::ImportArgs),
+    /// Print headers that force a trace on one request (x-request-id, x-cpt-force).
+    Force(force::ForceArgs),
     /// Import Jaeger / Zipkin / OTLP traces and analyse their critical paths (CRISP).
     Traces(traces::TracesArgs),
 }
@@ -64,5 +67,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         #[cfg(feature = "server")]
         Command::Import(a) => import::run(a),
         Command::Traces(a) => traces::run(a),
+        Command::Force(a) => force::run(a),
     }
 }
