@@ -11,6 +11,7 @@ pub mod import;
 pub mod profile;
 #[cfg(feature = "server")]
 pub mod serve;
+pub mod show;
 pub mod traces;
 
 /// Critical path tracing: collect records, build latency profiles that pprof opens.
@@ -45,6 +46,8 @@ pub enum Command {
     Import(import::ImportArgs),
     /// Print headers that force a trace on one request (x-request-id, x-cpt-force).
     Force(force::ForceArgs),
+    /// Show one request's critical path as a tree (by request id or trace id).
+    Show(show::ShowArgs),
     /// Import Jaeger / Zipkin / OTLP traces and analyse their critical paths (CRISP).
     Traces(traces::TracesArgs),
 }
@@ -68,5 +71,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Import(a) => import::run(a),
         Command::Traces(a) => traces::run(a),
         Command::Force(a) => force::run(a),
+        Command::Show(a) => show::run(a),
     }
 }
