@@ -540,10 +540,22 @@ fn find(args: &ShowArgs, source: &Source<'_>, sel: &Selection) -> anyhow::Result
 ///
 /// # Errors
 ///
+/// As [`show`].
+pub fn run(args: ShowArgs) -> anyhow::Result<()> {
+    let out = show(&args)?;
+    std::io::stdout().write_all(out.as_bytes())?;
+    Ok(())
+}
+
+/// What `cpt show` prints (and the `--flame` file it writes, only once the
+/// record is found).
+///
+/// # Errors
+///
 /// No source, an unknown id (after `--wait`), an unreadable source, a
 /// collector that is down, an old store without the id index, an unwritable
 /// `--flame` file.
-pub fn run(args: ShowArgs) -> anyhow::Result<()> {
+pub fn show(args: &ShowArgs) -> anyhow::Result<String> {
     let source = match (&args.store, &args.collector) {
         (Some(s), _) => Source::Store(s),
         (_, Some(u)) => Source::Collector(u),
@@ -559,7 +571,7 @@ pub fn run(args: ShowArgs) -> anyhow::Result<()> {
     if let Some(id) = &args.trace_id {
         sel = sel.with_trace_id(id);
     }
-    let records = find(&args, &source, &sel)?;
+    let records = find(args, &source, &sel)?;
     let mut out = String::new();
     if records.len() > 1 {
         let _ = writeln!(out, "{} records match; each in turn\n", records.len());
@@ -621,6 +633,5 @@ pub fn run(args: ShowArgs) -> anyhow::Result<()> {
         std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
         let _ = writeln!(out, "flame graph: {}", path.display());
     }
-    std::io::stdout().write_all(out.as_bytes())?;
-    Ok(())
+    Ok(out)
 }
