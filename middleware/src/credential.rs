@@ -17,11 +17,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use subtle::ConstantTimeEq;
-
-type HmacSha256 = Hmac<Sha256>;
 
 /// The credentials a service accepts in `x-cpt-force`.
 #[derive(Clone, Default)]
@@ -85,16 +81,7 @@ impl ForceAuth {
     /// assert!(!ForceAuth::none().hmac_key(b"ops-key").verify(Some("req-43"), cred.as_bytes()));
     /// ```
     pub fn sign(key: impl AsRef<[u8]>, request_id: &str) -> String {
-        let mut mac = HmacSha256::new_from_slice(key.as_ref())
-            .expect("HMAC accepts keys of any length; this is a bug");
-        mac.update(request_id.as_bytes());
-        let tag = mac.finalize().into_bytes();
-        let mut out = String::with_capacity(tag.len() * 2);
-        for b in tag {
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
-        }
-        out
+        cpt_sdk::force::sign(key, request_id)
     }
 
     /// Whether `credential` is valid for a request with this id. A MAC
@@ -106,14 +93,11 @@ impl ForceAuth {
         }
         if let Some(id) = request_id
             && !self.keys.is_empty()
-            && let Some(tag) = decode_hex32(credential)
+            && let Some(tag) = cpt_sdk::force::decode_hex_bytes(credential)
         {
             for key in &self.keys {
-                let mut mac = HmacSha256::new_from_slice(key)
-                    .expect("HMAC accepts keys of any length; this is a bug");
-                mac.update(id.as_bytes());
-                // verify_slice compares in constant time.
-                ok |= subtle::Choice::from(u8::from(mac.verify_slice(&tag).is_ok()));
+                // Compares in constant time.
+                ok |= subtle::Choice::from(u8::from(cpt_sdk::force::verify(key, id, &tag)));
             }
         }
         bool::from(ok)
@@ -127,21 +111,6 @@ impl fmt::Debug for ForceAuth {
             .field("tokens", &self.tokens.len())
             .finish()
     }
-}
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
-fn decode_hex32(s: &[u8]) -> Option<[u8; 32]> {
-    if s.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, pair) in s.chunks_exact(2).enumerate() {
-        let hi = (pair[0] as char).to_digit(16)?;
-        let lo = (pair[1] as char).to_digit(16)?;
-        out[i] = (hi << 4 | lo) as u8;
-    }
-    Some(out)
 }
 
 #[cfg(test)]

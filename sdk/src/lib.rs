@@ -102,6 +102,7 @@ pub mod clock;
 pub mod codec;
 pub mod env;
 pub mod export;
+pub mod force;
 #[cfg(feature = "layer")]
 pub mod layer;
 pub mod path;

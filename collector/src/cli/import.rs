@@ -18,8 +18,8 @@ pub struct ImportArgs {
     /// The SQLite store (created if missing).
     #[arg(long, value_name = "PATH")]
     pub store: PathBuf,
-    /// JSON Lines record files (`-` = stdin; gzip is recognised by its content).
-    #[arg(value_name = "FILE.jsonl", required = true)]
+    /// JSON Lines record files (`-` = stdin; gzip is recognised by its content). Without files,
+    /// only creates the store or upgrades one an older cpt wrote (e.g. adds the request id index).
     pub files: Vec<PathBuf>,
     /// Fail on the first bad line (exit code 1, naming FILE:LINE) and store nothing.
     #[arg(long)]
@@ -56,6 +56,15 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     }
     // Each chunk of --batch records is one transaction, durable once it commits.
     let mut store = Store::open_with(&args.store, Durability::Full)?;
+    if args.files.is_empty() {
+        println!(
+            "store {}: schema version {}, {} (upgraded if it was older)",
+            args.store.display(),
+            store.schema_version(),
+            plural(store.len()?, "record")
+        );
+        return Ok(());
+    }
     let (mut stored, mut bad, mut truncated) = (0u64, 0u64, 0u64);
     let opts = ReadOptions {
         strict: false,

@@ -5,12 +5,14 @@
 //! runtime inside their `run`); see `/work/notes/cli.md` for the convention.
 //! `src/bin/cpt.rs` only parses [`Cli`] and calls [`run`].
 
+pub mod force;
 #[cfg(feature = "server")]
 pub mod import;
 pub mod predict;
 pub mod profile;
 #[cfg(feature = "server")]
 pub mod serve;
+pub mod show;
 pub mod traces;
 
 /// Critical path tracing: collect records, build latency profiles that pprof opens.
@@ -43,6 +45,10 @@ pub enum Command {
     /// Load JSON Lines record files into a store.
     #[cfg(feature = "server")]
     Import(import::ImportArgs),
+    /// Print headers that force a trace on one request (x-request-id, x-cpt-force).
+    Force(force::ForceArgs),
+    /// Show one request's critical path as a tree (by request id or trace id).
+    Show(show::ShowArgs),
     /// Import Jaeger / Zipkin / OTLP traces and analyse their critical paths (CRISP).
     Traces(traces::TracesArgs),
 }
@@ -65,5 +71,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         #[cfg(feature = "server")]
         Command::Import(a) => import::run(a),
         Command::Traces(a) => traces::run(a),
+        Command::Force(a) => force::run(a),
+        Command::Show(a) => show::run(a),
     }
 }

@@ -65,8 +65,15 @@ pub struct SelectArgs {
     #[arg(long, value_name = "BAND", value_parser = PercentileBand::parse)]
     pub percentile: Option<PercentileBand>,
     /// Which triggers: sampled (default; forced traces are not a random sample), forced, all.
-    #[arg(long, value_name = "WHICH", default_value = "sampled", value_parser = TriggerFilter::parse)]
-    pub trigger: TriggerFilter,
+    /// With --request-id or --trace-id the default is all (that request, forced or not).
+    #[arg(long, value_name = "WHICH", value_parser = TriggerFilter::parse)]
+    pub trigger: Option<TriggerFilter>,
+    /// Only the record of this request id (the `x-request-id` the request carried).
+    #[arg(long, value_name = "ID")]
+    pub request_id: Option<String>,
+    /// Only the records of this OpenTelemetry trace id (32 hex digits).
+    #[arg(long, value_name = "HEX")]
+    pub trace_id: Option<String>,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -79,7 +86,16 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 impl SelectArgs {
     /// The selection these flags describe.
     pub fn selection(&self) -> Selection {
-        let mut sel = Selection::new().with_triggers(self.trigger);
+        let mut sel = Selection::new();
+        if let Some(t) = self.trigger {
+            sel = sel.with_triggers(t);
+        }
+        if let Some(id) = &self.request_id {
+            sel = sel.with_request_id(id);
+        }
+        if let Some(id) = &self.trace_id {
+            sel = sel.with_trace_id(id);
+        }
         if let Some(s) = &self.service {
             sel = sel.with_service(s);
         }

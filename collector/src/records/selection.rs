@@ -23,7 +23,13 @@
 //! | `until`      | start < this time (exclusive), see [`parse_time`]                |
 //! | `label`      | `key=value`; repeat for several (all must match)                 |
 //! | `percentile` | band `pLO-pHI`, e.g. `p95-p100`, `p0-p50`, `p99.9-p100`           |
-//! | `trigger`    | `sampled` (default), `forced` or `all`                           |
+//! | `trigger`    | `sampled` (default), `forced` or `all`; `all` is the default when a request or trace id is given |
+//! | `request_id` | the record's `request_id` (`x-request-id`), exact                |
+//! | `trace_id`   | the record's OpenTelemetry trace id, exact (hex, case-insensitive) |
+//!
+//! A request id or trace id selects one request (or the few records of one
+//! trace), forced or not: asking for a request by its id means that request,
+//! so unless `trigger` is given such a selection keeps every trigger.
 //!
 //! # Examples
 //!
@@ -197,7 +203,10 @@ pub struct Selection {
     until: Option<u64>,
     labels: Vec<(String, String)>,
     percentile: Option<PercentileBand>,
-    triggers: TriggerFilter,
+    /// `None`: the default ([`Selection::triggers`]).
+    triggers: Option<TriggerFilter>,
+    request_id: Option<String>,
+    trace_id: Option<String>,
 }
 
 impl Selection {
@@ -254,8 +263,33 @@ impl Selection {
     /// Which triggers to keep (default: sampled only).
     #[must_use]
     pub fn with_triggers(mut self, triggers: TriggerFilter) -> Self {
-        self.triggers = triggers;
+        self.triggers = Some(triggers);
         self
+    }
+
+    /// Keep only the record(s) of this request id (`x-request-id`).
+    #[must_use]
+    pub fn with_request_id(mut self, id: impl Into<String>) -> Self {
+        self.request_id = Some(id.into());
+        self
+    }
+
+    /// Keep only the record(s) of this OpenTelemetry trace id (stored
+    /// lowercase; the id is lowercased here).
+    #[must_use]
+    pub fn with_trace_id(mut self, id: impl Into<String>) -> Self {
+        self.trace_id = Some(id.into().to_ascii_lowercase());
+        self
+    }
+
+    /// The request id filter.
+    pub fn request_id(&self) -> Option<&str> {
+        self.request_id.as_deref()
+    }
+
+    /// The trace id filter (lowercase).
+    pub fn trace_id(&self) -> Option<&str> {
+        self.trace_id.as_deref()
     }
 
     /// The service filter.
@@ -283,15 +317,35 @@ impl Selection {
         self.percentile
     }
 
-    /// The trigger filter.
+    /// The trigger filter: as set, else [`TriggerFilter::All`] when a
+    /// request or trace id is selected (that request, forced or not), else
+    /// [`TriggerFilter::Sampled`].
     pub fn triggers(&self) -> TriggerFilter {
         self.triggers
+            .unwrap_or(if self.request_id.is_some() || self.trace_id.is_some() {
+                TriggerFilter::All
+            } else {
+                TriggerFilter::Sampled
+            })
     }
 
     /// Whether a record passes every filter except the percentile band
     /// (which needs the whole selection; see [`PercentileBand::ranks`]).
     pub fn matches(&self, r: &Record) -> bool {
-        if !self.triggers.keeps(r.trigger) {
+        if !self.triggers().keeps(r.trigger) {
+            return false;
+        }
+        if let Some(id) = &self.request_id
+            && r.request_id.as_deref() != Some(id.as_str())
+        {
+            return false;
+        }
+        if let Some(id) = &self.trace_id
+            && !r
+                .trace_id
+                .as_deref()
+                .is_some_and(|t| t.eq_ignore_ascii_case(id))
+        {
             return false;
         }
         if self.service.as_deref().is_some_and(|s| s != r.service) {
@@ -334,11 +388,13 @@ impl Selection {
                     .push((non_empty("label key", k)?.to_owned(), v.to_owned()));
             }
             "percentile" => self.percentile = Some(PercentileBand::parse(value)?),
-            "trigger" => self.triggers = TriggerFilter::parse(value)?,
+            "trigger" => self.triggers = Some(TriggerFilter::parse(value)?),
+            "request_id" => self.request_id = Some(non_empty(key, value)?.to_owned()),
+            "trace_id" => self.trace_id = Some(non_empty(key, value)?.to_ascii_lowercase()),
             _ => {
                 return Err(SelectionError::new(format!(
                     "unknown selection key {key:?} (expected service, endpoint, since, until, \
-                     label, percentile or trigger)"
+                     label, percentile, trigger, request_id or trace_id)"
                 )));
             }
         }
@@ -398,7 +454,13 @@ impl fmt::Display for Selection {
         if let Some(b) = self.percentile {
             parts.push(format!("percentile={b}"));
         }
-        parts.push(format!("trigger={}", self.triggers.as_str()));
+        if let Some(id) = &self.request_id {
+            parts.push(format!("request_id={id}"));
+        }
+        if let Some(id) = &self.trace_id {
+            parts.push(format!("trace_id={id}"));
+        }
+        parts.push(format!("trigger={}", self.triggers().as_str()));
         f.write_str(&parts.join(" "))
     }
 }
@@ -543,6 +605,34 @@ mod tests {
         // A time range excludes records without a start time.
         let no_start = rec("A", Trigger::Sampled, None, &[]);
         assert!(!Selection::from_query("since=0").unwrap().matches(&no_start));
+    }
+
+    #[test]
+    fn selection_by_request_and_trace_id_keeps_forced_records() {
+        let mut r = rec("A", Trigger::Forced, None, &[]);
+        r.request_id = Some("req-1".into());
+        r.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
+        #[rustfmt::skip]
+        let cases: &[(&str, bool)] = &[
+            ("request_id=req-1", true),
+            ("request_id=req-2", false),
+            ("trace_id=4bf92f3577b34da6a3ce929d0e0e4736", true),
+            ("trace_id=4BF92F3577B34DA6A3CE929D0E0E4736", true),
+            ("trace_id=00000000000000000000000000000001", false),
+            ("request_id=req-1&trigger=sampled", false),
+            ("request_id=req-1&service=B", false),
+            ("", false),
+        ];
+        for (q, want) in cases {
+            let sel = Selection::from_query(q).unwrap();
+            assert_eq!(sel.matches(&r), *want, "{q}");
+        }
+        let no_ids = rec("A", Trigger::Forced, None, &[]);
+        assert!(!Selection::new().with_request_id("req-1").matches(&no_ids));
+        assert_eq!(
+            Selection::new().with_request_id("req-1").to_string(),
+            "request_id=req-1 trigger=all"
+        );
     }
 
     #[test]

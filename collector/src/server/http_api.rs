@@ -1,5 +1,10 @@
-//! The HTTP front end: `POST /v1/records`, `GET /profile`, `GET /v1/stats`,
-//! `GET /healthz`.
+//! The HTTP front end: `POST /v1/records`, `GET /v1/records`, `GET /profile`,
+//! `GET /v1/stats`, `GET /healthz`.
+//!
+//! `GET /v1/records?request_id=ID` (or `trace_id=HEX`, or any other selection
+//! key but `percentile`, plus `limit=N`, default [`RECORDS_LIMIT`]) returns
+//! the matching records as JSON Lines, oldest first, forced or not when an id
+//! is given; an empty body when none matches (yet).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -58,7 +63,10 @@ fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
 
 pub(super) fn router(ingest: Arc<Ingest>) -> Router {
     Router::new()
-        .route(ingest::HTTP_RECORDS_PATH, post(post_records))
+        .route(
+            ingest::HTTP_RECORDS_PATH,
+            post(post_records).get(get_records),
+        )
         .route("/profile", get(get_profile))
         .route("/v1/stats", get(get_stats))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -243,4 +251,75 @@ fn profile_from_store(path: &std::path::Path, query: &str) -> Result<Vec<u8>, Pr
         .map_err(ProfileError::Store)?;
     let agg = agg.finish();
     Ok(crate::profile::encode_gzip(&agg))
+}
+
+/// Records `GET /v1/records` returns when the query gives no `limit`.
+const RECORDS_LIMIT: u64 = 1000;
+
+async fn get_records(State(ingest): State<Arc<Ingest>>, RawQuery(query): RawQuery) -> Response {
+    let path = ingest.store_path.clone();
+    let query = query.unwrap_or_default();
+    let found = tokio::task::spawn_blocking(move || records_from_store(&path, &query)).await;
+    match found {
+        Ok(Ok(body)) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, ingest::CONTENT_TYPE_JSON_LINES)],
+            body,
+        )
+            .into_response(),
+        Ok(Err(ProfileError::BadQuery(msg))) => json_response(
+            StatusCode::BAD_REQUEST,
+            &serde_json::json!({ "error": msg }),
+        ),
+        Ok(Err(ProfileError::Store(e))) => json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &serde_json::json!({ "error": e.to_string() }),
+        ),
+        Err(e) => json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &serde_json::json!({ "error": format!("records task failed: {e}") }),
+        ),
+    }
+}
+
+/// Split `limit=N` off a `GET /v1/records` query; the rest is a selection.
+fn records_query(query: &str) -> Result<super::store::StoreQuery, ProfileError> {
+    let bad = |msg: String| ProfileError::BadQuery(format!("bad records query {query:?}: {msg}"));
+    let mut limit = RECORDS_LIMIT;
+    let mut rest = Vec::new();
+    for pair in query.trim_start_matches('?').split('&') {
+        match pair.split_once('=') {
+            Some(("limit", n)) => {
+                limit = n
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| bad(format!("limit {n:?}: expected a positive integer")))?;
+            }
+            _ => rest.push(pair),
+        }
+    }
+    let sel = crate::records::selection::Selection::from_query(&rest.join("&"))
+        .map_err(|e| bad(e.to_string()))?;
+    if sel.percentile().is_some() {
+        return Err(bad(
+            "percentile is a profile's band (GET /profile); records are selected by request_id, \
+             trace_id, service, endpoint, since, until, label and trigger"
+                .into(),
+        ));
+    }
+    let mut q = super::store::StoreQuery::from_selection(&sel);
+    q.limit = Some(limit);
+    Ok(q)
+}
+
+fn records_from_store(path: &std::path::Path, query: &str) -> Result<Vec<u8>, ProfileError> {
+    let q = records_query(query)?;
+    let store = Store::open_read_only(path).map_err(ProfileError::Store)?;
+    let mut body = Vec::new();
+    for r in store.query(&q).map_err(ProfileError::Store)? {
+        body.extend_from_slice(r.map_err(ProfileError::Store)?.to_json().as_bytes());
+        body.push(b'\n');
+    }
+    Ok(body)
 }

@@ -8,6 +8,15 @@
 //! (`record`), which is what queries return. `PRAGMA user_version` is the
 //! schema version ([`SCHEMA_VERSION`]).
 //!
+//! Version 2 added `request_id` and `trace_id` columns with an index each,
+//! so one request is found among millions of records by its id
+//! ([`StoreQuery::request_id`], [`StoreQuery::trace_id`]). A version 1 store
+//! opened for writing ([`Store::open`]: `cpt serve`, `cpt import`) is
+//! migrated in one transaction (columns filled from the stored records,
+//! indexes built, nothing else changed). Opened read-only it still answers
+//! every other query; a query by id fails with [`StoreError::NoIdIndex`],
+//! which says how to migrate it, rather than scanning every record.
+//!
 //! # Durability
 //!
 //! The database runs in WAL mode with `synchronous = FULL` by default: a
@@ -43,7 +52,10 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior, params_from_iter};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// The first version with the `request_id` / `trace_id` columns and indexes.
+const ID_INDEX_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS records (
@@ -54,15 +66,31 @@ CREATE TABLE IF NOT EXISTS records (
     latency_ns       INTEGER NOT NULL,
     trigger          TEXT NOT NULL,
     labels           TEXT NOT NULL DEFAULT '{}',
-    record           TEXT NOT NULL
+    record           TEXT NOT NULL,
+    request_id       TEXT,
+    trace_id         TEXT
 );
 CREATE INDEX IF NOT EXISTS records_by_service ON records (service, endpoint, start_unix_nanos);
 CREATE INDEX IF NOT EXISTS records_by_start ON records (start_unix_nanos);
 ";
 
+/// Version 1 → 2: the id columns, filled from the stored JSON.
+const MIGRATE_1_TO_2: &str = "
+ALTER TABLE records ADD COLUMN request_id TEXT;
+ALTER TABLE records ADD COLUMN trace_id TEXT;
+UPDATE records SET request_id = json_extract(record, '$.request_id'),
+                   trace_id = lower(json_extract(record, '$.trace_id'));
+";
+
+/// Partial indexes: records without an id cost nothing in them.
+const ID_INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS records_by_request_id ON records (request_id) WHERE request_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS records_by_trace_id ON records (trace_id) WHERE trace_id IS NOT NULL;
+";
+
 const INSERT: &str = "INSERT INTO records \
-    (service, endpoint, start_unix_nanos, latency_ns, trigger, labels, record) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    (service, endpoint, start_unix_nanos, latency_ns, trigger, labels, record, request_id, trace_id) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 
 /// Records buffered between the reader thread and the consumer.
 const READ_AHEAD: usize = 1024;
@@ -123,6 +151,20 @@ pub enum StoreError {
         /// Its `user_version`.
         found: i64,
     },
+    /// A query by request or trace id on a store written before the id
+    /// index existed (opened read-only, so not migrated).
+    #[error(
+        "store {path} was written by an older cpt (schema version {found}) and has no request/trace id index; \
+         add it with `cpt import --store {path}` (no files: it only upgrades the store, keeping every record) \
+         or by starting `cpt serve` on it, then ask again",
+        path = path.display()
+    )]
+    NoIdIndex {
+        /// The database file.
+        path: PathBuf,
+        /// Its `user_version`.
+        found: i64,
+    },
     /// A stored record no longer parses.
     #[error("store {path}: record {id} is corrupt: {reason}")]
     Corrupt {
@@ -152,6 +194,12 @@ pub struct StoreQuery {
     pub trigger: Option<Trigger>,
     /// Only records carrying every one of these labels with these values.
     pub labels: Vec<(String, String)>,
+    /// Only the record(s) of this request id (through the id index).
+    pub request_id: Option<String>,
+    /// Only the records of this trace id, lowercase (through the id index).
+    pub trace_id: Option<String>,
+    /// At most this many records (the oldest first); `None` is no limit.
+    pub limit: Option<u64>,
 }
 
 impl StoreQuery {
@@ -170,7 +218,15 @@ impl StoreQuery {
                 TriggerFilter::All => None,
             },
             labels: sel.labels().to_vec(),
+            request_id: sel.request_id().map(str::to_owned),
+            trace_id: sel.trace_id().map(str::to_owned),
+            limit: None,
         }
+    }
+
+    /// Whether the query needs the id index (schema version 2).
+    fn by_id(&self) -> bool {
+        self.request_id.is_some() || self.trace_id.is_some()
     }
 
     /// The query in insertion (`id`) order. With an indexable filter
@@ -178,7 +234,8 @@ impl StoreQuery {
     /// index and the rows fetched by id in order, so SQLite never sorts the
     /// (large) rows themselves; otherwise one scan in rowid order.
     fn to_sql(&self) -> (String, Vec<Value>) {
-        let indexed = self.service.is_some()
+        let indexed = self.by_id()
+            || self.service.is_some()
             || self.endpoint.is_some()
             || self.since_unix_nanos.is_some()
             || self.until_unix_nanos.is_some();
@@ -188,6 +245,14 @@ impl StoreQuery {
             "SELECT id, record FROM records WHERE 1 = 1"
         });
         let mut params = Vec::new();
+        if let Some(id) = &self.request_id {
+            sql.push_str(" AND request_id = ?");
+            params.push(Value::Text(id.clone()));
+        }
+        if let Some(id) = &self.trace_id {
+            sql.push_str(" AND trace_id = ?");
+            params.push(Value::Text(id.to_ascii_lowercase()));
+        }
         if let Some(s) = &self.service {
             sql.push_str(" AND service = ?");
             params.push(Value::Text(s.clone()));
@@ -219,6 +284,10 @@ impl StoreQuery {
             sql.push(')');
         }
         sql.push_str(" ORDER BY id");
+        if let Some(n) = self.limit {
+            sql.push_str(" LIMIT ?");
+            params.push(Value::Integer(to_i64(n)));
+        }
         (sql, params)
     }
 }
@@ -239,6 +308,8 @@ struct Row {
     trigger: &'static str,
     labels: String,
     record: String,
+    request_id: Option<String>,
+    trace_id: Option<String>,
 }
 
 /// A batch serialized for the store, so the (single) writer only runs SQL.
@@ -262,6 +333,8 @@ impl EncodedBatch {
                     labels: serde_json::to_string(&r.labels)
                         .expect("string labels always serialize; this is a bug"),
                     record: r.to_json(),
+                    request_id: r.request_id.clone(),
+                    trace_id: r.trace_id.as_deref().map(str::to_ascii_lowercase),
                 })
                 .collect(),
         }
@@ -283,6 +356,8 @@ impl EncodedBatch {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// The schema version after opening (older only when read-only).
+    version: i64,
 }
 
 /// A connection that only reads an existing store.
@@ -366,7 +441,11 @@ impl Store {
         }
         conn.pragma_update(None, "synchronous", durability.pragma())
             .map_err(err("set synchronous"))?;
-        let store = Store { conn, path };
+        let mut store = Store {
+            conn,
+            path,
+            version: 0,
+        };
         store.check_schema(true)?;
         Ok(store)
     }
@@ -384,7 +463,11 @@ impl Store {
             source,
         })?;
         let _ = conn.busy_timeout(std::time::Duration::from_secs(10));
-        let store = Store { conn, path };
+        let mut store = Store {
+            conn,
+            path,
+            version: 0,
+        };
         store.check_schema(false)?;
         Ok(store)
     }
@@ -397,7 +480,7 @@ impl Store {
         }
     }
 
-    fn check_schema(&self, create: bool) -> Result<(), StoreError> {
+    fn check_schema(&mut self, create: bool) -> Result<(), StoreError> {
         let version: i64 = self
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -409,16 +492,50 @@ impl Store {
             });
         }
         if create {
-            self.conn
-                .execute_batch(&format!(
-                    "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-                ))
-                .map_err(self.sqlite("create schema"))?;
+            // One transaction; re-read the version inside it so two
+            // processes opening an old store migrate it once.
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|source| StoreError::Sqlite {
+                    path: self.path.clone(),
+                    context: "begin schema transaction",
+                    source,
+                })?;
+            let sqlite = |context| {
+                let path = self.path.clone();
+                move |source| StoreError::Sqlite {
+                    path,
+                    context,
+                    source,
+                }
+            };
+            let version: i64 = tx
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .map_err(sqlite("read schema version"))?;
+            let has_table: bool = tx
+                .query_row(
+                    "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'records'",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(sqlite("read schema"))?;
+            if has_table && version < ID_INDEX_VERSION {
+                tx.execute_batch(MIGRATE_1_TO_2)
+                    .map_err(sqlite("migrate schema 1 to 2 (request/trace id columns)"))?;
+            }
+            tx.execute_batch(&format!(
+                "{SCHEMA} {ID_INDEXES} PRAGMA user_version = {SCHEMA_VERSION};"
+            ))
+            .map_err(sqlite("create schema"))?;
+            tx.commit().map_err(sqlite("commit schema"))?;
+            self.version = SCHEMA_VERSION;
         } else {
             // Fails clearly ("no such table: records") when this is not a store.
             self.conn
                 .prepare("SELECT id, record FROM records LIMIT 0")
                 .map_err(self.sqlite("check schema (is this a cpt store?)"))?;
+            self.version = version;
         }
         Ok(())
     }
@@ -426,6 +543,12 @@ impl Store {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The schema version of the file (older than [`SCHEMA_VERSION`] only
+    /// for a store opened read-only that was written by an older cpt).
+    pub fn schema_version(&self) -> i64 {
+        self.version
     }
 
     /// Store `records` in one transaction: all of them or, on error, none.
@@ -488,6 +611,8 @@ impl Store {
                         row.trigger,
                         row.labels,
                         row.record,
+                        row.request_id,
+                        row.trace_id,
                     ])?;
                 }
                 Ok::<_, rusqlite::Error>(batch.rows.len() as u64)
@@ -586,6 +711,12 @@ impl Store {
     /// When the query cannot be prepared; later failures (including a
     /// stored record that no longer parses) are items of the iterator.
     pub fn query(&self, query: &StoreQuery) -> Result<Records, StoreError> {
+        if query.by_id() && self.version < ID_INDEX_VERSION {
+            return Err(StoreError::NoIdIndex {
+                path: self.path.clone(),
+                found: self.version,
+            });
+        }
         let (sql, params) = query.to_sql();
         // Prepare here so a bad query fails now, not on the first item.
         self.conn
@@ -863,6 +994,144 @@ mod tests {
             .unwrap();
         let err = Store::open(&path).unwrap_err().to_string();
         assert!(err.contains("schema version 99 is newer"), "{err}");
+    }
+
+    fn with_ids(mut r: Record, request_id: &str, trace_id: &str) -> Record {
+        r.request_id = Some(request_id.into());
+        r.trace_id = Some(trace_id.into());
+        r
+    }
+
+    /// A store as cpt wrote it before the id index (schema version 1).
+    fn write_v1_store(path: &Path, records: &[Record]) {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE records (id INTEGER PRIMARY KEY, service TEXT NOT NULL, endpoint TEXT,
+                start_unix_nanos INTEGER, latency_ns INTEGER NOT NULL, trigger TEXT NOT NULL,
+                labels TEXT NOT NULL DEFAULT '{}', record TEXT NOT NULL);
+             CREATE INDEX records_by_service ON records (service, endpoint, start_unix_nanos);
+             CREATE INDEX records_by_start ON records (start_unix_nanos);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+        for r in records {
+            conn.execute(
+                "INSERT INTO records (service, endpoint, start_unix_nanos, latency_ns, trigger, record)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                rusqlite::params![
+                    r.service,
+                    r.endpoint,
+                    r.start_unix_nanos.map(to_i64),
+                    r.latency.as_nanos() as i64,
+                    r.trigger.as_str(),
+                    r.to_json()
+                ],
+            )
+            .unwrap();
+        }
+    }
+
+    fn id_records() -> Vec<Record> {
+        let s = sample();
+        vec![
+            with_ids(s[0].clone(), "req-1", "4bf92f3577b34da6a3ce929d0e0e4736"),
+            with_ids(s[1].clone(), "req-2", "4bf92f3577b34da6a3ce929d0e0e4736"),
+            with_ids(s[2].clone(), "req-3", "00f067aa0ba902b700f067aa0ba902b7"),
+            s[3].clone(),
+        ]
+    }
+
+    #[test]
+    fn store_finds_records_by_request_and_trace_id_through_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("s.db")).unwrap();
+        store.insert(&id_records()).unwrap();
+        let q = |request: Option<&str>, trace: Option<&str>| StoreQuery {
+            request_id: request.map(Into::into),
+            trace_id: trace.map(Into::into),
+            ..StoreQuery::default()
+        };
+        assert_eq!(latencies(&store, q(Some("req-2"), None)), vec![2]);
+        assert_eq!(latencies(&store, q(Some("nope"), None)), Vec::<u128>::new());
+        assert_eq!(
+            latencies(&store, q(None, Some("4BF92F3577B34DA6A3CE929D0E0E4736"))),
+            vec![1, 2]
+        );
+        let limited = StoreQuery {
+            limit: Some(1),
+            ..q(None, Some("4bf92f3577b34da6a3ce929d0e0e4736"))
+        };
+        assert_eq!(latencies(&store, limited), vec![1]);
+        for (query, index) in [
+            (q(Some("req-2"), None), "records_by_request_id"),
+            (
+                q(None, Some("4bf92f3577b34da6a3ce929d0e0e4736")),
+                "records_by_trace_id",
+            ),
+        ] {
+            let (sql, params) = query.to_sql();
+            let plan: Vec<String> = store
+                .conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map(params_from_iter(params), |r| r.get::<_, String>(3))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let plan = plan.join("; ");
+            assert!(plan.contains(index), "{sql}: {plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+        }
+    }
+
+    #[test]
+    fn store_v1_read_only_refuses_id_queries_and_open_migrates_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        write_v1_store(&path, &id_records());
+        let by_id = StoreQuery {
+            request_id: Some("req-2".into()),
+            ..StoreQuery::default()
+        };
+
+        let old = Store::open_read_only(&path).unwrap();
+        assert_eq!(old.schema_version(), 1);
+        let err = old.query(&by_id).unwrap_err().to_string();
+        assert!(
+            err.contains("older cpt (schema version 1)")
+                && err.contains(&format!("cpt import --store {}", path.display())),
+            "{err}"
+        );
+        // Every other query still works on the old file, which is unchanged.
+        assert_eq!(latencies(&old, StoreQuery::default()), vec![1, 2, 3, 4]);
+        drop(old);
+        let version: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 1, "a reader does not migrate");
+
+        let migrated = Store::open(&path).unwrap();
+        assert_eq!(migrated.schema_version(), SCHEMA_VERSION);
+        assert_eq!(latencies(&migrated, by_id.clone()), vec![2]);
+        let by_trace = StoreQuery {
+            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+            ..StoreQuery::default()
+        };
+        assert_eq!(latencies(&migrated, by_trace), vec![1, 2]);
+        assert_eq!(
+            migrated
+                .query(&StoreQuery::default())
+                .unwrap()
+                .map(Result::unwrap)
+                .collect::<Vec<_>>(),
+            id_records(),
+            "migration keeps every record as it was"
+        );
+        drop(migrated);
+        // Reopening a migrated store is a no-op.
+        let again = Store::open_read_only(&path).unwrap();
+        assert_eq!(latencies(&again, by_id), vec![2]);
     }
 
     #[test]

@@ -1,0 +1,637 @@
+//! `cpt show`: one request's critical path as a readable tree.
+//!
+//! The record is found by request id or trace id in a store (`--store`,
+//! through its id index), JSON Lines files, or a running collector
+//! (`--collector URL`, its `GET /v1/records`). Each frame shows its service,
+//! its time on the path (inclusive) and its share of the latency; the time
+//! the path could not explain in detail (network, blind spot, unattributed,
+//! queueing) appears as marked leaves; the slowest leaves are flagged. The
+//! leaves' times sum to the latency exactly.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{Read as _, Write as _};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use cpt_sdk::path::SegmentKind;
+use cpt_sdk::record::Record;
+
+use crate::format::fmt_ns;
+use crate::profile::aggregate::Aggregate;
+use crate::profile::flame::{FlameOptions, flame_svg};
+use crate::records::selection::{Selection, TriggerFilter};
+use crate::records::{ReadOptions, RecordReader};
+
+/// Show one request's critical path as a tree: each frame's service, time on the path and share
+/// of the latency, accounting time (network, blind spot, unattributed, queueing) marked, the
+/// slowest leaves flagged.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ShowArgs {
+    /// The request id (the x-request-id the request carried, as `cpt force` printed it).
+    #[arg(long, value_name = "ID", required_unless_present = "trace_id")]
+    pub request_id: Option<String>,
+    /// The OpenTelemetry trace id instead (32 hex digits).
+    #[arg(long, value_name = "HEX", conflicts_with = "request_id")]
+    pub trace_id: Option<String>,
+    /// JSON Lines record files (`-` = stdin; gzip is recognised by its content).
+    #[arg(value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+    /// Read from this SQLite store (as `cpt serve` / `cpt import` write it).
+    #[arg(long, value_name = "PATH", conflicts_with = "inputs")]
+    pub store: Option<PathBuf>,
+    /// Ask a running collector (`cpt serve --http`), e.g. http://127.0.0.1:4318.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["inputs", "store"])]
+    pub collector: Option<String>,
+    /// Keep looking until the record arrives or this time has passed (e.g. 10s, 500ms).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+    /// Also draw the request's path as a flame graph SVG here.
+    #[arg(long, value_name = "OUT.svg")]
+    pub flame: Option<PathBuf>,
+    /// Print a link to the full distributed trace: `{trace_id}` (and `{request_id}`) are
+    /// replaced, e.g. http://jaeger:16686/trace/{trace_id}.
+    #[arg(long, value_name = "TEMPLATE")]
+    pub trace_url: Option<String>,
+    /// Put each frame's time next to the same endpoint's sampled average from the same source.
+    #[arg(long)]
+    pub compare: bool,
+    /// How many of the slowest leaves to flag.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub top: usize,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (expected e.g. 10s, 500ms, 1m)"))
+}
+
+/// Where records are looked up.
+#[derive(Debug)]
+enum Source<'a> {
+    Store(&'a std::path::Path),
+    Files(&'a [PathBuf]),
+    Collector(&'a str),
+}
+
+impl Source<'_> {
+    fn describe(&self) -> String {
+        match self {
+            Source::Store(p) => format!("store {}", p.display()),
+            Source::Files(f) => f
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            Source::Collector(u) => format!("collector {u}"),
+        }
+    }
+
+    /// The records `sel` selects (at most `limit`), oldest first.
+    fn fetch(&self, sel: &Selection, limit: u64) -> anyhow::Result<Vec<Record>> {
+        match self {
+            #[cfg(feature = "server")]
+            Source::Store(path) => {
+                let store = crate::server::store::Store::open_read_only(path)?;
+                let mut q = crate::server::store::StoreQuery::from_selection(sel);
+                q.limit = Some(limit);
+                Ok(store.query(&q)?.collect::<Result<_, _>>()?)
+            }
+            #[cfg(not(feature = "server"))]
+            Source::Store(_) => bail!("this cpt was built without the store (feature `server`)"),
+            Source::Files(files) => {
+                let mut out = Vec::new();
+                for path in *files {
+                    let mut reader = RecordReader::open(path, ReadOptions::default())?;
+                    while let Some(batch) = reader.next_batch(&mut |w| {
+                        eprintln!("cpt: warning: {w}");
+                    })? {
+                        out.extend(batch.into_iter().filter(|r| sel.matches(r)));
+                    }
+                }
+                out.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+                Ok(out)
+            }
+            Source::Collector(url) => {
+                let query = format!("{}&limit={limit}", selection_query(sel));
+                let body = http_get(url, &format!("/v1/records?{query}"))?;
+                body.lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(|l| {
+                        Record::from_json(l)
+                            .with_context(|| format!("the collector {url} sent a bad record"))
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+/// A selection as a `GET` query (values percent-encoded).
+fn selection_query(sel: &Selection) -> String {
+    sel.to_string()
+        .split(' ')
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            format!("{k}={}", percent_encode(v))
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// A plain HTTP/1.1 GET (the collector's HTTP API); the body on 200.
+fn http_get(url: &str, path_and_query: &str) -> anyhow::Result<String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        anyhow::anyhow!(
+            "--collector {url:?}: expected http://HOST:PORT (the collector's HTTP address, `cpt serve --http`)"
+        )
+    })?;
+    let authority = rest.trim_end_matches('/');
+    anyhow::ensure!(
+        !authority.is_empty() && !authority.contains('/'),
+        "--collector {url:?}: expected http://HOST:PORT without a path"
+    );
+    let addrs: Vec<_> = authority
+        .to_socket_addrs()
+        .with_context(|| format!("--collector {url:?}: cannot resolve {authority}"))?
+        .collect();
+    let mut last = None;
+    let mut stream = None;
+    for a in &addrs {
+        match TcpStream::connect_timeout(a, Duration::from_secs(5)) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let Some(mut stream) = stream else {
+        bail!(
+            "cannot reach the collector at {url}: {}; is `cpt serve --http` running there?",
+            last.map_or_else(|| "no address".to_owned(), |e| e.to_string())
+        );
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "GET {path_and_query} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/x-ndjson\r\nConnection: close\r\n\r\n"
+    )
+    .with_context(|| format!("sending the query to the collector at {url}"))?;
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .with_context(|| format!("reading the collector's answer from {url}"))?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("{url} did not answer with HTTP"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut body = raw[split + 4..].to_vec();
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("{url} did not answer with HTTP"))?;
+    if head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("transfer-encoding: chunked")
+    }) {
+        body = dechunk(&body).ok_or_else(|| anyhow::anyhow!("{url}: bad chunked body"))?;
+    }
+    let body = String::from_utf8(body).context("the collector's answer is not UTF-8")?;
+    if status == 404 {
+        bail!(
+            "the collector at {url} has no GET /v1/records (HTTP 404): it is older than this cpt; upgrade it"
+        );
+    }
+    if status != 200 {
+        bail!(
+            "the collector at {url} answered HTTP {status}: {}",
+            body.trim()
+        );
+    }
+    Ok(body)
+}
+
+fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = b.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = std::str::from_utf8(&b[..eol]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        b = &b[eol + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(b.get(..size)?);
+        b = b.get(size + 2..)?;
+    }
+}
+
+/// One line of the tree: a frame (`kind` `None`) or the time a frame's path
+/// spent in one accounting kind (a marked leaf).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// The frame's service.
+    pub service: String,
+    /// The frame's name, or the accounting kind's name for a marked leaf.
+    pub name: String,
+    /// `Some` for an accounting leaf (never `Busy`).
+    pub kind: Option<SegmentKind>,
+    /// Time on the path through this node, nanoseconds.
+    pub total_ns: u64,
+    /// Of it, busy in this frame itself (not in a child), nanoseconds.
+    pub self_ns: u64,
+    /// Children in path order of first appearance.
+    pub children: Vec<Node>,
+}
+
+impl Node {
+    fn child(&mut self, service: &str, name: &str, kind: Option<SegmentKind>) -> &mut Node {
+        let at = self
+            .children
+            .iter()
+            .position(|c| c.service == service && c.name == name && c.kind == kind);
+        let at = at.unwrap_or_else(|| {
+            self.children.push(Node {
+                service: service.to_owned(),
+                name: name.to_owned(),
+                kind,
+                total_ns: 0,
+                self_ns: 0,
+                children: Vec::new(),
+            });
+            self.children.len() - 1
+        });
+        &mut self.children[at]
+    }
+
+    /// The leaves' own times: busy self time of every frame plus every
+    /// accounting leaf. They sum to the root's total.
+    pub fn leaf_sum(&self) -> u64 {
+        self.self_ns + self.children.iter().map(Node::leaf_sum).sum::<u64>()
+    }
+
+    /// Every service named in the tree.
+    pub fn services(&self, out: &mut std::collections::BTreeSet<String>) {
+        if self.kind.is_none() && !self.service.is_empty() {
+            out.insert(self.service.clone());
+        }
+        for c in &self.children {
+            c.services(out);
+        }
+    }
+}
+
+/// A record's path as a tree; the (nameless) root's children are the path's
+/// root frames and its total is the latency.
+pub fn tree(r: &Record) -> Node {
+    let mut root = Node {
+        service: String::new(),
+        name: String::new(),
+        kind: None,
+        total_ns: 0,
+        self_ns: 0,
+        children: Vec::new(),
+    };
+    for seg in r.path.segments() {
+        let ns = u64::try_from(seg.duration.as_nanos()).unwrap_or(u64::MAX);
+        root.total_ns += ns;
+        let mut node = &mut root;
+        for f in r.path.stack_frames(seg) {
+            node = node.child(&f.service, &f.name, None);
+            node.total_ns += ns;
+        }
+        if seg.kind == SegmentKind::Busy {
+            node.self_ns += ns;
+        } else {
+            let service = node.service.clone();
+            let leaf = node.child(&service, seg.kind.as_str(), Some(seg.kind));
+            leaf.total_ns += ns;
+            leaf.self_ns += ns;
+        }
+    }
+    root
+}
+
+/// Key of a node among the tree's lines: the frames from the root.
+type PathKey = Vec<(String, String, Option<SegmentKind>)>;
+
+fn totals(node: &Node, key: &mut PathKey, out: &mut BTreeMap<PathKey, u64>) {
+    for c in &node.children {
+        key.push((c.service.clone(), c.name.clone(), c.kind));
+        *out.entry(key.clone()).or_default() += c.total_ns;
+        totals(c, key, out);
+        key.pop();
+    }
+}
+
+/// The mean time per request on each tree line over `records` (0 where a
+/// record's path does not pass).
+fn mean_totals(records: &[Record]) -> BTreeMap<PathKey, u64> {
+    let mut sum: BTreeMap<PathKey, u64> = BTreeMap::new();
+    for r in records {
+        totals(&tree(r), &mut Vec::new(), &mut sum);
+    }
+    let n = records.len().max(1) as u64;
+    sum.values_mut().for_each(|v| *v /= n);
+    sum
+}
+
+/// The comparison baseline: the endpoint's sampled records and their mean per line.
+#[derive(Debug)]
+pub struct Baseline {
+    /// Requests averaged.
+    pub requests: u64,
+    /// Their mean latency, nanoseconds.
+    pub mean_latency_ns: u64,
+    means: BTreeMap<PathKey, u64>,
+}
+
+impl Baseline {
+    fn of(records: &[Record]) -> Baseline {
+        let n = records.len() as u64;
+        let lat: u128 = records.iter().map(|r| r.latency.as_nanos()).sum();
+        Baseline {
+            requests: n,
+            mean_latency_ns: u64::try_from(lat / u128::from(n.max(1))).unwrap_or(u64::MAX),
+            means: mean_totals(records),
+        }
+    }
+}
+
+/// Render a record's tree (see the module docs).
+pub fn render(r: &Record, top: usize, baseline: Option<&Baseline>) -> String {
+    let root = tree(r);
+    let latency = root.total_ns;
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "request {} · {}{} · {} · latency {}",
+        r.request_id.as_deref().unwrap_or("(no request id)"),
+        r.service,
+        r.endpoint
+            .as_deref()
+            .map(|e| format!(" {e}"))
+            .unwrap_or_default(),
+        r.trigger.as_str(),
+        fmt_ns(latency)
+    );
+    if let Some(t) = r.start_unix_nanos {
+        let _ = write!(
+            out,
+            " · started {}",
+            crate::records::selection::format_time(t)
+        );
+    }
+    if let Some(t) = &r.trace_id {
+        let _ = write!(out, " · trace {t}");
+    }
+    out.push('\n');
+    if let Some(b) = baseline {
+        let _ = writeln!(
+            out,
+            "compared with the mean of {} sampled requests of the same endpoint (mean latency {})",
+            b.requests,
+            fmt_ns(b.mean_latency_ns)
+        );
+    }
+    // The slowest leaves: (own time, id) over frames' busy self time and accounting leaves.
+    let mut leaves = Vec::new();
+    collect_leaves(&root, &mut leaves);
+    leaves.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let flagged: Vec<usize> = leaves.iter().take(top).map(|l| l.1).collect();
+    let mut ctx = Render {
+        latency,
+        flagged,
+        next_id: 0,
+        baseline,
+        key: Vec::new(),
+    };
+    for (i, c) in root.children.iter().enumerate() {
+        ctx.node(&mut out, c, "", i + 1 == root.children.len());
+    }
+    let _ = writeln!(
+        out,
+        "leaves sum to {} = latency; ★ marks the {} slowest leaves (own time); [..] is time the path could not explain in detail",
+        fmt_ns(root.leaf_sum()),
+        top.min(leaves.len())
+    );
+    out
+}
+
+/// Leaves in render order: a frame's own busy time gets the frame's id, an
+/// accounting leaf its own.
+fn collect_leaves(root: &Node, out: &mut Vec<(u64, usize)>) {
+    fn walk(n: &Node, id: &mut usize, out: &mut Vec<(u64, usize)>) {
+        let me = *id;
+        *id += 1;
+        if n.self_ns > 0 {
+            out.push((n.self_ns, me));
+        }
+        for c in &n.children {
+            walk(c, id, out);
+        }
+    }
+    let mut id = 0;
+    for c in &root.children {
+        walk(c, &mut id, out);
+    }
+}
+
+struct Render<'a> {
+    latency: u64,
+    flagged: Vec<usize>,
+    next_id: usize,
+    baseline: Option<&'a Baseline>,
+    key: PathKey,
+}
+
+impl Render<'_> {
+    fn node(&mut self, out: &mut String, n: &Node, prefix: &str, last: bool) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.key.push((n.service.clone(), n.name.clone(), n.kind));
+        let branch = if last { "└─ " } else { "├─ " };
+        let share = if self.latency == 0 {
+            0.0
+        } else {
+            n.total_ns as f64 * 100.0 / self.latency as f64
+        };
+        let label = match n.kind {
+            Some(k) => format!("[{}]", k.as_str().replace('_', " ")),
+            None => format!("{} ({})", n.name, n.service),
+        };
+        let _ = write!(
+            out,
+            "{prefix}{branch}{label:<w$} {:>10} {share:>5.1}%",
+            fmt_ns(n.total_ns),
+            w = 36usize.saturating_sub(prefix.chars().count())
+        );
+        if n.kind.is_none() && n.self_ns > 0 && !n.children.is_empty() {
+            let _ = write!(out, "  self {}", fmt_ns(n.self_ns));
+        }
+        if let Some(b) = self.baseline {
+            let avg = b.means.get(&self.key).copied().unwrap_or(0);
+            let delta = n.total_ns as i128 - avg as i128;
+            let sign = if delta >= 0 { "+" } else { "-" };
+            let _ = write!(
+                out,
+                "  avg {} ({sign}{})",
+                fmt_ns(avg),
+                fmt_ns(delta.unsigned_abs() as u64)
+            );
+        }
+        if let Some(rank) = self.flagged.iter().position(|f| *f == id) {
+            let _ = write!(out, "  ★ slowest #{}", rank + 1);
+        }
+        out.push('\n');
+        let child_prefix = format!("{prefix}{}", if last { "   " } else { "│  " });
+        for (i, c) in n.children.iter().enumerate() {
+            self.node(out, c, &child_prefix, i + 1 == n.children.len());
+        }
+        self.key.pop();
+    }
+}
+
+/// Find the records `args` ask for, waiting as long as `--wait` allows.
+fn find(args: &ShowArgs, source: &Source<'_>, sel: &Selection) -> anyhow::Result<Vec<Record>> {
+    let deadline = args.wait.map(|w| Instant::now() + w);
+    loop {
+        let found = source.fetch(sel, 100)?;
+        if !found.is_empty() {
+            return Ok(found);
+        }
+        match deadline {
+            Some(d) if Instant::now() < d => std::thread::sleep(Duration::from_millis(100)),
+            _ => {
+                let what = match (&args.request_id, &args.trace_id) {
+                    (Some(id), _) => format!("request id {id:?}"),
+                    (_, Some(id)) => format!("trace id {id:?}"),
+                    _ => unreachable!("clap requires one"),
+                };
+                let hint = match args.wait {
+                    Some(w) => format!("(waited {})", humantime::format_duration(w)),
+                    None => "(records reach the collector milliseconds to seconds after the response: try --wait 10s; \
+                         was the request traced? A force with a wrong credential is ignored)"
+                        .to_owned(),
+                };
+                bail!("no record with {what} in {} {hint}", source.describe());
+            }
+        }
+    }
+}
+
+/// Run `cpt show`.
+///
+/// # Errors
+///
+/// As [`show`].
+pub fn run(args: ShowArgs) -> anyhow::Result<()> {
+    let out = show(&args)?;
+    std::io::stdout().write_all(out.as_bytes())?;
+    Ok(())
+}
+
+/// What `cpt show` prints (and the `--flame` file it writes, only once the
+/// record is found).
+///
+/// # Errors
+///
+/// No source, an unknown id (after `--wait`), an unreadable source, a
+/// collector that is down, an old store without the id index, an unwritable
+/// `--flame` file.
+pub fn show(args: &ShowArgs) -> anyhow::Result<String> {
+    let source = match (&args.store, &args.collector) {
+        (Some(s), _) => Source::Store(s),
+        (_, Some(u)) => Source::Collector(u),
+        _ if !args.inputs.is_empty() => Source::Files(&args.inputs),
+        _ => bail!(
+            "no input: give --store PATH, --collector http://HOST:PORT, or JSON Lines record files"
+        ),
+    };
+    let mut sel = Selection::new().with_triggers(TriggerFilter::All);
+    if let Some(id) = &args.request_id {
+        sel = sel.with_request_id(id);
+    }
+    if let Some(id) = &args.trace_id {
+        sel = sel.with_trace_id(id);
+    }
+    let records = find(args, &source, &sel)?;
+    let mut out = String::new();
+    if records.len() > 1 {
+        let _ = writeln!(out, "{} records match; each in turn\n", records.len());
+    }
+    for r in &records {
+        let baseline = if args.compare {
+            let mut base = Selection::new()
+                .with_service(&r.service)
+                .with_triggers(TriggerFilter::Sampled);
+            if let Some(e) = &r.endpoint {
+                base = base.with_endpoint(e);
+            }
+            let sampled = source.fetch(&base, 100_000)?;
+            if sampled.is_empty() {
+                eprintln!(
+                    "cpt: warning: no sampled records of {} {} in {} to compare with",
+                    r.service,
+                    r.endpoint.as_deref().unwrap_or(""),
+                    source.describe()
+                );
+                None
+            } else {
+                Some(Baseline::of(&sampled))
+            }
+        } else {
+            None
+        };
+        out.push_str(&render(r, args.top, baseline.as_ref()));
+        if let Some(t) = &args.trace_url {
+            match &r.trace_id {
+                Some(id) => {
+                    let url = t
+                        .replace("{trace_id}", id)
+                        .replace("{request_id}", r.request_id.as_deref().unwrap_or_default());
+                    let _ = writeln!(out, "trace: {url}");
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "trace: this record has no OpenTelemetry trace id (the service ran without it)"
+                    );
+                }
+            }
+        }
+        out.push('\n');
+    }
+    if let Some(path) = &args.flame {
+        let r = &records[0];
+        let agg = Aggregate::from_records(&sel, std::slice::from_ref(r));
+        let opts = FlameOptions {
+            title: Some(format!(
+                "cpt critical path of request {}: {}",
+                r.request_id.as_deref().unwrap_or("?"),
+                fmt_ns(u64::try_from(r.latency.as_nanos()).unwrap_or(u64::MAX))
+            )),
+            ..FlameOptions::default()
+        };
+        let svg = flame_svg(&agg, &opts)?;
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+        let _ = writeln!(out, "flame graph: {}", path.display());
+    }
+    Ok(out)
+}
