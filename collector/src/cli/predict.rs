@@ -40,6 +40,13 @@ pub struct PredictArgs {
     /// "p90", "p95", "p99"}, …}}`; null means ∞).
     #[arg(long, value_name = "OUT.json")]
     pub json: Option<PathBuf>,
+    /// Write the learned flows as Graphviz (per parent: the aggregate flow
+    /// and the three most frequent nearest-neighbour flows; `dot -Tsvg`).
+    #[arg(long, value_name = "OUT.dot")]
+    pub dot: Option<PathBuf>,
+    /// Draw Mann Figure 2 (estimated/actual sorted; discrepancy CDF) as SVG.
+    #[arg(long, value_name = "OUT.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 fn load(what: &str, files: &[PathBuf], args: &PredictArgs) -> anyhow::Result<TraceSet> {
@@ -126,7 +133,12 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<()> {
             invocations(&test, &mut keys),
         )
     };
-    let eval = flows::evaluate(&train, &test, args.min_children);
+    let models = flows::Models::train(&train, args.min_children);
+    let eval = flows::evaluate_models(&models, &test, args.min_children);
+    if let Some(path) = &args.dot {
+        std::fs::write(path, models.to_dot(3))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     eprintln!(
         "{} trained on {}; {} scored ({} of parents never seen in training skipped)",
         crate::format::plural(eval.parents_trained as u64, "parent"),
@@ -141,6 +153,15 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<()> {
         );
     }
     print!("{}", eval.to_table());
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "Mann Figure 2: {} test invocations, parents with ≥ {} children",
+            eval.test_invocations, args.min_children
+        );
+        let svg = flows::plot::figure2_svg(&eval, &title)
+            .map_err(|e| anyhow::anyhow!("drawing {}: {e}", path.display()))?;
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&eval.to_json())?;
         std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
@@ -194,6 +215,8 @@ pub fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
         min_children: args.min_children,
         orphans_as_roots: args.orphans_as_roots,
         json: None,
+        dot: None,
+        plot: None,
     };
     let mut keys = KeyInterner::default();
     let train = load("training", &args.train, &p)?;

@@ -45,6 +45,7 @@
 
 pub mod invocation;
 pub mod model;
+pub mod plot;
 pub mod whatif;
 
 use std::collections::BTreeMap;
@@ -78,6 +79,34 @@ impl Models {
                 .map(|(p, invs)| (p.clone(), ParentModel::train(p, &invs)))
                 .collect(),
         }
+    }
+}
+
+impl Models {
+    /// The learned flows as one Graphviz graph: per parent, the aggregate
+    /// flow and the `top` most frequent nearest-neighbour flows (with how
+    /// many training invocations had each), edges transitively reduced.
+    pub fn to_dot(&self, top: usize) -> String {
+        let mut out = String::from("digraph flows {\n  rankdir=LR;\n");
+        for (p, (parent, m)) in self.parents.iter().enumerate() {
+            out.push_str(&m.aggregate.to_dot(
+                &format!("p{p}_agg"),
+                &format!("{parent}: aggregate flow ({} invocations)", m.trained),
+            ));
+            for (f, nn) in m.flows.iter().take(top).enumerate() {
+                out.push_str(&nn.flow.to_dot(
+                    &format!("p{p}_f{f}"),
+                    &format!(
+                        "{parent}: flow {} ({} of {} invocations)",
+                        f + 1,
+                        nn.count,
+                        m.trained
+                    ),
+                ));
+            }
+        }
+        out.push_str("}\n");
+        out
     }
 }
 
@@ -162,7 +191,11 @@ pub struct Evaluation {
 /// Train on `train`, predict every invocation of `test` with at least
 /// `min_children` children, and summarise each method's relative errors.
 pub fn evaluate(train: &[Invocation], test: &[Invocation], min_children: usize) -> Evaluation {
-    let models = Models::train(train, min_children);
+    evaluate_models(&Models::train(train, min_children), test, min_children)
+}
+
+/// [`evaluate`] with models already trained.
+pub fn evaluate_models(models: &Models, test: &[Invocation], min_children: usize) -> Evaluation {
     let mut errors: Vec<Vec<f64>> = vec![Vec::new(); Method::ALL.len()];
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); Method::ALL.len()];
     let mut eval = Evaluation {

@@ -102,6 +102,73 @@ impl Flow {
         }
     }
 
+    /// The edges without those implied by others (the transitive
+    /// reduction, Mann §4 footnote 1), `(from, to)` as node indexes: what
+    /// a person reads.
+    pub fn reduced_edges(&self) -> Vec<(usize, usize)> {
+        let n = self.nodes.len();
+        // reach[i]: the nodes reachable from i; nodes are in topological
+        // order, so one pass from the last node back fills them.
+        let mut reach = vec![vec![false; n]; n];
+        let mut succs = vec![Vec::new(); n];
+        for (j, ps) in self.preds.iter().enumerate() {
+            for &i in ps {
+                succs[i].push(j);
+            }
+        }
+        for i in (0..n).rev() {
+            for &j in &succs[i] {
+                reach[i][j] = true;
+                let (lo, hi) = reach.split_at_mut(j);
+                for (r, &x) in lo[i].iter_mut().zip(&hi[0]) {
+                    *r |= x;
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (j, ps) in self.preds.iter().enumerate() {
+            for &i in ps {
+                if !ps.iter().any(|&k| k != i && reach[i][k]) {
+                    out.push((i, j));
+                }
+            }
+        }
+        out
+    }
+
+    /// The flow as a Graphviz subgraph: `start`, the children, `return`.
+    pub fn to_dot(&self, id: &str, title: &str) -> String {
+        use std::fmt::Write as _;
+        let q = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+        let mut out = format!(
+            "  subgraph \"cluster_{id}\" {{\n    label=\"{}\";\n",
+            q(title)
+        );
+        let _ = writeln!(out, "    \"{id}_start\" [label=\"start\", shape=circle];");
+        let _ = writeln!(
+            out,
+            "    \"{id}_return\" [label=\"return\", shape=doublecircle];"
+        );
+        for (i, k) in self.nodes.iter().enumerate() {
+            let _ = writeln!(out, "    \"{id}_{i}\" [label=\"{}\", shape=box];", q(k));
+            if self.preds[i].is_empty() {
+                let _ = writeln!(out, "    \"{id}_start\" -> \"{id}_{i}\";");
+            }
+        }
+        let reduced = self.reduced_edges();
+        for (i, j) in &reduced {
+            let _ = writeln!(out, "    \"{id}_{i}\" -> \"{id}_{j}\";");
+        }
+        for (i, &w) in self.awaited.iter().enumerate() {
+            // Only the awaited children nothing else awaited waits for.
+            if w && !reduced.iter().any(|&(a, b)| a == i && self.awaited[b]) {
+                let _ = writeln!(out, "    \"{id}_{i}\" -> \"{id}_return\";");
+            }
+        }
+        out.push_str("  }\n");
+        out
+    }
+
     /// Mann §4's dynamic program: `c(m) = P(m) + L(m) + max c(pred)` over a
     /// topological order, then `c(return)`; plus the invocation's
     /// `P(return)`.

@@ -324,3 +324,102 @@ fn mann_what_if_a_child_were_twice_as_fast_propagates_to_the_root() {
     assert!("S=0.5".parse::<Scale>().is_err(), "the operation is needed");
     assert!("S:y=-1".parse::<Scale>().is_err());
 }
+
+/// A parent `R` whose children are `a` and `b` in parallel, then `c` after
+/// both; with seeded variation, so flows and fits have something to learn.
+fn fan_out_join(n: usize, a_scale: f64) -> Vec<crate::traces::model::Trace> {
+    use crate::traces::model::{BuildOptions, RawSpan, SpanKind, build};
+    let mut rng = cpt_sdk::testing::SplitMix64::new(7);
+    (0..n)
+        .map(|i| {
+            let a = ((2.0 + 6.0 * rng.unit()) * a_scale * MS as f64) as i64;
+            let b = ((3.0 + 3.0 * rng.unit()) * MS as f64) as i64;
+            let c = ((1.0 + rng.unit()) * MS as f64) as i64;
+            let join = a.max(b);
+            let end = join + c + MS / 2;
+            let span =
+                |id: &'static str, parent: Option<&'static str>, op: &str, s: i64, d: i64| {
+                    RawSpan {
+                        id: id.into(),
+                        parent_id: parent.map(Into::into),
+                        service: Arc::from("S"),
+                        operation: Arc::from(op),
+                        start_ns: Some(1_000_000_000 + s),
+                        duration_ns: Some(d),
+                        kind: SpanKind::Unspecified,
+                        clock: Arc::from("S"),
+                        error: false,
+                        follows_from: false,
+                    }
+                };
+            build(
+                &format!("t{i}"),
+                vec![
+                    span("r", None, "root", 0, end),
+                    span("a", Some("r"), "a", 0, a),
+                    span("b", Some("r"), "b", 0, b),
+                    span("c", Some("r"), "c", join, c),
+                ],
+                BuildOptions::default(),
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn mann_what_if_matches_a_child_made_twice_as_fast_for_real() {
+    // Train on the system as it is; replay it with a halved; compare with
+    // the same requests where a really took half as long (same seed).
+    let train_traces = fan_out_join(400, 1.0);
+    let real_after = fan_out_join(400, 0.5);
+    let mut keys = KeyInterner::default();
+    let invs: Vec<Invocation> = train_traces
+        .iter()
+        .flat_map(|t| invocations(t, &mut keys))
+        .collect();
+    let models = Models::train(&invs, 1);
+    let scale = vec!["S:a=0.5".parse::<Scale>().unwrap()];
+    let w = whatif(
+        &models,
+        &train_traces,
+        &scale,
+        Method::NearestNeighborFlow,
+        &mut keys,
+    );
+    let truth: Vec<f64> = real_after
+        .iter()
+        .map(|t| t.spans[0].duration_ns as f64)
+        .collect();
+    let truth_mean = truth.iter().sum::<f64>() / truth.len() as f64;
+    let err = (w.after.mean - truth_mean).abs() / truth_mean;
+    assert!(
+        err < 0.02,
+        "predicted mean {} ms, real {} ms",
+        ms(w.after.mean),
+        ms(truth_mean)
+    );
+    assert!(
+        w.after.mean < w.before.mean * 0.95,
+        "halving a visibly helps"
+    );
+}
+
+#[test]
+fn mann_flow_edges_omit_those_implied_by_transitivity() {
+    let mut k = Kit::new();
+    // a → b → c in sequence: a → c is implied (Mann §4, footnote 1).
+    let invs = vec![k.inv(6, &[("a", 0, 2), ("b", 2, 4), ("c", 4, 6)])];
+    let m = train(&invs);
+    let f = &m.aggregate;
+    assert_eq!(f.preds[2].len(), 2, "the flow keeps a → c for the program");
+    assert_eq!(f.reduced_edges(), [(0, 1), (1, 2)]);
+    let models = Models {
+        parents: [(m.parent.clone(), m)].into_iter().collect(),
+    };
+    let dot = models.to_dot(3);
+    assert!(dot.starts_with("digraph flows {"), "{dot}");
+    assert!(dot.contains("\"p0_agg_0\" -> \"p0_agg_1\""), "{dot}");
+    assert!(!dot.contains("\"p0_agg_0\" -> \"p0_agg_2\""), "{dot}");
+    assert!(dot.contains("\"p0_agg_2\" -> \"p0_agg_return\""), "{dot}");
+}
