@@ -10,7 +10,7 @@
 //! # Pipeline
 //!
 //! 1. **Read** ([`jaeger`], [`zipkin`], [`otlp`], [`nezha`] CSV): gzipped or
-//!    plain files (Jaeger files above [`ImportOptions::stream_above_bytes`]
+//!    plain files (Jaeger and Zipkin files above [`ImportOptions::stream_above_bytes`]
 //!    are streamed);
 //!    each trace is validated into the neutral [`model::Trace`]. A trace
 //!    that is malformed (truncated JSON, missing parents, cycles, duplicate
@@ -162,7 +162,7 @@ pub struct ImportOptions {
     pub overlap: OverlapThreshold,
     /// Which spans get records.
     pub roots: RootSelector,
-    /// Jaeger files whose (decompressed) size exceeds this are streamed
+    /// Jaeger and Zipkin files whose (decompressed) size exceeds this are streamed
     /// instead of read whole (default 256 MiB): memory stays bounded by a
     /// batch of traces, at some cost in speed, and a JSON error ends the
     /// file instead of only its trace.
@@ -303,8 +303,10 @@ pub fn import_files(
         static BUFS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     }
     let one = |p: &PathBuf, inner_parallel: bool| {
-        if format == Format::Jaeger && size_hint(p) > opts.stream_above_bytes {
-            let mut imp = import_stream(p, opts, &tick);
+        if matches!(format, Format::Jaeger | Format::Zipkin)
+            && size_hint(p) > opts.stream_above_bytes
+        {
+            let mut imp = import_stream(p, format, opts, &tick);
             imp.stats.files = 1;
             return imp;
         }
@@ -385,9 +387,14 @@ fn size_hint(path: &Path) -> u64 {
     }
 }
 
-/// Stream a large Jaeger file: parse on this thread, analyse batches of
-/// traces in parallel.
-fn import_stream(path: &Path, opts: &ImportOptions, progress: Progress<'_>) -> Import {
+/// Stream a large Jaeger or Zipkin file: parse on this thread, analyse
+/// batches of traces in parallel.
+fn import_stream(
+    path: &Path,
+    format: Format,
+    opts: &ImportOptions,
+    progress: Progress<'_>,
+) -> Import {
     const BATCH: usize = 4096;
     let reader = match crate::records::open(path) {
         Ok(o) => o.reader,
@@ -405,7 +412,7 @@ fn import_stream(path: &Path, opts: &ImportOptions, progress: Progress<'_>) -> I
     let mut imp = Import::default();
     let mut batch: Vec<Result<Trace, TraceError>> = Vec::with_capacity(BATCH);
     let mut names = model::Interner::default();
-    let res = jaeger::for_each_reader(reader, &mut names, opts.build, &mut |t| {
+    let mut each = |t| {
         batch.push(t);
         if batch.len() == BATCH {
             imp.merge(analyze_all(
@@ -415,7 +422,16 @@ fn import_stream(path: &Path, opts: &ImportOptions, progress: Progress<'_>) -> I
                 progress,
             ));
         }
-    });
+    };
+    if format == Format::Zipkin {
+        let errs = zipkin::read_reader(reader, opts.build, &mut each);
+        imp.merge(analyze_all(batch, opts, true, progress));
+        for e in errs {
+            imp.reject(e);
+        }
+        return imp;
+    }
+    let res = jaeger::for_each_reader(reader, &mut names, opts.build, &mut each);
     imp.merge(analyze_all(batch, opts, true, progress));
     if let Err((n, e)) = res {
         if e.is_io() {

@@ -23,7 +23,8 @@ use serde_json::value::RawValue;
 
 use super::tags::{TagValue, is_error_tag};
 use crate::traces::model::{
-    BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build,
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, build,
+    span_times,
 };
 
 /// Split a Jaeger document into one raw slice per trace.
@@ -509,13 +510,20 @@ fn convert(t: JTrace<'_>, names: &mut Interner, opts: BuildOptions) -> Result<Tr
         let parent = child_of
             .or(follows_from)
             .map(|r| Cow::Borrowed(&*r.span_id));
+        let (start_ns, duration_ns) = span_times(
+            &s.span_id,
+            Some(("startTime", s.start_us)),
+            Some(("duration", s.duration_us)),
+            TimeUnit::Micros,
+        )
+        .map_err(|r| TraceError::new(&*t.trace_id, r))?;
         spans.push(RawSpan {
             id: Cow::Borrowed(&*s.span_id),
             parent_id: parent,
             service,
             operation: names.get(&s.operation),
-            start_ns: Some(s.start_us.saturating_mul(1000)),
-            duration_ns: Some(s.duration_us.saturating_mul(1000)),
+            start_ns,
+            duration_ns,
             kind: s.tags.kind,
             clock,
             error: s.tags.error,

@@ -22,7 +22,8 @@ use serde_json::value::RawValue;
 use super::tags::{TagValue, is_error_tag};
 use super::zipkin::guess;
 use crate::traces::model::{
-    BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build,
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, build,
+    span_start_end,
 };
 
 #[derive(Deserialize)]
@@ -229,7 +230,7 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
     let mut names = Interner::default();
     let mut order: Vec<String> = Vec::new();
     let mut by_trace: HashMap<String, Vec<RawSpan<'static>>> = HashMap::new();
-    let mut bad: HashMap<String, String> = HashMap::new();
+    let mut bad: HashMap<String, Reason> = HashMap::new();
     for doc in &docs {
         for rs in &doc.resource_spans {
             let mut service: Option<&str> = None;
@@ -257,7 +258,7 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                     let (tid, res) = match parsed {
                         Ok(s) => (s.trace_id.to_ascii_lowercase(), Ok(s)),
                         Err(e) => match guess(raw.get(), "\"traceId\"") {
-                            Some(t) => (t.to_ascii_lowercase(), Err(e.to_string())),
+                            Some(t) => (t.to_ascii_lowercase(), Err(Reason::Json(e.to_string()))),
                             None => {
                                 errors.push(TraceError::new(
                                     "<unknown>",
@@ -271,8 +272,17 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                         order.push(tid.clone());
                         Vec::new()
                     });
+                    let res = res.and_then(|s| {
+                        span_start_end(
+                            &s.span_id,
+                            ("startTimeUnixNano", s.start.0),
+                            ("endTimeUnixNano", s.end.0),
+                            TimeUnit::Nanos,
+                        )
+                        .map(|t| (s, t))
+                    });
                     match res {
-                        Ok(s) => {
+                        Ok((s, (start_ns, duration_ns))) => {
                             let error = status_error(&s.status)
                                 || s.attributes.iter().any(|kv| {
                                     kv.value
@@ -288,8 +298,8 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                                     .map(|p| p.to_ascii_lowercase().into()),
                                 service: svc.clone(),
                                 operation: names.get(&s.name),
-                                start_ns: Some(s.start.0),
-                                duration_ns: Some(s.end.0.saturating_sub(s.start.0)),
+                                start_ns: Some(start_ns),
+                                duration_ns: Some(duration_ns),
                                 kind: span_kind(&s.kind),
                                 clock: clock.clone(),
                                 error,
@@ -312,7 +322,7 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
         .map(|tid| {
             let spans = by_trace.remove(&tid).unwrap_or_default();
             match bad.remove(&tid) {
-                Some(e) => Err(TraceError::new(tid, Reason::Json(e))),
+                Some(e) => Err(TraceError::new(tid, e)),
                 None => build(&tid, spans, opts),
             }
         })
