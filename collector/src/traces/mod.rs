@@ -10,7 +10,7 @@
 //! # Pipeline
 //!
 //! 1. **Read** ([`jaeger`], [`zipkin`], [`otlp`], [`nezha`] CSV): gzipped or
-//!    plain files (Jaeger and Zipkin files above [`ImportOptions::stream_above_bytes`]
+//!    plain files (Jaeger, Zipkin and OTLP files above [`ImportOptions::stream_above_bytes`]
 //!    are streamed);
 //!    each trace is validated into the neutral [`model::Trace`]. A trace
 //!    that is malformed (truncated JSON, missing parents, cycles, duplicate
@@ -162,10 +162,13 @@ pub struct ImportOptions {
     pub overlap: OverlapThreshold,
     /// Which spans get records.
     pub roots: RootSelector,
-    /// Jaeger and Zipkin files whose (decompressed) size exceeds this are streamed
-    /// instead of read whole (default 256 MiB): memory stays bounded by a
-    /// batch of traces, at some cost in speed, and a JSON error ends the
-    /// file instead of only its trace.
+    /// Jaeger, Zipkin and OTLP files whose (decompressed) size exceeds this
+    /// are streamed instead of read whole (default 256 MiB), at some cost in
+    /// speed. Jaeger: memory stays bounded by a batch of traces, and a JSON
+    /// error ends the file instead of only its trace. Zipkin and OTLP (a
+    /// trace's spans may be anywhere in the file): only the spans are held,
+    /// not the file's text (OTLP: when it is one document per line; a single
+    /// document is read whole).
     pub stream_above_bytes: u64,
 }
 
@@ -303,7 +306,7 @@ pub fn import_files(
         static BUFS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     }
     let one = |p: &PathBuf, inner_parallel: bool| {
-        if matches!(format, Format::Jaeger | Format::Zipkin)
+        if matches!(format, Format::Jaeger | Format::Zipkin | Format::Otlp)
             && size_hint(p) > opts.stream_above_bytes
         {
             let mut imp = import_stream(p, format, opts, &tick);
@@ -387,8 +390,9 @@ fn size_hint(path: &Path) -> u64 {
     }
 }
 
-/// Stream a large Jaeger or Zipkin file: parse on this thread, analyse
-/// batches of traces in parallel.
+/// Stream a large Jaeger, Zipkin or OTLP file: parse on this thread,
+/// analyse batches of traces in parallel (OTLP: once read, since a trace's
+/// spans may be on any line).
 fn import_stream(
     path: &Path,
     format: Format,
@@ -409,6 +413,10 @@ fn import_stream(
             };
         }
     };
+    if format == Format::Otlp {
+        let (traces, errs) = otlp::read_reader(reader, opts.build);
+        return finish_prebuilt(traces, errs, opts, true, progress);
+    }
     let mut imp = Import::default();
     let mut batch: Vec<Result<Trace, TraceError>> = Vec::with_capacity(BATCH);
     let mut names = model::Interner::default();

@@ -262,3 +262,85 @@ fn streamed_zipkin_files_give_the_records_read_whole_files_give() {
     };
     assert_eq!(recs(&a), recs(&b));
 }
+
+#[test]
+fn streamed_otlp_files_give_the_records_read_whole_files_give() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = |svc: &str, spans: &str| {
+        format!(
+            r#"{{"resourceSpans":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"{svc}"}}}},{{"key":"host.name","value":{{"stringValue":"{svc}-host"}}}}]}},"scopeSpans":[{{"scope":{{"name":"x"}},"spans":[{spans}]}}]}}]}}"#
+        )
+    };
+    let span = |t: &str, id: &str, parent: &str, kind: u8, start: u64, end: u64| {
+        format!(
+            r#"{{"traceId":"{t}","spanId":"{id}","parentSpanId":"{parent}","name":"op{id}","kind":{kind},"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}"}}"#
+        )
+    };
+    let t0 = 1_700_000_000_000_000_000u64;
+    // Two traces whose spans are spread over three lines, one span with a
+    // time out of range (rejecting its trace), and a bad line.
+    let lines = [
+        doc(
+            "front",
+            &format!(
+                "{},{}",
+                span("aa", "01", "", 2, t0, t0 + 9_000),
+                span("bb", "01", "", 2, t0, t0 + 5_000)
+            ),
+        ),
+        doc("back", &span("aa", "02", "01", 2, t0 + 1_000, t0 + 8_000)),
+        "{not json".to_string(),
+        doc(
+            "back",
+            &format!(
+                "{},{}",
+                span("bb", "02", "01", 3, t0 + 100, t0 + 4_000),
+                span("cc", "01", "", 2, t0, 5_000_000_000_000_000_000)
+            ),
+        ),
+    ];
+    let jsonl = write(&dir, "lines.json", &(lines.join("\n") + "\n"));
+    let one = write(
+        &dir,
+        "one.json",
+        &format!(
+            "\n{}\n",
+            doc("front", &span("dd", "01", "", 2, t0, t0 + 1_000)).replace(",\"", ",\n\"")
+        ),
+    );
+    for p in [jsonl, one] {
+        let whole = import(
+            std::slice::from_ref(&p),
+            Format::Otlp,
+            &ImportOptions {
+                stream_above_bytes: u64::MAX,
+                ..Default::default()
+            },
+        );
+        let streamed = import(
+            std::slice::from_ref(&p),
+            Format::Otlp,
+            &ImportOptions {
+                stream_above_bytes: 0,
+                ..Default::default()
+            },
+        );
+        assert_eq!(whole.stats, streamed.stats, "{}", p.display());
+        assert_eq!(whole.errors, streamed.errors);
+        let recs = |i: &cpt_collector::traces::Import| -> Vec<String> {
+            i.records().map(|r| format!("{r:?}")).collect()
+        };
+        assert_eq!(recs(&whole), recs(&streamed));
+        if p.ends_with("lines.json") {
+            // aa and bb analysed; cc (time out of range) and the bad line rejected.
+            assert_eq!(
+                (whole.stats.records, whole.stats.rejected),
+                (2, 2),
+                "{:?}",
+                whole.errors
+            );
+        } else {
+            assert_eq!(whole.stats.records, 1, "{:?}", whole.errors);
+        }
+    }
+}

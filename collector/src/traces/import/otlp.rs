@@ -200,38 +200,122 @@ fn status_error(s: &Option<Status>) -> bool {
 /// Read an OTLP JSON file (one document, or one per line) into validated
 /// traces (in order of first appearance) and file-level errors.
 pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, Vec<TraceError>) {
-    let mut errors = Vec::new();
-    let mut docs: Vec<Doc<'_>> = Vec::new();
+    let mut acc = Acc::default();
     let first_line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let json_lines =
         serde_json::from_str::<Doc<'_>>(first_line).is_ok() && text.trim() != first_line.trim();
     if json_lines {
         for (n, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<Doc<'_>>(line) {
-                Ok(d) => docs.push(d),
-                Err(e) => errors.push(TraceError::new(
-                    format!("line {}", n + 1),
-                    Reason::Json(e.to_string()),
-                )),
-            }
+            acc.line(n, line);
         }
     } else {
+        acc.whole(text);
+    }
+    acc.finish(opts)
+}
+
+/// [`read`] from a reader, for large files: a file of one document per
+/// line (what the collector's file exporter writes) is read line by line,
+/// holding only the spans read so far, not the text; a single document is
+/// read whole.
+pub fn read_reader<R: std::io::BufRead>(
+    mut reader: R,
+    opts: BuildOptions,
+) -> (Vec<Result<Trace, TraceError>>, Vec<TraceError>) {
+    let mut acc = Acc::default();
+    let mut line = String::new();
+    let mut n = 0;
+    let mut first: Option<String> = None;
+    // The first non-empty line decides: a whole document, or JSON lines.
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) => break,
+            Ok(_) if line.trim().is_empty() => n += 1,
+            Ok(_) => {
+                first = Some(std::mem::take(&mut line));
+                break;
+            }
+            Err(e) => {
+                acc.errors.push(TraceError::new(
+                    format!("line {}", n + 1),
+                    Reason::Json(e.to_string()),
+                ));
+                return acc.finish(opts);
+            }
+        }
+    }
+    let Some(first) = first else {
+        return acc.finish(opts);
+    };
+    if serde_json::from_str::<Doc<'_>>(&first).is_err() {
+        // One document over many lines: read it whole.
+        let mut text = first;
+        if let Err(e) = reader.read_to_string(&mut text) {
+            acc.errors
+                .push(TraceError::new("#1", Reason::Json(e.to_string())));
+            return acc.finish(opts);
+        }
+        acc.whole(&text);
+        return acc.finish(opts);
+    }
+    acc.line(n, &first);
+    n += 1;
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) => break,
+            Ok(_) => acc.line(n, &line),
+            Err(e) => {
+                acc.errors.push(TraceError::new(
+                    format!("line {}", n + 1),
+                    Reason::Json(e.to_string()),
+                ));
+                break;
+            }
+        }
+        n += 1;
+    }
+    acc.finish(opts)
+}
+
+/// Spans read so far, grouped by trace.
+#[derive(Default)]
+struct Acc {
+    names: Interner,
+    order: Vec<String>,
+    by_trace: HashMap<String, Vec<RawSpan<'static>>>,
+    bad: HashMap<String, Reason>,
+    errors: Vec<TraceError>,
+}
+
+impl Acc {
+    /// Line `n` (0-based) of a JSON-lines file.
+    fn line(&mut self, n: usize, line: &str) {
+        if line.trim().is_empty() {
+            return;
+        }
+        match serde_json::from_str::<Doc<'_>>(line) {
+            Ok(d) => self.doc(&d),
+            Err(e) => self.errors.push(TraceError::new(
+                format!("line {}", n + 1),
+                Reason::Json(e.to_string()),
+            )),
+        }
+    }
+
+    /// A file holding one document.
+    fn whole(&mut self, text: &str) {
         match serde_json::from_str::<Doc<'_>>(text) {
-            Ok(d) => docs.push(d),
-            Err(e) => errors.push(TraceError::new(
+            Ok(d) => self.doc(&d),
+            Err(e) => self.errors.push(TraceError::new(
                 "#1",
                 Reason::Json(format!("not OTLP JSON: {e}")),
             )),
         }
     }
-    let mut names = Interner::default();
-    let mut order: Vec<String> = Vec::new();
-    let mut by_trace: HashMap<String, Vec<RawSpan<'static>>> = HashMap::new();
-    let mut bad: HashMap<String, Reason> = HashMap::new();
-    for doc in &docs {
+
+    fn doc(&mut self, doc: &Doc<'_>) {
         for rs in &doc.resource_spans {
             let mut service: Option<&str> = None;
             let mut host: Option<&str> = None;
@@ -246,11 +330,11 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                 }
             }
             let service_name = service.unwrap_or("unknown_service");
-            let svc: Arc<str> = names.get(service_name);
+            let svc: Arc<str> = self.names.get(service_name);
             let clock: Arc<str> = match (host, instance) {
-                (Some(h), _) => names.get(&format!("host:{h}")),
-                (None, Some(i)) => names.get(&format!("instance:{i}")),
-                _ => names.get(&format!("service:{service_name}")),
+                (Some(h), _) => self.names.get(&format!("host:{h}")),
+                (None, Some(i)) => self.names.get(&format!("instance:{i}")),
+                _ => self.names.get(&format!("service:{service_name}")),
             };
             for ss in rs.scope_spans.iter().chain(&rs.library_spans) {
                 for raw in &ss.spans {
@@ -260,7 +344,7 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                         Err(e) => match guess(raw.get(), "\"traceId\"") {
                             Some(t) => (t.to_ascii_lowercase(), Err(Reason::Json(e.to_string()))),
                             None => {
-                                errors.push(TraceError::new(
+                                self.errors.push(TraceError::new(
                                     "<unknown>",
                                     Reason::Json(e.to_string()),
                                 ));
@@ -268,8 +352,8 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                             }
                         },
                     };
-                    let v = by_trace.entry(tid.clone()).or_insert_with(|| {
-                        order.push(tid.clone());
+                    let v = self.by_trace.entry(tid.clone()).or_insert_with(|| {
+                        self.order.push(tid.clone());
                         Vec::new()
                     });
                     let res = res.and_then(|s| {
@@ -297,7 +381,7 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                                     .filter(|p| !p.is_empty())
                                     .map(|p| p.to_ascii_lowercase().into()),
                                 service: svc.clone(),
-                                operation: names.get(&s.name),
+                                operation: self.names.get(&s.name),
                                 start_ns: Some(start_ns),
                                 duration_ns: Some(duration_ns),
                                 kind: span_kind(&s.kind),
@@ -310,24 +394,34 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                             });
                         }
                         Err(e) => {
-                            bad.entry(tid).or_insert(e);
+                            self.bad.entry(tid).or_insert(e);
                         }
                     }
                 }
             }
         }
     }
-    let out = order
-        .into_iter()
-        .map(|tid| {
-            let spans = by_trace.remove(&tid).unwrap_or_default();
-            match bad.remove(&tid) {
-                Some(e) => Err(TraceError::new(tid, e)),
-                None => build(&tid, spans, opts),
-            }
-        })
-        .collect();
-    (out, errors)
+
+    fn finish(self, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, Vec<TraceError>) {
+        let Acc {
+            order,
+            mut by_trace,
+            mut bad,
+            errors,
+            ..
+        } = self;
+        let out = order
+            .into_iter()
+            .map(|tid| {
+                let spans = by_trace.remove(&tid).unwrap_or_default();
+                match bad.remove(&tid) {
+                    Some(e) => Err(TraceError::new(tid, e)),
+                    None => build(&tid, spans, opts),
+                }
+            })
+            .collect();
+        (out, errors)
+    }
 }
 
 #[cfg(test)]
