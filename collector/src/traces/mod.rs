@@ -413,10 +413,6 @@ fn import_stream(
             };
         }
     };
-    if format == Format::Otlp {
-        let (traces, errs) = otlp::read_reader(reader, opts.build);
-        return finish_prebuilt(traces, errs, opts, true, progress);
-    }
     let mut imp = Import::default();
     let mut batch: Vec<Result<Trace, TraceError>> = Vec::with_capacity(BATCH);
     let mut names = model::Interner::default();
@@ -431,8 +427,12 @@ fn import_stream(
             ));
         }
     };
-    if format == Format::Zipkin {
-        let errs = zipkin::read_reader(reader, opts.build, &mut each);
+    if matches!(format, Format::Zipkin | Format::Otlp) {
+        let errs = if format == Format::Zipkin {
+            zipkin::read_reader(reader, opts.build, &mut each)
+        } else {
+            otlp::read_reader(reader, opts.build, &mut each)
+        };
         imp.merge(analyze_all(batch, opts, true, progress));
         for e in errs {
             imp.reject(e);

@@ -200,6 +200,7 @@ fn status_error(s: &Option<Status>) -> bool {
 /// Read an OTLP JSON file (one document, or one per line) into validated
 /// traces (in order of first appearance) and file-level errors.
 pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, Vec<TraceError>) {
+    let mut out = Vec::new();
     let mut acc = Acc::default();
     let first_line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let json_lines =
@@ -211,17 +212,20 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
     } else {
         acc.whole(text);
     }
-    acc.finish(opts)
+    let errors = acc.finish(opts, &mut |t| out.push(t));
+    (out, errors)
 }
 
 /// [`read`] from a reader, for large files: a file of one document per
 /// line (what the collector's file exporter writes) is read line by line,
 /// holding only the spans read so far, not the text; a single document is
-/// read whole.
+/// read whole. Each trace is handed to `f` once the file is read (its spans
+/// are freed then); returns the errors of what could not be read.
 pub fn read_reader<R: std::io::BufRead>(
     mut reader: R,
     opts: BuildOptions,
-) -> (Vec<Result<Trace, TraceError>>, Vec<TraceError>) {
+    f: &mut dyn FnMut(Result<Trace, TraceError>),
+) -> Vec<TraceError> {
     let mut acc = Acc::default();
     let mut line = String::new();
     let mut n = 0;
@@ -241,12 +245,12 @@ pub fn read_reader<R: std::io::BufRead>(
                     format!("line {}", n + 1),
                     Reason::Json(e.to_string()),
                 ));
-                return acc.finish(opts);
+                return acc.finish(opts, f);
             }
         }
     }
     let Some(first) = first else {
-        return acc.finish(opts);
+        return acc.finish(opts, f);
     };
     if serde_json::from_str::<Doc<'_>>(&first).is_err() {
         // One document over many lines: read it whole.
@@ -254,10 +258,10 @@ pub fn read_reader<R: std::io::BufRead>(
         if let Err(e) = reader.read_to_string(&mut text) {
             acc.errors
                 .push(TraceError::new("#1", Reason::Json(e.to_string())));
-            return acc.finish(opts);
+            return acc.finish(opts, f);
         }
         acc.whole(&text);
-        return acc.finish(opts);
+        return acc.finish(opts, f);
     }
     acc.line(n, &first);
     n += 1;
@@ -276,7 +280,7 @@ pub fn read_reader<R: std::io::BufRead>(
         }
         n += 1;
     }
-    acc.finish(opts)
+    acc.finish(opts, f)
 }
 
 /// Spans read so far, grouped by trace.
@@ -402,7 +406,11 @@ impl Acc {
         }
     }
 
-    fn finish(self, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, Vec<TraceError>) {
+    fn finish(
+        self,
+        opts: BuildOptions,
+        f: &mut dyn FnMut(Result<Trace, TraceError>),
+    ) -> Vec<TraceError> {
         let Acc {
             order,
             mut by_trace,
@@ -410,17 +418,14 @@ impl Acc {
             errors,
             ..
         } = self;
-        let out = order
-            .into_iter()
-            .map(|tid| {
-                let spans = by_trace.remove(&tid).unwrap_or_default();
-                match bad.remove(&tid) {
-                    Some(e) => Err(TraceError::new(tid, e)),
-                    None => build(&tid, spans, opts),
-                }
-            })
-            .collect();
-        (out, errors)
+        for tid in order {
+            let spans = by_trace.remove(&tid).unwrap_or_default();
+            f(match bad.remove(&tid) {
+                Some(e) => Err(TraceError::new(tid, e)),
+                None => build(&tid, spans, opts),
+            });
+        }
+        errors
     }
 }
 
