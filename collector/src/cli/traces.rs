@@ -77,8 +77,8 @@ pub struct InputArgs {
     /// ...and at most this fraction of the parent's duration.
     #[arg(long, default_value_t = 0.01, value_name = "FRACTION")]
     pub overlap_fraction: f64,
-    /// Stream Jaeger files larger than this (decompressed) instead of reading
-    /// them whole, MiB.
+    /// Stream Jaeger, Zipkin and OTLP files larger than this (decompressed)
+    /// instead of reading them whole, MiB.
     #[arg(long, default_value_t = 256, value_name = "MIB")]
     pub stream_above_mib: u64,
     /// Write every rejected trace with its reason to this file.

@@ -10,7 +10,7 @@
 //! # Pipeline
 //!
 //! 1. **Read** ([`jaeger`], [`zipkin`], [`otlp`], [`nezha`] CSV): gzipped or
-//!    plain files (Jaeger files above [`ImportOptions::stream_above_bytes`]
+//!    plain files (Jaeger, Zipkin and OTLP files above [`ImportOptions::stream_above_bytes`]
 //!    are streamed);
 //!    each trace is validated into the neutral [`model::Trace`]. A trace
 //!    that is malformed (truncated JSON, missing parents, cycles, duplicate
@@ -162,10 +162,13 @@ pub struct ImportOptions {
     pub overlap: OverlapThreshold,
     /// Which spans get records.
     pub roots: RootSelector,
-    /// Jaeger files whose (decompressed) size exceeds this are streamed
-    /// instead of read whole (default 256 MiB): memory stays bounded by a
-    /// batch of traces, at some cost in speed, and a JSON error ends the
-    /// file instead of only its trace.
+    /// Jaeger, Zipkin and OTLP files whose (decompressed) size exceeds this
+    /// are streamed instead of read whole (default 256 MiB), at some cost in
+    /// speed. Jaeger: memory stays bounded by a batch of traces, and a JSON
+    /// error ends the file instead of only its trace. Zipkin and OTLP (a
+    /// trace's spans may be anywhere in the file): only the spans are held,
+    /// not the file's text (OTLP: when it is one document per line; a single
+    /// document is read whole).
     pub stream_above_bytes: u64,
 }
 
@@ -303,8 +306,10 @@ pub fn import_files(
         static BUFS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     }
     let one = |p: &PathBuf, inner_parallel: bool| {
-        if format == Format::Jaeger && size_hint(p) > opts.stream_above_bytes {
-            let mut imp = import_stream(p, opts, &tick);
+        if matches!(format, Format::Jaeger | Format::Zipkin | Format::Otlp)
+            && size_hint(p) > opts.stream_above_bytes
+        {
+            let mut imp = import_stream(p, format, opts, &tick);
             imp.stats.files = 1;
             return imp;
         }
@@ -385,9 +390,15 @@ fn size_hint(path: &Path) -> u64 {
     }
 }
 
-/// Stream a large Jaeger file: parse on this thread, analyse batches of
-/// traces in parallel.
-fn import_stream(path: &Path, opts: &ImportOptions, progress: Progress<'_>) -> Import {
+/// Stream a large Jaeger, Zipkin or OTLP file: parse on this thread,
+/// analyse batches of traces in parallel (OTLP: once read, since a trace's
+/// spans may be on any line).
+fn import_stream(
+    path: &Path,
+    format: Format,
+    opts: &ImportOptions,
+    progress: Progress<'_>,
+) -> Import {
     const BATCH: usize = 4096;
     let reader = match crate::records::open(path) {
         Ok(o) => o.reader,
@@ -405,7 +416,7 @@ fn import_stream(path: &Path, opts: &ImportOptions, progress: Progress<'_>) -> I
     let mut imp = Import::default();
     let mut batch: Vec<Result<Trace, TraceError>> = Vec::with_capacity(BATCH);
     let mut names = model::Interner::default();
-    let res = jaeger::for_each_reader(reader, &mut names, opts.build, &mut |t| {
+    let mut each = |t| {
         batch.push(t);
         if batch.len() == BATCH {
             imp.merge(analyze_all(
@@ -415,7 +426,20 @@ fn import_stream(path: &Path, opts: &ImportOptions, progress: Progress<'_>) -> I
                 progress,
             ));
         }
-    });
+    };
+    if matches!(format, Format::Zipkin | Format::Otlp) {
+        let errs = if format == Format::Zipkin {
+            zipkin::read_reader(reader, opts.build, &mut each)
+        } else {
+            otlp::read_reader(reader, opts.build, &mut each)
+        };
+        imp.merge(analyze_all(batch, opts, true, progress));
+        for e in errs {
+            imp.reject(e);
+        }
+        return imp;
+    }
+    let res = jaeger::for_each_reader(reader, &mut names, opts.build, &mut each);
     imp.merge(analyze_all(batch, opts, true, progress));
     if let Err((n, e)) = res {
         if e.is_io() {

@@ -244,6 +244,139 @@ pub enum Reason {
         /// The span.
         span: String,
     },
+    /// A span's time does not fit the range cpt works in: nanoseconds since
+    /// the Unix epoch from 1970 to [`MAX_TIME_NS`] (year 2116). Such a time
+    /// is almost always a unit mistake (nanoseconds in a format's
+    /// microsecond fields); it is refused, never clamped.
+    #[error(
+        "span {span}: {field} = {value} {unit} is out of range (times must lie between 1970 \
+         and 2116 in ns since the Unix epoch); {}",
+        unit_hint(unit)
+    )]
+    TimeOutOfRange {
+        /// The span.
+        span: String,
+        /// The field (or sum of fields) as the format names it.
+        field: String,
+        /// Its value as written, in the format's unit.
+        value: i128,
+        /// The format's unit for the field (`µs`, `ns`).
+        unit: &'static str,
+    },
+    /// The input is not in a form this reader takes (e.g. Zipkin v1 JSON
+    /// given as Zipkin v2); the message says what it is and what to do.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// The likely cause of an out-of-range time given in `unit`.
+fn unit_hint(unit: &str) -> &'static str {
+    if unit == "µs" {
+        "most likely a unit mistake: the file holds nanoseconds (or other units) where the \
+         format expects microseconds; convert the times to µs"
+    } else {
+        "most likely a unit mistake: the format expects nanoseconds since the Unix epoch"
+    }
+}
+
+/// The latest time accepted, ns since the Unix epoch (2^62 ns, year 2116).
+/// Times are refused outside `0..=MAX_TIME_NS`, which keeps every sum and
+/// difference of two times (clock offsets, shifted spans) inside `i64`.
+pub const MAX_TIME_NS: i64 = 1 << 62;
+
+/// The unit a format writes span times in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TimeUnit {
+    /// Microseconds (Jaeger, Zipkin).
+    Micros,
+    /// Nanoseconds (OTLP, Nezha CSV).
+    Nanos,
+}
+
+impl TimeUnit {
+    fn scale(self) -> i128 {
+        match self {
+            TimeUnit::Micros => 1000,
+            TimeUnit::Nanos => 1,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            TimeUnit::Micros => "µs",
+            TimeUnit::Nanos => "ns",
+        }
+    }
+}
+
+/// A span's start and duration as a format wrote them (in `unit`), in ns,
+/// refused when the start or the end falls outside `0..=MAX_TIME_NS` or the
+/// duration overflows. `start` and `duration` are `(field name, value)`.
+/// A negative duration is passed through for [`build`] to reject.
+///
+/// # Errors
+///
+/// [`Reason::TimeOutOfRange`] naming the span, the field and the value.
+pub(crate) fn span_times(
+    span: &str,
+    start: Option<(&str, i64)>,
+    duration: Option<(&str, i64)>,
+    unit: TimeUnit,
+) -> Result<(Option<i64>, Option<i64>), Reason> {
+    let out = |field: &str, value: i128| Reason::TimeOutOfRange {
+        span: span.to_string(),
+        field: field.to_string(),
+        value,
+        unit: unit.name(),
+    };
+    let ns = |v: i128| v * unit.scale();
+    let start_ns = match start {
+        Some((f, v)) => {
+            let t = ns(i128::from(v));
+            if !(0..=i128::from(MAX_TIME_NS)).contains(&t) {
+                return Err(out(f, i128::from(v)));
+            }
+            Some(t as i64)
+        }
+        None => None,
+    };
+    let dur_ns = match duration {
+        Some((f, v)) => {
+            let d = ns(i128::from(v));
+            if d.abs() > i128::from(MAX_TIME_NS) {
+                return Err(out(f, i128::from(v)));
+            }
+            Some(d as i64)
+        }
+        None => None,
+    };
+    if let (Some((fs, s)), Some((fd, d)), Some(sn), Some(dn)) = (start, duration, start_ns, dur_ns)
+        && i128::from(sn) + i128::from(dn) > i128::from(MAX_TIME_NS)
+    {
+        return Err(out(&format!("{fs} + {fd}"), i128::from(s) + i128::from(d)));
+    }
+    Ok((start_ns, dur_ns))
+}
+
+/// A span's start and end, both as a format wrote them (in `unit`), as
+/// (start, duration) in ns; see [`span_times`].
+///
+/// # Errors
+///
+/// [`Reason::TimeOutOfRange`] naming the span, the field and the value.
+pub(crate) fn span_start_end(
+    span: &str,
+    start: (&str, i64),
+    end: (&str, i64),
+    unit: TimeUnit,
+) -> Result<(i64, i64), Reason> {
+    let (Some(s), _) = span_times(span, Some(start), None, unit)? else {
+        unreachable!("a start was given")
+    };
+    let (Some(e), _) = span_times(span, Some(end), None, unit)? else {
+        unreachable!("an end was given")
+    };
+    Ok((s, e - s))
 }
 
 impl TraceError {
@@ -426,6 +559,19 @@ pub fn build(
                 }
             },
         };
+        if !(0..=MAX_TIME_NS).contains(&start_ns) || duration_ns > MAX_TIME_NS - start_ns {
+            let (field, value) = if (0..=MAX_TIME_NS).contains(&start_ns) {
+                ("end", i128::from(start_ns) + i128::from(duration_ns))
+            } else {
+                ("start", i128::from(start_ns))
+            };
+            return Err(err(Reason::TimeOutOfRange {
+                span: raw[i].id.to_string(),
+                field: field.to_string(),
+                value,
+                unit: "ns",
+            }));
+        }
         let c = &raw[i].clock;
         let clock = match clocks.iter().position(|k| Arc::ptr_eq(k, c) || **k == **c) {
             Some(k) => k as u32,

@@ -130,12 +130,14 @@ fn zipkin_lens_files_import_with_exact_totals() {
             assert_eq!(a.record.path.total(), a.record.latency, "{f}");
         }
     }
-    // smartthings-oauth: one CLIENT and five duration-less SERVER records
-    // share id 9d2d35b746db84f3; every record becomes its own span.
+    // smartthings-oauth: one CLIENT and five duration-less shared SERVER
+    // records share id 9d2d35b746db84f3, three on pusher 10.0.0.187 and two
+    // on pusher 10.0.0.79. Zipkin's merge folds the pieces of one endpoint:
+    // two server halves remain, 3 of the 175 records are folded away.
     let imp = import(
         &[lens("smartthings-oauth-authorization.json")],
         Format::Zipkin,
         &opts,
     );
-    assert_eq!(imp.stats.spans, 175);
+    assert_eq!(imp.stats.spans, 172);
 }

@@ -5,7 +5,10 @@
 //! ([`crate::profile::diff`]).
 //!
 //! A window is a percentile band of end-to-end latency within the endpoint
-//! ([`PercentileBand`]): the defaults are `P50 = p45-p55` (the typical
+//! ([`PercentileBand`]), by nearest rank like the header's percentiles
+//! (`pLO-pHI` holds the pLO request to the pHI request, both included, so
+//! the header's p50 is always in the p50 window): the defaults are
+//! `P50 = p45-p55` (the typical
 //! request), `P95 = p94-p96` and `P99 = p99-p100` (the tail). A whole-range
 //! profile would be dominated by the tail's long paths; windows keep each
 //! shape apart (CRISP: "the critical path found in P99 latencies may
@@ -20,7 +23,7 @@ use crate::profile::aggregate::{Aggregate, ranked_stacks};
 use crate::profile::diff::{DiffOptions, DiffReport, diff};
 use crate::records::selection::{PercentileBand, Selection};
 
-use super::{fmt_ns, quantile};
+use super::{fmt_ns, nearest_rank, quantile};
 
 /// A named latency window.
 #[derive(Clone, Debug, PartialEq)]
@@ -93,6 +96,22 @@ fn endpoint_selection(service: &str, endpoint: Option<&str>) -> Selection {
     }
 }
 
+/// The band of `n` requests that keeps exactly the pLO request to the pHI
+/// request by nearest rank ([`nearest_rank`]), both included: the
+/// definition of the header's percentiles, so the header's pX lies in every
+/// window that holds X, however few the requests. (The selection's own
+/// bands round `n·p` at both ends, which can leave the median of 2 or 5
+/// requests out of `p45-p55`.)
+fn nearest_rank_band(band: PercentileBand, n: usize) -> PercentileBand {
+    if n == 0 {
+        return band;
+    }
+    let lo = nearest_rank(band.lo() / 100.0, n);
+    let hi = nearest_rank(band.hi() / 100.0, n);
+    let pct = |k: usize| k as f64 * 100.0 / n as f64;
+    PercentileBand::new(pct(lo), pct(hi + 1)).unwrap_or(band)
+}
+
 /// Build the window profiles of every endpoint with at least `min_requests`
 /// records.
 pub fn top_down(records: &[Record], windows: &[Window], min_requests: u64) -> Vec<EndpointReport> {
@@ -101,16 +120,18 @@ pub fn top_down(records: &[Record], windows: &[Window], min_requests: u64) -> Ve
         if n < min_requests {
             continue;
         }
+        let base = endpoint_selection(&service, endpoint.as_deref());
         let lat: Vec<u64> = records
             .iter()
-            .filter(|r| r.service == service && r.endpoint == endpoint)
+            .filter(|r| base.matches(r))
             .map(|r| u64::try_from(r.latency.as_nanos()).unwrap_or(u64::MAX))
             .collect();
-        let base = endpoint_selection(&service, endpoint.as_deref());
         let windows = windows
             .iter()
             .map(|w| {
-                let sel = base.clone().with_percentile(w.band);
+                let sel = base
+                    .clone()
+                    .with_percentile(nearest_rank_band(w.band, lat.len()));
                 (w.clone(), Aggregate::from_records(&sel, records))
             })
             .collect();
@@ -141,8 +162,15 @@ pub fn window_diff(
     opts: &DiffOptions,
 ) -> (DiffReport, Aggregate, Aggregate) {
     let sel = endpoint_selection(service, endpoint);
-    let b = Aggregate::from_records(&sel.clone().with_percentile(base.band), records);
-    let t = Aggregate::from_records(&sel.with_percentile(test.band), records);
+    let n = records.iter().filter(|r| sel.matches(r)).count();
+    let b = Aggregate::from_records(
+        &sel.clone().with_percentile(nearest_rank_band(base.band, n)),
+        records,
+    );
+    let t = Aggregate::from_records(
+        &sel.with_percentile(nearest_rank_band(test.band, n)),
+        records,
+    );
     (diff(&b, &t, opts), b, t)
 }
 
@@ -225,6 +253,42 @@ mod tests {
         let mut r = Record::new("A", Trigger::Sampled, p);
         r.endpoint = Some("/x".into());
         r
+    }
+
+    #[test]
+    fn the_header_percentiles_lie_in_their_windows_with_few_requests() {
+        // n requests of 2..=n+1 ms, each through its own leaf `ms{k}`.
+        for n in 1..=30u64 {
+            let records: Vec<Record> = (0..n)
+                .map(|k| {
+                    let mut r = rec(k + 2, false);
+                    let mut p = CriticalPath::new();
+                    p.push_frames(
+                        [
+                            Frame::new("A", "/x"),
+                            Frame::new("B", format!("ms{}", k + 2)),
+                        ],
+                        Duration::from_millis(k + 2),
+                        SegmentKind::Busy,
+                    );
+                    r.path = p;
+                    r.latency = Duration::from_millis(k + 2);
+                    r
+                })
+                .collect();
+            let reports = top_down(&records, &default_windows(), 1);
+            let r = &reports[0];
+            for (i, (w, agg)) in r.windows.iter().enumerate() {
+                let want = format!("ms{} (B)", r.latency_ns[i] / 1_000_000);
+                assert!(
+                    ranked_stacks(agg).iter().any(|(s, _)| s.ends_with(&want)),
+                    "n={n}: header {} = {want} not in window {} ({:?})",
+                    w.name,
+                    w.band,
+                    ranked_stacks(agg)
+                );
+            }
+        }
     }
 
     #[test]

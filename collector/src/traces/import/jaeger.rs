@@ -23,7 +23,8 @@ use serde_json::value::RawValue;
 
 use super::tags::{TagValue, is_error_tag};
 use crate::traces::model::{
-    BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build,
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, build,
+    span_times,
 };
 
 /// Split a Jaeger document into one raw slice per trace.
@@ -301,7 +302,9 @@ pub fn parse_trace(
     convert(t, names, opts)
 }
 
-/// Read every trace of a document in one pass, handing each to `f`.
+/// Read every trace of a document in one pass, handing each to `f`. The
+/// document may be the envelope `{"data":[…]}`, a bare array of traces, or
+/// one bare trace object, as [`split`] accepts.
 ///
 /// This is the fast path: one scan, no per-trace slices. It stops at the
 /// first JSON error (serde cannot resynchronise inside a document) and
@@ -351,7 +354,7 @@ fn drive<'de, R: serde_json::de::Read<'de>>(
     f: &mut dyn FnMut(Result<Trace, TraceError>),
 ) -> Result<usize, (usize, serde_json::Error)> {
     let mut n = 0usize;
-    let res = (&mut de).deserialize_map(FastDoc {
+    let res = (&mut de).deserialize_any(FastDoc {
         n: &mut n,
         names,
         opts,
@@ -374,22 +377,62 @@ impl<'de> Visitor<'de> for FastDoc<'_> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(r#"a Jaeger document {"data":[…]}"#)
+        f.write_str(r#"a Jaeger document {"data":[…]}, an array of traces, or one trace"#)
     }
 
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        let FastDoc { n, names, opts, f } = self;
+        FastTraces { n, names, opts, f }.visit_seq(seq)
+    }
+
+    /// The envelope `{"data":[…]}`, or one bare trace object
+    /// `{"traceID", "spans", "processes"}` (what the Jaeger UI saves), read
+    /// field by field as it streams past.
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let FastDoc { n, names, opts, f } = self;
+        let mut data = false;
+        let mut trace_id: Option<Cow<'de, str>> = None;
+        let mut spans: Option<Vec<JSpan<'de>>> = None;
+        let mut processes: Option<FxHashMap<Cow<'de, str>, JProcess<'de>>> = None;
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            if key == "data" {
-                map.next_value_seed(FastTraces {
-                    n: &mut *n,
-                    names: &mut *names,
-                    opts,
-                    f: &mut *f,
-                })?;
-            } else {
-                map.next_value::<IgnoredAny>()?;
+            match &*key {
+                "data" => {
+                    data = true;
+                    map.next_value_seed(FastTraces {
+                        n: &mut *n,
+                        names: &mut *names,
+                        opts,
+                        f: &mut *f,
+                    })?;
+                }
+                "traceID" => trace_id = Some(map.next_value()?),
+                "spans" => spans = Some(map.next_value()?),
+                "processes" => processes = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
             }
+        }
+        let single = trace_id.is_some() || spans.is_some() || processes.is_some();
+        if single && data {
+            return Err(de::Error::custom(
+                "the document has both `data` (a list of traces) and a trace's own fields \
+                 (`traceID`, `spans`, `processes`)",
+            ));
+        }
+        if single {
+            let trace_id = trace_id.ok_or_else(|| de::Error::missing_field("traceID"))?;
+            let spans = spans.ok_or_else(|| de::Error::missing_field("spans"))?;
+            *n += 1;
+            f(convert(
+                JTrace {
+                    trace_id,
+                    spans,
+                    processes: processes.unwrap_or_default(),
+                },
+                names,
+                opts,
+            ));
         }
         Ok(())
     }
@@ -467,13 +510,20 @@ fn convert(t: JTrace<'_>, names: &mut Interner, opts: BuildOptions) -> Result<Tr
         let parent = child_of
             .or(follows_from)
             .map(|r| Cow::Borrowed(&*r.span_id));
+        let (start_ns, duration_ns) = span_times(
+            &s.span_id,
+            Some(("startTime", s.start_us)),
+            Some(("duration", s.duration_us)),
+            TimeUnit::Micros,
+        )
+        .map_err(|r| TraceError::new(&*t.trace_id, r))?;
         spans.push(RawSpan {
             id: Cow::Borrowed(&*s.span_id),
             parent_id: parent,
             service,
             operation: names.get(&s.operation),
-            start_ns: Some(s.start_us.saturating_mul(1000)),
-            duration_ns: Some(s.duration_us.saturating_mul(1000)),
+            start_ns,
+            duration_ns,
             kind: s.tags.kind,
             clock,
             error: s.tags.error,

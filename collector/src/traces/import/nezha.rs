@@ -17,7 +17,8 @@
 use std::collections::HashMap;
 
 use crate::traces::model::{
-    BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build,
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, build,
+    span_start_end,
 };
 
 const HEADER: &str =
@@ -57,7 +58,7 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
     let mut names = Interner::default();
     let mut order: Vec<&str> = Vec::new();
     let mut by_trace: HashMap<&str, Vec<RawSpan<'_>>> = HashMap::new();
-    let mut bad: HashMap<&str, String> = HashMap::new();
+    let mut bad: HashMap<&str, Reason> = HashMap::new();
     for (n, line) in lines {
         if line.trim().is_empty() {
             continue;
@@ -77,14 +78,26 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
         });
         let (Ok(start), Ok(end)) = (f[5].trim().parse::<i64>(), f[6].trim().parse::<i64>()) else {
             bad.entry(tid).or_insert_with(|| {
-                format!(
+                Reason::Json(format!(
                     "line {}: times {:?} / {:?} are not integers",
                     n + 1,
                     f[5],
                     f[6]
-                )
+                ))
             });
             continue;
+        };
+        let (start, duration) = match span_start_end(
+            f[1],
+            ("StartTimeUnixNano", start),
+            ("EndTimeUnixNano", end),
+            TimeUnit::Nanos,
+        ) {
+            Ok(t) => t,
+            Err(r) => {
+                bad.entry(tid).or_insert(r);
+                continue;
+            }
         };
         let pod = f[3];
         v.push(RawSpan {
@@ -93,7 +106,7 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
             service: names.get(service_of_pod(pod)),
             operation: names.get(f[4]),
             start_ns: Some(start),
-            duration_ns: Some(end - start),
+            duration_ns: Some(duration),
             kind: SpanKind::Unspecified,
             clock: names.get_joined("pod:", pod, ""),
             error: false,
@@ -105,7 +118,7 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
         .map(|tid| {
             let spans = by_trace.remove(tid).unwrap_or_default();
             match bad.remove(tid) {
-                Some(e) => Err(TraceError::new(tid, Reason::Json(e))),
+                Some(e) => Err(TraceError::new(tid, e)),
                 None => build(tid, spans, opts),
             }
         })

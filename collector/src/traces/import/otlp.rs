@@ -22,7 +22,8 @@ use serde_json::value::RawValue;
 use super::tags::{TagValue, is_error_tag};
 use super::zipkin::guess;
 use crate::traces::model::{
-    BuildOptions, Interner, RawSpan, Reason, SpanKind, Trace, TraceError, build,
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, build,
+    span_start_end,
 };
 
 #[derive(Deserialize)]
@@ -199,38 +200,126 @@ fn status_error(s: &Option<Status>) -> bool {
 /// Read an OTLP JSON file (one document, or one per line) into validated
 /// traces (in order of first appearance) and file-level errors.
 pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, Vec<TraceError>) {
-    let mut errors = Vec::new();
-    let mut docs: Vec<Doc<'_>> = Vec::new();
+    let mut out = Vec::new();
+    let mut acc = Acc::default();
     let first_line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let json_lines =
         serde_json::from_str::<Doc<'_>>(first_line).is_ok() && text.trim() != first_line.trim();
     if json_lines {
         for (n, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<Doc<'_>>(line) {
-                Ok(d) => docs.push(d),
-                Err(e) => errors.push(TraceError::new(
-                    format!("line {}", n + 1),
-                    Reason::Json(e.to_string()),
-                )),
-            }
+            acc.line(n, line);
         }
     } else {
+        acc.whole(text);
+    }
+    let errors = acc.finish(opts, &mut |t| out.push(t));
+    (out, errors)
+}
+
+/// [`read`] from a reader, for large files: a file of one document per
+/// line (what the collector's file exporter writes) is read line by line,
+/// holding only the spans read so far, not the text; a single document is
+/// read whole. Each trace is handed to `f` once the file is read (its spans
+/// are freed then); returns the errors of what could not be read.
+pub fn read_reader<R: std::io::BufRead>(
+    mut reader: R,
+    opts: BuildOptions,
+    f: &mut dyn FnMut(Result<Trace, TraceError>),
+) -> Vec<TraceError> {
+    let mut acc = Acc::default();
+    let mut line = String::new();
+    let mut n = 0;
+    let mut first: Option<String> = None;
+    // The first non-empty line decides: a whole document, or JSON lines.
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) => break,
+            Ok(_) if line.trim().is_empty() => n += 1,
+            Ok(_) => {
+                first = Some(std::mem::take(&mut line));
+                break;
+            }
+            Err(e) => {
+                acc.errors.push(TraceError::new(
+                    format!("line {}", n + 1),
+                    Reason::Json(e.to_string()),
+                ));
+                return acc.finish(opts, f);
+            }
+        }
+    }
+    let Some(first) = first else {
+        return acc.finish(opts, f);
+    };
+    if serde_json::from_str::<Doc<'_>>(&first).is_err() {
+        // One document over many lines: read it whole.
+        let mut text = first;
+        if let Err(e) = reader.read_to_string(&mut text) {
+            acc.errors
+                .push(TraceError::new("#1", Reason::Json(e.to_string())));
+            return acc.finish(opts, f);
+        }
+        acc.whole(&text);
+        return acc.finish(opts, f);
+    }
+    acc.line(n, &first);
+    n += 1;
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) => break,
+            Ok(_) => acc.line(n, &line),
+            Err(e) => {
+                acc.errors.push(TraceError::new(
+                    format!("line {}", n + 1),
+                    Reason::Json(e.to_string()),
+                ));
+                break;
+            }
+        }
+        n += 1;
+    }
+    acc.finish(opts, f)
+}
+
+/// Spans read so far, grouped by trace.
+#[derive(Default)]
+struct Acc {
+    names: Interner,
+    order: Vec<String>,
+    by_trace: HashMap<String, Vec<RawSpan<'static>>>,
+    bad: HashMap<String, Reason>,
+    errors: Vec<TraceError>,
+}
+
+impl Acc {
+    /// Line `n` (0-based) of a JSON-lines file.
+    fn line(&mut self, n: usize, line: &str) {
+        if line.trim().is_empty() {
+            return;
+        }
+        match serde_json::from_str::<Doc<'_>>(line) {
+            Ok(d) => self.doc(&d),
+            Err(e) => self.errors.push(TraceError::new(
+                format!("line {}", n + 1),
+                Reason::Json(e.to_string()),
+            )),
+        }
+    }
+
+    /// A file holding one document.
+    fn whole(&mut self, text: &str) {
         match serde_json::from_str::<Doc<'_>>(text) {
-            Ok(d) => docs.push(d),
-            Err(e) => errors.push(TraceError::new(
+            Ok(d) => self.doc(&d),
+            Err(e) => self.errors.push(TraceError::new(
                 "#1",
                 Reason::Json(format!("not OTLP JSON: {e}")),
             )),
         }
     }
-    let mut names = Interner::default();
-    let mut order: Vec<String> = Vec::new();
-    let mut by_trace: HashMap<String, Vec<RawSpan<'static>>> = HashMap::new();
-    let mut bad: HashMap<String, String> = HashMap::new();
-    for doc in &docs {
+
+    fn doc(&mut self, doc: &Doc<'_>) {
         for rs in &doc.resource_spans {
             let mut service: Option<&str> = None;
             let mut host: Option<&str> = None;
@@ -245,11 +334,11 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                 }
             }
             let service_name = service.unwrap_or("unknown_service");
-            let svc: Arc<str> = names.get(service_name);
+            let svc: Arc<str> = self.names.get(service_name);
             let clock: Arc<str> = match (host, instance) {
-                (Some(h), _) => names.get(&format!("host:{h}")),
-                (None, Some(i)) => names.get(&format!("instance:{i}")),
-                _ => names.get(&format!("service:{service_name}")),
+                (Some(h), _) => self.names.get(&format!("host:{h}")),
+                (None, Some(i)) => self.names.get(&format!("instance:{i}")),
+                _ => self.names.get(&format!("service:{service_name}")),
             };
             for ss in rs.scope_spans.iter().chain(&rs.library_spans) {
                 for raw in &ss.spans {
@@ -257,9 +346,9 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                     let (tid, res) = match parsed {
                         Ok(s) => (s.trace_id.to_ascii_lowercase(), Ok(s)),
                         Err(e) => match guess(raw.get(), "\"traceId\"") {
-                            Some(t) => (t.to_ascii_lowercase(), Err(e.to_string())),
+                            Some(t) => (t.to_ascii_lowercase(), Err(Reason::Json(e.to_string()))),
                             None => {
-                                errors.push(TraceError::new(
+                                self.errors.push(TraceError::new(
                                     "<unknown>",
                                     Reason::Json(e.to_string()),
                                 ));
@@ -267,12 +356,21 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                             }
                         },
                     };
-                    let v = by_trace.entry(tid.clone()).or_insert_with(|| {
-                        order.push(tid.clone());
+                    let v = self.by_trace.entry(tid.clone()).or_insert_with(|| {
+                        self.order.push(tid.clone());
                         Vec::new()
                     });
+                    let res = res.and_then(|s| {
+                        span_start_end(
+                            &s.span_id,
+                            ("startTimeUnixNano", s.start.0),
+                            ("endTimeUnixNano", s.end.0),
+                            TimeUnit::Nanos,
+                        )
+                        .map(|t| (s, t))
+                    });
                     match res {
-                        Ok(s) => {
+                        Ok((s, (start_ns, duration_ns))) => {
                             let error = status_error(&s.status)
                                 || s.attributes.iter().any(|kv| {
                                     kv.value
@@ -287,9 +385,9 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                                     .filter(|p| !p.is_empty())
                                     .map(|p| p.to_ascii_lowercase().into()),
                                 service: svc.clone(),
-                                operation: names.get(&s.name),
-                                start_ns: Some(s.start.0),
-                                duration_ns: Some(s.end.0.saturating_sub(s.start.0)),
+                                operation: self.names.get(&s.name),
+                                start_ns: Some(start_ns),
+                                duration_ns: Some(duration_ns),
                                 kind: span_kind(&s.kind),
                                 clock: clock.clone(),
                                 error,
@@ -300,24 +398,35 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
                             });
                         }
                         Err(e) => {
-                            bad.entry(tid).or_insert(e);
+                            self.bad.entry(tid).or_insert(e);
                         }
                     }
                 }
             }
         }
     }
-    let out = order
-        .into_iter()
-        .map(|tid| {
+
+    fn finish(
+        self,
+        opts: BuildOptions,
+        f: &mut dyn FnMut(Result<Trace, TraceError>),
+    ) -> Vec<TraceError> {
+        let Acc {
+            order,
+            mut by_trace,
+            mut bad,
+            errors,
+            ..
+        } = self;
+        for tid in order {
             let spans = by_trace.remove(&tid).unwrap_or_default();
-            match bad.remove(&tid) {
-                Some(e) => Err(TraceError::new(tid, Reason::Json(e))),
+            f(match bad.remove(&tid) {
+                Some(e) => Err(TraceError::new(tid, e)),
                 None => build(&tid, spans, opts),
-            }
-        })
-        .collect();
-    (out, errors)
+            });
+        }
+        errors
+    }
 }
 
 #[cfg(test)]
