@@ -99,21 +99,26 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<()> {
     };
     let (train, test) = if args.test.is_empty() {
         let set = load("training", &args.train, &args)?;
-        let split = match &args.split_at {
-            Some(t) => i64::try_from(crate::records::selection::parse_time(t)?)
-                .context("--split-at is past 2262")?,
-            None => {
-                let mut starts: Vec<i64> = set.traces.iter().map(trace_start).collect();
-                starts.sort_unstable();
-                starts[starts.len() / 2]
-            }
-        };
         let (mut before, mut after) = (TraceSet::default(), TraceSet::default());
-        for t in set.traces {
-            if trace_start(&t) < split {
-                before.traces.push(t);
-            } else {
-                after.traces.push(t);
+        match &args.split_at {
+            Some(t) => {
+                let split = i64::try_from(crate::records::selection::parse_time(t)?)
+                    .context("--split-at is past 2262")?;
+                for t in set.traces {
+                    if trace_start(&t) < split {
+                        before.traces.push(t);
+                    } else {
+                        after.traces.push(t);
+                    }
+                }
+            }
+            None => {
+                // The first half in time trains (ties keep file order, so
+                // traces that all start together still split in two).
+                let mut traces = set.traces;
+                traces.sort_by_key(trace_start);
+                after.traces = traces.split_off(traces.len() / 2);
+                before.traces = traces;
             }
         }
         eprintln!(
@@ -148,8 +153,12 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<()> {
     );
     if eval.test_invocations == 0 {
         bail!(
-            "no test invocation to score: no parent with at least {} children appears in both the training and the test traces (try a lower --min-children)",
-            args.min_children
+            "no test invocation to score: no parent with at least {} appears in both the training and the test traces (try a lower --min-children)",
+            if args.min_children == 1 {
+                "1 child".to_owned()
+            } else {
+                format!("{} children", args.min_children)
+            }
         );
     }
     print!("{}", eval.to_table());
@@ -184,8 +193,10 @@ pub struct WhatifArgs {
     #[arg(long, num_args = 1.., value_name = "FILE")]
     pub test: Vec<PathBuf>,
     /// `SERVICE:OPERATION=FACTOR`: that operation takes FACTOR times as
-    /// long (0.5: twice as fast). Repeatable.
-    #[arg(long, required = true, value_name = "SERVICE:OPERATION=FACTOR")]
+    /// long (0.5: twice as fast). Repeatable. Without any, `before` is the
+    /// models' replay of the recorded latencies: with `--test` traces of
+    /// another load, how well the training load's models predict it.
+    #[arg(long, value_name = "SERVICE:OPERATION=FACTOR")]
     pub scale: Vec<flows::Scale>,
     /// Model only parents with at least this many children (the others
     /// keep their recorded latency, so a change below them stops there).
@@ -238,7 +249,7 @@ pub fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
         flows::Method::NearestNeighborFlow,
         &mut keys,
     );
-    if w.scaled_spans == 0 {
+    if w.scaled_spans == 0 && !args.scale.is_empty() {
         let names: Vec<&str> = args.scale.iter().map(|s| s.key.as_str()).collect();
         bail!(
             "no replayed span is {} (names are SERVICE:OPERATION as the traces spell them; `cpt traces bottomup` lists them)",
