@@ -410,4 +410,5 @@ fn profile_warns_when_entry_services_mix() {
     assert!(!stderr.contains("entry services"), "{stderr}");
 }
 
+mod flows;
 mod operator;
