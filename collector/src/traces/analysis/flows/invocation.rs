@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use crate::traces::import::skew::is_rpc_pair;
 use crate::traces::model::Trace;
 
 /// One child of an invocation (Mann §3: a method `m`).
@@ -152,7 +153,9 @@ impl Invocation {
 /// or does not wait for (detached children, which the parent never waits
 /// for by construction, are left out), with times as the trace recorded
 /// them. A parent and its children ran on one machine, so their clocks
-/// agree (Mann §4); no skew repair is applied.
+/// agree (Mann §4); no skew repair is applied. A span whose children all
+/// ran on another host (a client span and its server span, an RPC hop) is
+/// not an invocation and is left out.
 pub fn invocations(trace: &Trace, keys: &mut KeyInterner) -> Vec<Invocation> {
     invocations_by_span(trace, keys)
         .into_iter()
@@ -171,7 +174,17 @@ pub fn invocations_by_span(trace: &Trace, keys: &mut KeyInterner) -> Vec<(u32, I
             .copied()
             .filter(|&c| !trace.spans[c as usize].is_detached())
             .collect();
-        if kids.is_empty() {
+        // A span whose children all ran on another host (a client span and
+        // its server span: an RPC hop) is not an invocation: Mann §4 relies
+        // on one machine's timestamps, and the skew between the hosts would
+        // read as waits that never happened (or children outliving their
+        // parent). Jaeger and OTLP mark the pair by kind and host; Nezha's
+        // CSV has no kinds, so the host alone decides.
+        if kids.is_empty()
+            || kids.iter().all(|&c| {
+                is_rpc_pair(trace, c as usize) || trace.spans[c as usize].clock != span.clock
+            })
+        {
             continue;
         }
         let p_start = span.start_ns;

@@ -117,8 +117,10 @@ impl WhatIf {
 /// Replay `traces` with `scales` applied: each span's latency is, bottom
 /// up, its parent model's `method` estimate from its children's (already
 /// replayed) latencies when its `service:operation` has a model, else its
-/// recorded latency; a scaled operation's latency is then multiplied by its
-/// factor. The change reaches the root through every ancestor's model.
+/// recorded latency moved as far as the end of its last-ending awaited
+/// child moves, each child keeping its recorded start (an RPC hop's client
+/// span moves with its server span); a scaled operation's latency is then
+/// multiplied by its factor. The change reaches the root through every ancestor's model.
 /// Each invocation keeps the execution flow its recorded latencies select
 /// ([`ParentModel::predict_as`](super::ParentModel::predict_as)).
 pub fn whatif(
@@ -172,7 +174,34 @@ pub fn whatif(
                     };
                     (with(&base), with(&new))
                 }
-                None => (recorded, recorded),
+                None => {
+                    // No model (an RPC hop, a leaf, a parent below
+                    // --min-children): the recorded latency, moved as its
+                    // last-ending awaited child's end moves when each child
+                    // keeps its recorded start and takes its replayed
+                    // latency.
+                    let span = &trace.spans[i];
+                    let kids: Vec<usize> = trace
+                        .children(i as u32)
+                        .iter()
+                        .map(|&c| c as usize)
+                        .filter(|&c| {
+                            let k = &trace.spans[c];
+                            !k.is_detached() && k.end_ns() <= span.end_ns()
+                        })
+                        .collect();
+                    let end = |lat: &[f64]| {
+                        kids.iter()
+                            .map(|&c| (trace.spans[c].start_ns - span.start_ns) as f64 + lat[c])
+                            .fold(f64::NEG_INFINITY, f64::max)
+                    };
+                    let delta = if kids.is_empty() {
+                        0.0
+                    } else {
+                        end(&new) - end(&base)
+                    };
+                    (recorded, (recorded + delta).max(0.0))
+                }
             };
             if let Some(f) = factor[i] {
                 out.scaled_spans += 1;
