@@ -117,8 +117,24 @@ const FRAME_OVERHEAD: usize = 56;
 const SEGMENT_OVERHEAD: usize = 64;
 /// The rest of a row: field names, trigger, numbers, accounting.
 const RECORD_OVERHEAD: usize = 512;
-/// JSON escaping may expand a string (`\u0000`: 6 bytes per byte).
-const ESCAPE: usize = 6;
+/// A string's length in a JSON row, quotes and escapes included.
+fn json_len(s: &str) -> usize {
+    2 + s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..0x20 => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
+}
+
+/// A label key as the error names it: at most 32 characters, quoted.
+fn key_name(k: &str) -> String {
+    let cut = k.char_indices().nth(32).map_or(k.len(), |(i, _)| i);
+    let dots = if cut < k.len() { "…" } else { "" };
+    format!("{:?}{dots}", &k[..cut])
+}
 
 impl IngestLimits {
     /// The defaults.
@@ -163,7 +179,7 @@ impl IngestLimits {
         segments: usize,
     ) -> Result<usize, Over> {
         self.string("service", service)?;
-        let mut bytes = RECORD_OVERHEAD + service.len() * ESCAPE;
+        let mut bytes = RECORD_OVERHEAD + json_len(service);
         for (name, v) in [
             ("endpoint", endpoint),
             ("request_id", request_id),
@@ -171,7 +187,7 @@ impl IngestLimits {
         ] {
             if let Some(v) = v {
                 self.string(name, v)?;
-                bytes += v.len() * ESCAPE + 16;
+                bytes += json_len(v) + 16;
             }
         }
         if labels.len() > self.max_labels {
@@ -183,10 +199,10 @@ impl IngestLimits {
             ));
         }
         for (k, v) in labels {
-            self.string(&format!("labels[{k:.32?}] key"), k)?;
-            self.string(&format!("labels[{k:.32?}]"), v)?;
+            self.string(&format!("labels[{}] key", key_name(k)), k)?;
+            self.string(&format!("labels[{}]", key_name(k)), v)?;
             // Stored twice: in the labels column and in the row's JSON.
-            bytes += 2 * (k.len() + v.len()) * ESCAPE + 16;
+            bytes += 2 * (json_len(k) + json_len(v) + 2);
         }
         if u128::from(latency_ns) > self.max_latency.as_nanos() {
             return Err(over(
@@ -228,7 +244,7 @@ impl IngestLimits {
         if let Some(f) = file {
             self.frame_string(&format!("{at}.file"), f)?;
         }
-        Ok((name.len() + service.len() + file.map_or(0, str::len)) * ESCAPE + FRAME_OVERHEAD)
+        Ok(json_len(name) + json_len(service) + file.map_or(0, json_len) + FRAME_OVERHEAD)
     }
 
     pub(crate) fn frames(&self, n: usize) -> Result<(), Over> {
