@@ -25,7 +25,15 @@ use cpt_sdk::Record;
 use cpt_sdk::codec::DecodeLimits;
 
 /// Limits on what one record and one batch may hold (see the module docs).
+///
+/// ```
+/// use cpt_collector::ingest::IngestLimits;
+///
+/// let limits = IngestLimits::new().with_max_string_bytes(1024).with_max_labels(16);
+/// assert_eq!(limits.max_depth, 128);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct IngestLimits {
     /// Longest service, endpoint, request id, trace id, label key or label
     /// value, in bytes (these are indexed or filtered on). Default 512.
@@ -88,6 +96,18 @@ impl Default for IngestLimits {
     }
 }
 
+/// The record-level fields [`IngestLimits::header`] checks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Header<'a> {
+    pub(crate) service: &'a str,
+    pub(crate) endpoint: Option<&'a str>,
+    pub(crate) request_id: Option<&'a str>,
+    pub(crate) trace_id: Option<&'a str>,
+    pub(crate) labels: &'a std::collections::BTreeMap<String, String>,
+    pub(crate) latency_ns: u64,
+    pub(crate) segments: usize,
+}
+
 /// A limit a record is over: the field (relative to the record) and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Over {
@@ -136,10 +156,46 @@ fn key_name(k: &str) -> String {
     format!("{:?}{dots}", &k[..cut])
 }
 
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $field:ident: $ty:ty;)*) => {
+        $(
+            $(#[$doc])*
+            #[must_use]
+            pub fn $name(mut self, v: $ty) -> Self {
+                self.$field = v;
+                self
+            }
+        )*
+    };
+}
+
 impl IngestLimits {
     /// The defaults.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    setters! {
+        /// Set [`IngestLimits::max_string_bytes`].
+        with_max_string_bytes: max_string_bytes: usize;
+        /// Set [`IngestLimits::max_frame_string_bytes`].
+        with_max_frame_string_bytes: max_frame_string_bytes: usize;
+        /// Set [`IngestLimits::max_labels`].
+        with_max_labels: max_labels: usize;
+        /// Set [`IngestLimits::max_depth`].
+        with_max_depth: max_depth: usize;
+        /// Set [`IngestLimits::max_segments`].
+        with_max_segments: max_segments: usize;
+        /// Set [`IngestLimits::max_frames`].
+        with_max_frames: max_frames: usize;
+        /// Set [`IngestLimits::max_stack_frames`].
+        with_max_stack_frames: max_stack_frames: usize;
+        /// Set [`IngestLimits::max_record_bytes`].
+        with_max_record_bytes: max_record_bytes: usize;
+        /// Set [`IngestLimits::max_batch_stored_bytes`].
+        with_max_batch_stored_bytes: max_batch_stored_bytes: usize;
+        /// Set [`IngestLimits::max_latency`].
+        with_max_latency: max_latency: Duration;
     }
 
     pub(crate) fn string(&self, field: &str, s: &str) -> Result<(), Over> {
@@ -166,18 +222,18 @@ impl IngestLimits {
         Ok(())
     }
 
-    /// The record-level fields: service, endpoint, ids, labels, latency.
-    /// Returns their stored size.
-    pub(crate) fn header(
-        &self,
-        service: &str,
-        endpoint: Option<&str>,
-        request_id: Option<&str>,
-        trace_id: Option<&str>,
-        labels: &std::collections::BTreeMap<String, String>,
-        latency_ns: u64,
-        segments: usize,
-    ) -> Result<usize, Over> {
+    /// The record-level fields: service, endpoint, ids, labels, latency,
+    /// segment count. Returns their stored size.
+    pub(crate) fn header(&self, h: &Header<'_>) -> Result<usize, Over> {
+        let Header {
+            service,
+            endpoint,
+            request_id,
+            trace_id,
+            labels,
+            latency_ns,
+            segments,
+        } = *h;
         self.string("service", service)?;
         let mut bytes = RECORD_OVERHEAD + json_len(service);
         for (name, v) in [
@@ -312,15 +368,15 @@ impl IngestLimits {
     pub(crate) fn check(&self, r: &Record) -> Result<usize, Over> {
         let latency = u64::try_from(r.latency.as_nanos()).unwrap_or(u64::MAX);
         let segments = r.path.segments();
-        let mut bytes = self.header(
-            &r.service,
-            r.endpoint.as_deref(),
-            r.request_id.as_deref(),
-            r.trace_id.as_deref(),
-            &r.labels,
-            latency,
-            segments.len(),
-        )?;
+        let mut bytes = self.header(&Header {
+            service: &r.service,
+            endpoint: r.endpoint.as_deref(),
+            request_id: r.request_id.as_deref(),
+            trace_id: r.trace_id.as_deref(),
+            labels: &r.labels,
+            latency_ns: latency,
+            segments: segments.len(),
+        })?;
         let frames = r.path.frames();
         self.frames(frames.len())?;
         let mut cost = Vec::with_capacity(frames.len());

@@ -17,7 +17,7 @@ use cpt_sdk::path::{
 };
 use cpt_sdk::{Record as SdkRecord, SegmentKind as SdkKind, Trigger as SdkTrigger};
 
-use super::limits::{IngestLimits, Over};
+use super::limits::{Header, IngestLimits, Over};
 
 include!(concat!(env!("OUT_DIR"), "/cpt.collector.v1.rs"));
 
@@ -171,15 +171,15 @@ impl Record {
 
     /// Every limit, without building anything; returns the stored size.
     fn check(&self, limits: &IngestLimits) -> Result<usize, Over> {
-        let mut bytes = limits.header(
-            &self.service,
-            self.endpoint.as_deref(),
-            self.request_id.as_deref(),
-            self.trace_id.as_deref(),
-            &self.labels,
-            self.latency_nanos,
-            self.segments.len(),
-        )?;
+        let mut bytes = limits.header(&Header {
+            service: &self.service,
+            endpoint: self.endpoint.as_deref(),
+            request_id: self.request_id.as_deref(),
+            trace_id: self.trace_id.as_deref(),
+            labels: &self.labels,
+            latency_ns: self.latency_nanos,
+            segments: self.segments.len(),
+        })?;
         limits.frames(self.frames.len())?;
         let mut cost = Vec::with_capacity(self.frames.len());
         for (i, f) in self.frames.iter().enumerate() {

@@ -138,9 +138,7 @@ fn hostile_records_over_a_limit_or_with_absurd_values_are_refused() {
 #[test]
 fn hostile_limits_are_configurable() {
     let c = TestCollector::start(|c| {
-        let mut limits = cpt_collector::ingest::IngestLimits::default();
-        limits.max_string_bytes = 4 << 20;
-        c.with_limits(limits)
+        c.with_limits(cpt_collector::ingest::IngestLimits::new().with_max_string_bytes(4 << 20))
     });
     let mut big = record("big", 0);
     big.service = "S".repeat(600);
