@@ -6,18 +6,23 @@
 //!
 //! # How a batch flows (maintainers)
 //!
-//! 1. **Admission.** Before its body is read, a request takes a permit from
-//!    a semaphore of [`ServeConfig::max_pending_batches`] permits. None left
-//!    means the writer is behind: the request is refused at once with HTTP
-//!    429 / gRPC `RESOURCE_EXHAUSTED` (and `Retry-After: 1`) instead of
-//!    queueing. The permit lives until the batch is acknowledged, so at most
-//!    `max_pending_batches` bodies of at most [`ServeConfig::max_batch_bytes`]
-//!    each are in memory: memory is bounded whatever the load.
+//! 1. **Admission.** A request (with the ingest token, when one is set)
+//!    first takes one of [`ServeConfig::max_receiving_bodies`] receiving
+//!    slots and has [`ServeConfig::body_timeout`] to send its body (HTTP 408
+//!    / `DEADLINE_EXCEEDED` after). Only then does it take a permit from a
+//!    semaphore of [`ServeConfig::max_pending_batches`] permits. No slot or
+//!    no permit left means the collector is behind: the request is refused
+//!    at once with HTTP 429 / gRPC `RESOURCE_EXHAUSTED` (and
+//!    `Retry-After: 1`) instead of queueing. Slow senders therefore hold
+//!    receiving slots, never the writer's. The permit lives until the batch
+//!    is acknowledged; bodies are at most [`ServeConfig::max_batch_bytes`]
+//!    each, so memory is bounded whatever the load.
 //! 2. **Decoding.** The whole body (gunzipped if `Content-Encoding: gzip`,
 //!    to at most `max_batch_bytes`) is decoded and checked
-//!    ([`crate::ingest`]); one bad record rejects the batch (HTTP 400 /
-//!    `INVALID_ARGUMENT`) naming every bad line or field, and nothing is
-//!    stored.
+//!    ([`crate::ingest`]) against [`ServeConfig::limits`] off the async
+//!    workers, stopping between records if the client goes away; one bad
+//!    record rejects the batch (HTTP 400 / `INVALID_ARGUMENT`) naming every
+//!    bad line or field, and nothing is stored.
 //! 3. **Writing.** The batch goes to the single writer thread, which owns the
 //!    read-write connection. It takes every batch waiting (up to
 //!    [`ServeConfig::max_group_records`] records) and commits them in one
@@ -38,6 +43,7 @@
 //! | `writer.rs` | the single writer thread's group commit |
 //! | `http_api.rs` | `POST /v1/records`, `GET /profile`, `GET /v1/stats`, `GET /healthz` |
 //! | `grpc_api.rs` | `cpt.collector.v1.Collector/Export` |
+//! | `listen.rs` | accepting connections: header-read and idle timeouts, HTTP/2 stream limit |
 //! | [`store`] | the SQLite store both the server and `cpt import` write |
 //! | `mod.rs` (here) | [`ServeConfig`], starting and stopping a [`Collector`] |
 
