@@ -463,6 +463,35 @@ mod tests {
         );
     }
 
+    #[test]
+    fn decoding_stops_when_the_client_has_gone_away() {
+        let good = Record::from_json(GOOD).unwrap();
+        let batch = proto::RecordBatch::from_records([&good, &good]);
+        let gone = AtomicBool::new(true);
+        let err = from_proto_with(batch, &IngestLimits::default(), &gone).unwrap_err();
+        assert!(err.to_string().contains("the client went away"), "{err}");
+        let body = format!("{GOOD}\n{GOOD}\n");
+        let err = BodyFormat::JsonLines
+            .decode_with(body.as_bytes(), &IngestLimits::default(), &gone)
+            .unwrap_err();
+        assert!(err.to_string().contains("the client went away"), "{err}");
+    }
+
+    #[test]
+    fn a_batch_over_its_stored_size_is_refused() {
+        let good = Record::from_json(GOOD).unwrap();
+        let batch = proto::RecordBatch::from_records(vec![&good; 10]);
+        let limits = IngestLimits::new().with_max_batch_stored_bytes(3000);
+        let err = from_proto_with(batch, &limits, &AtomicBool::new(false)).unwrap_err();
+        assert_eq!(err.total(), 1);
+        assert!(
+            err.problems()[0]
+                .reason
+                .contains("max_batch_stored_bytes = 3000"),
+            "{err}"
+        );
+    }
+
     #[rustfmt::skip]
     const CONTENT_TYPES: &[(&str, Option<BodyFormat>)] = &[
         ("application/x-ndjson", Some(BodyFormat::JsonLines)),
