@@ -190,9 +190,45 @@ pub struct CollectorClientBuilder {
     max_backoff: Duration,
     max_attempts: u32,
     request_timeout: Duration,
+    token: Option<Token>,
 }
 
+/// The ingest credential; never printed.
+#[derive(Clone)]
+struct Token(http::HeaderValue);
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(…)")
+    }
+}
+
+/// A token that cannot be sent in an HTTP header.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad ingest token: {0}")]
+pub struct TokenError(String);
+
 impl CollectorClientBuilder {
+    /// Send `authorization: Bearer <token>` with every batch, for a
+    /// collector started with `--ingest-token-file` (surrounding whitespace,
+    /// such as a file's final newline, is trimmed). Default: none.
+    ///
+    /// # Errors
+    ///
+    /// When the token is empty or has characters a header cannot carry.
+    pub fn with_token(mut self, token: &str) -> Result<Self, TokenError> {
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(TokenError("empty".into()));
+        }
+        let mut value = http::HeaderValue::try_from(format!("Bearer {token}")).map_err(|_| {
+            TokenError("has characters an HTTP header cannot carry (use visible ASCII)".into())
+        })?;
+        value.set_sensitive(true);
+        self.token = Some(Token(value));
+        Ok(self)
+    }
+
     /// First retry delay (default 100 ms); doubles on each retry.
     pub fn with_initial_backoff(mut self, d: Duration) -> Self {
         self.initial_backoff = d;
@@ -290,6 +326,7 @@ impl CollectorClient {
             max_backoff: Duration::from_secs(10),
             max_attempts: 8,
             request_timeout: Duration::from_secs(10),
+            token: None,
         }
     }
 
@@ -318,7 +355,7 @@ impl CollectorClient {
             // tonic's lazy channel spawns onto the runtime it is made in.
             let transport = {
                 let _enter = rt.enter();
-                Transport::new(&self.config.endpoint)
+                Transport::new(&self.config.endpoint, self.config.token.clone())
             };
             self.conn = Some((rt, transport));
         }
@@ -407,7 +444,12 @@ fn jitter_seed() -> u64 {
     (nanos ^ u64::from(std::process::id()).rotate_left(32)) | 1
 }
 
-enum Transport {
+struct Transport {
+    token: Option<Token>,
+    kind: TransportKind,
+}
+
+enum TransportKind {
     Http {
         client: Box<HttpClient<HttpConnector, Full<Bytes>>>,
         uri: Uri,
@@ -418,13 +460,26 @@ enum Transport {
 }
 
 impl Transport {
-    fn new(endpoint: &Endpoint) -> Transport {
+    fn new(endpoint: &Endpoint, token: Option<Token>) -> Transport {
+        Transport {
+            token,
+            kind: TransportKind::new(endpoint),
+        }
+    }
+
+    async fn send(&mut self, batch: &proto::RecordBatch) -> Result<(), Attempt> {
+        self.kind.send(batch, self.token.as_ref()).await
+    }
+}
+
+impl TransportKind {
+    fn new(endpoint: &Endpoint) -> TransportKind {
         match endpoint {
             Endpoint::Http(uri) => {
                 let mut connector = HttpConnector::new();
                 connector.set_nodelay(true);
                 connector.set_connect_timeout(Some(Duration::from_secs(5)));
-                Transport::Http {
+                TransportKind::Http {
                     client: Box::new(HttpClient::builder(TokioExecutor::new()).build(connector)),
                     uri: uri.clone(),
                 }
@@ -434,20 +489,27 @@ impl Transport {
                     .connect_timeout(Duration::from_secs(5))
                     .tcp_nodelay(true)
                     .connect_lazy();
-                Transport::Grpc {
+                TransportKind::Grpc {
                     grpc: tonic::client::Grpc::new(channel),
                 }
             }
         }
     }
 
-    async fn send(&mut self, batch: &proto::RecordBatch) -> Result<(), Attempt> {
+    async fn send(
+        &mut self,
+        batch: &proto::RecordBatch,
+        token: Option<&Token>,
+    ) -> Result<(), Attempt> {
         match self {
-            Transport::Http { client, uri } => {
-                let req = http::Request::post(uri.clone())
+            TransportKind::Http { client, uri } => {
+                let mut req = http::Request::post(uri.clone())
                     .header(header::CONTENT_TYPE, ingest::CONTENT_TYPE_PROTOBUF)
                     .body(Full::new(Bytes::from(batch.encode_to_vec())))
                     .expect("a POST with a valid URI always builds; this is a bug");
+                if let Some(t) = token {
+                    req.headers_mut().insert(header::AUTHORIZATION, t.0.clone());
+                }
                 let resp = client.request(req).await.map_err(|e| Attempt::Retry {
                     reason: format!("cannot reach the collector: {e}"),
                     after: None,
@@ -479,17 +541,20 @@ impl Transport {
                     Err(Attempt::Refused { reason })
                 }
             }
-            Transport::Grpc { grpc } => {
+            TransportKind::Grpc { grpc } => {
                 grpc.ready().await.map_err(|e| Attempt::Retry {
                     reason: format!("cannot reach the collector: {e}"),
                     after: None,
                 })?;
                 let path = http::uri::PathAndQuery::from_static(ingest::GRPC_EXPORT_PATH);
                 let codec = WireCodec::<proto::RecordBatch, proto::ExportResponse>::default();
-                match grpc
-                    .unary(tonic::Request::new(batch.clone()), path, codec)
-                    .await
-                {
+                let mut req = tonic::Request::new(batch.clone());
+                if let Some(t) = token {
+                    let value = tonic::metadata::MetadataValue::try_from(t.0.as_bytes())
+                        .expect("a valid header value is valid ASCII metadata; this is a bug");
+                    req.metadata_mut().insert("authorization", value);
+                }
+                match grpc.unary(req, path, codec).await {
                     Ok(_) => Ok(()),
                     Err(status) => {
                         let reason = format!("gRPC {:?}: {}", status.code(), status.message());

@@ -19,7 +19,7 @@ pub fn fmt_ns(ns: u64) -> String {
 }
 
 /// Quote a CSV field when it needs it.
-pub(crate) fn csv_field(s: &str) -> String {
+pub fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {

@@ -2,13 +2,19 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context as _;
 
+use crate::ingest::IngestLimits;
+use crate::ingest::limits::{
+    DEFAULT_MAX_BATCH_STORED_BYTES, DEFAULT_MAX_FRAME_STRING_BYTES, DEFAULT_MAX_LABELS,
+    DEFAULT_MAX_RECORD_BYTES, DEFAULT_MAX_STRING_BYTES,
+};
 use crate::server::store::Durability;
 use crate::server::{
     Collector, DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_GROUP_RECORDS, DEFAULT_MAX_PENDING_BATCHES,
-    ServeConfig,
+    DEFAULT_MAX_RECEIVING_BODIES, DEFAULT_MAX_STREAMS_PER_CONNECTION, ServeConfig,
 };
 
 /// Run the collector: accept record batches over gRPC (cpt.collector.v1.Collector/Export) and
@@ -40,6 +46,75 @@ pub struct ServeArgs {
     /// Records committed in one group transaction, at most.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_GROUP_RECORDS)]
     pub max_group_records: usize,
+    /// Request bodies being received at once, at most (429 / RESOURCE_EXHAUSTED beyond). A
+    /// batch takes one of the --max-pending-batches slots only once its body has arrived, so
+    /// slow senders hold these instead.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_RECEIVING_BODIES)]
+    pub max_receiving_bodies: usize,
+    /// How long a client may take to send a request body (HTTP 408 / DEADLINE_EXCEEDED after).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
+    pub body_timeout: Duration,
+    /// How long a client may take to send an HTTP/1 request's headers (connection closed after).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "10s")]
+    pub header_read_timeout: Duration,
+    /// Close a connection with no request in flight and no traffic for this long.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "60s")]
+    pub idle_timeout: Duration,
+    /// Concurrent HTTP/2 streams per connection, at most.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STREAMS_PER_CONNECTION)]
+    pub max_streams_per_connection: u32,
+    /// Require `Authorization: Bearer <token>` on ingest, the token being this file's content
+    /// (surrounding whitespace trimmed). Without it anyone who can reach the ports may send
+    /// records.
+    #[arg(long, value_name = "PATH")]
+    pub ingest_token_file: Option<PathBuf>,
+    /// Longest service, endpoint, request id, trace id, label key or value, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_STRING_BYTES)]
+    pub max_string_bytes: usize,
+    /// Longest frame name, frame service or source file name, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_FRAME_STRING_BYTES)]
+    pub max_frame_string_bytes: usize,
+    /// Most labels on a record.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_LABELS)]
+    pub max_labels: usize,
+    /// Deepest stack of a record (default: the wire codec's limit).
+    #[arg(long, value_name = "N", default_value_t = IngestLimits::default().max_depth)]
+    pub max_depth: usize,
+    /// Most segments on a record (default: the wire codec's limit).
+    #[arg(long, value_name = "N", default_value_t = IngestLimits::default().max_segments)]
+    pub max_segments: usize,
+    /// Most distinct frames on a record (default: the wire codec's limit).
+    #[arg(long, value_name = "N", default_value_t = IngestLimits::default().max_frames)]
+    pub max_frames: usize,
+    /// Most frames over all of a record's stacks (default: the wire codec's limit).
+    #[arg(long, value_name = "N", default_value_t = IngestLimits::default().max_stack_frames)]
+    pub max_stack_frames: usize,
+    /// Largest stored size of one record, in bytes (computed before the record is built).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_RECORD_BYTES)]
+    pub max_record_bytes: usize,
+    /// Largest stored size of one batch, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BATCH_STORED_BYTES)]
+    pub max_batch_stored_bytes: usize,
+    /// Longest latency a record may report.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "1h")]
+    pub max_latency: Duration,
+}
+
+fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    let token = std::fs::read_to_string(path)
+        .with_context(|| format!("--ingest-token-file {}: cannot read it", path.display()))?;
+    let token = token.trim();
+    anyhow::ensure!(
+        !token.is_empty(),
+        "--ingest-token-file {}: the file is empty; put the token in it",
+        path.display()
+    );
+    anyhow::ensure!(
+        token.bytes().all(|b| b.is_ascii_graphic()),
+        "--ingest-token-file {}: the token must be visible ASCII without spaces (it travels in an HTTP header)",
+        path.display()
+    );
+    Ok(token.to_owned())
 }
 
 fn parse_addr(flag: &str, s: &str) -> anyhow::Result<Option<SocketAddr>> {
@@ -68,13 +143,35 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_durability(durability)
         .with_max_pending_batches(args.max_pending_batches)
         .with_max_batch_bytes(args.max_batch_bytes)
-        .with_max_group_records(args.max_group_records);
+        .with_max_group_records(args.max_group_records)
+        .with_max_receiving_bodies(args.max_receiving_bodies)
+        .with_body_timeout(args.body_timeout)
+        .with_header_read_timeout(args.header_read_timeout)
+        .with_idle_timeout(args.idle_timeout)
+        .with_max_streams_per_connection(args.max_streams_per_connection)
+        .with_limits(
+            IngestLimits::new()
+                .with_max_string_bytes(args.max_string_bytes)
+                .with_max_frame_string_bytes(args.max_frame_string_bytes)
+                .with_max_labels(args.max_labels)
+                .with_max_depth(args.max_depth)
+                .with_max_segments(args.max_segments)
+                .with_max_frames(args.max_frames)
+                .with_max_stack_frames(args.max_stack_frames)
+                .with_max_record_bytes(args.max_record_bytes)
+                .with_max_batch_stored_bytes(args.max_batch_stored_bytes)
+                .with_max_latency(args.max_latency),
+        );
+    if let Some(path) = &args.ingest_token_file {
+        config = config.with_ingest_token(read_token(path)?);
+    }
     config.grpc = grpc;
     config.http = http;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the tokio runtime")?;
+    let config_has_token = config.ingest_token.is_some();
     rt.block_on(async move {
         let collector = Collector::start(config).await?;
         eprintln!(
@@ -82,6 +179,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             args.store.display(),
             args.durability.to_uppercase()
         );
+        if config_has_token {
+            eprintln!("cpt serve: ingest requires the bearer token from --ingest-token-file");
+        } else {
+            eprintln!(
+                "cpt serve: ingest is open to anyone who can reach the ports (see --ingest-token-file)"
+            );
+        }
         if let Some(a) = collector.grpc_addr() {
             eprintln!("cpt serve: grpc listening on {a}");
         }

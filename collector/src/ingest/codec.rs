@@ -15,6 +15,7 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 /// Encodes `E`, decodes `D`.
 #[derive(Debug)]
+#[cfg_attr(not(feature = "client"), allow(dead_code))]
 pub(crate) struct WireCodec<E, D>(PhantomData<fn(E) -> D>);
 
 impl<E, D> Default for WireCodec<E, D> {
@@ -57,6 +58,7 @@ impl<E: prost::Message> Encoder for WireEncoder<E> {
 }
 
 #[derive(Debug)]
+#[cfg_attr(not(feature = "client"), allow(dead_code))]
 pub(crate) struct WireDecoder<D>(PhantomData<fn() -> D>);
 
 impl<D: prost::Message + Default> Decoder for WireDecoder<D> {
@@ -67,6 +69,50 @@ impl<D: prost::Message + Default> Decoder for WireDecoder<D> {
         let msg = D::decode(src.copy_to_bytes(src.remaining()))
             .map_err(|e| Status::invalid_argument(format!("malformed protobuf message: {e}")))?;
         Ok(Some(msg))
+    }
+}
+
+/// Encodes `E`; passes each received message's bytes through undecoded, so
+/// the server decodes them off the async workers, under its limits, and
+/// counts what it rejects.
+#[cfg(feature = "server")]
+#[derive(Debug)]
+pub(crate) struct RawCodec<E>(PhantomData<fn(E)>);
+
+#[cfg(feature = "server")]
+impl<E> Default for RawCodec<E> {
+    fn default() -> Self {
+        RawCodec(PhantomData)
+    }
+}
+
+#[cfg(feature = "server")]
+impl<E: prost::Message + Send + 'static> Codec for RawCodec<E> {
+    type Encode = E;
+    type Decode = bytes::Bytes;
+    type Encoder = WireEncoder<E>;
+    type Decoder = RawDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        WireEncoder(PhantomData)
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawDecoder
+    }
+}
+
+#[cfg(feature = "server")]
+#[derive(Debug)]
+pub(crate) struct RawDecoder;
+
+#[cfg(feature = "server")]
+impl Decoder for RawDecoder {
+    type Item = bytes::Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<bytes::Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }
 

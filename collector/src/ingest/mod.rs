@@ -10,9 +10,14 @@
 use std::fmt;
 use std::io::BufRead;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use cpt_sdk::Record;
 
+pub mod limits;
 pub mod proto;
+
+pub use limits::IngestLimits;
 
 #[cfg(any(feature = "server", feature = "client"))]
 pub(crate) mod codec;
@@ -68,11 +73,31 @@ impl BodyFormat {
     /// A [`BatchError`] listing what is wrong; then no record of the batch
     /// may be stored.
     pub fn decode(self, body: &[u8]) -> Result<Vec<Record>, BatchError> {
+        self.decode_with(body, &IngestLimits::default(), &AtomicBool::new(false))
+    }
+
+    /// [`BodyFormat::decode`] under `limits`; gives up (with a
+    /// [`BatchError`] saying so) as soon as `cancelled` is set.
+    ///
+    /// # Errors
+    ///
+    /// As [`BodyFormat::decode`], and when a record or the batch is over a
+    /// limit.
+    pub fn decode_with(
+        self,
+        body: &[u8],
+        limits: &IngestLimits,
+        cancelled: &AtomicBool,
+    ) -> Result<Vec<Record>, BatchError> {
         match self {
-            BodyFormat::JsonLines => decode_json_lines(body),
-            BodyFormat::Protobuf => decode_protobuf(body),
+            BodyFormat::JsonLines => decode_json_lines_with(body, limits, cancelled),
+            BodyFormat::Protobuf => decode_protobuf_with(body, limits, cancelled),
         }
     }
+}
+
+fn cancelled_error() -> BatchError {
+    BatchError::new("body", "the client went away; decoding abandoned")
 }
 
 /// One thing wrong with a batch.
@@ -160,16 +185,37 @@ impl std::error::Error for BatchError {}
 /// Every bad line, as `line N: reason` (1-based), when any line is bad, or
 /// when the body holds no record at all.
 pub fn decode_json_lines(body: &[u8]) -> Result<Vec<Record>, BatchError> {
+    decode_json_lines_with(body, &IngestLimits::default(), &AtomicBool::new(false))
+}
+
+fn decode_json_lines_with(
+    body: &[u8],
+    limits: &IngestLimits,
+    cancelled: &AtomicBool,
+) -> Result<Vec<Record>, BatchError> {
     let mut records = Vec::new();
     let mut err = BatchError::empty();
+    let mut stored = 0usize;
     for (line, result) in JsonLines::new(body) {
+        if cancelled.load(Ordering::Relaxed) {
+            return Err(cancelled_error());
+        }
+        let at = format!("line {line}");
         match result {
-            Ok(r) => {
-                if err.total == 0 {
-                    records.push(r);
+            Ok(r) => match limits.check(&r) {
+                Ok(bytes) => {
+                    stored += bytes;
+                    if let Err(o) = limits.batch_bytes(stored) {
+                        err.push(at, o.reason);
+                        return Err(err);
+                    }
+                    if err.total == 0 {
+                        records.push(r);
+                    }
                 }
-            }
-            Err(e) => err.push(format!("line {line}"), e.to_string()),
+                Err(o) => err.push(at, format!("{}: {}", o.field, o.reason)),
+            },
+            Err(e) => err.push(at, e.to_string()),
         }
     }
     if err.total > 0 {
@@ -189,9 +235,17 @@ pub fn decode_json_lines(body: &[u8]) -> Result<Vec<Record>, BatchError> {
 /// when a record is invalid (`records[i].field: reason`), or when the batch
 /// is empty.
 pub fn decode_protobuf(body: &[u8]) -> Result<Vec<Record>, BatchError> {
+    decode_protobuf_with(body, &IngestLimits::default(), &AtomicBool::new(false))
+}
+
+fn decode_protobuf_with(
+    body: &[u8],
+    limits: &IngestLimits,
+    cancelled: &AtomicBool,
+) -> Result<Vec<Record>, BatchError> {
     let batch = <proto::RecordBatch as prost::Message>::decode(body)
         .map_err(|e| BatchError::new("body", format!("not a cpt.collector.v1.RecordBatch: {e}")))?;
-    from_proto(batch)
+    from_proto_with(batch, limits, cancelled)
 }
 
 /// Check a decoded protobuf batch and turn it into records.
@@ -200,15 +254,44 @@ pub fn decode_protobuf(body: &[u8]) -> Result<Vec<Record>, BatchError> {
 ///
 /// As [`decode_protobuf`], for each invalid record.
 pub fn from_proto(batch: proto::RecordBatch) -> Result<Vec<Record>, BatchError> {
+    from_proto_with(batch, &IngestLimits::default(), &AtomicBool::new(false))
+}
+
+/// [`from_proto`] under `limits`, giving up as soon as `cancelled` is set.
+/// Each record is checked against the limits before it is built, and the
+/// batch's stored size is summed as it goes, so the work and memory are
+/// bounded by the batch's encoded size and the limits, whatever the frame
+/// indices say.
+///
+/// # Errors
+///
+/// As [`from_proto`], and when a record or the batch is over a limit.
+pub fn from_proto_with(
+    batch: proto::RecordBatch,
+    limits: &IngestLimits,
+    cancelled: &AtomicBool,
+) -> Result<Vec<Record>, BatchError> {
     if batch.records.is_empty() {
         return Err(BatchError::new("records", "no records (empty batch)"));
     }
     let mut records = Vec::with_capacity(batch.records.len());
     let mut err = BatchError::empty();
+    let mut stored = 0usize;
     for (i, r) in batch.records.into_iter().enumerate() {
-        match r.into_record() {
-            Ok(r) if err.total == 0 => records.push(r),
-            Ok(_) => {}
+        if cancelled.load(Ordering::Relaxed) {
+            return Err(cancelled_error());
+        }
+        match r.into_record_with(limits) {
+            Ok((r, bytes)) => {
+                stored += bytes;
+                if let Err(o) = limits.batch_bytes(stored) {
+                    err.push(format!("records[{i}]"), o.reason);
+                    return Err(err);
+                }
+                if err.total == 0 {
+                    records.push(r);
+                }
+            }
             Err(e) => err.push(format!("records[{i}].{}", e.field), e.reason),
         }
     }
@@ -377,6 +460,35 @@ mod tests {
         assert_eq!(
             err.problems()[0].to_string(),
             "records[1].trigger: unspecified (expected SAMPLED or FORCED)"
+        );
+    }
+
+    #[test]
+    fn decoding_stops_when_the_client_has_gone_away() {
+        let good = Record::from_json(GOOD).unwrap();
+        let batch = proto::RecordBatch::from_records([&good, &good]);
+        let gone = AtomicBool::new(true);
+        let err = from_proto_with(batch, &IngestLimits::default(), &gone).unwrap_err();
+        assert!(err.to_string().contains("the client went away"), "{err}");
+        let body = format!("{GOOD}\n{GOOD}\n");
+        let err = BodyFormat::JsonLines
+            .decode_with(body.as_bytes(), &IngestLimits::default(), &gone)
+            .unwrap_err();
+        assert!(err.to_string().contains("the client went away"), "{err}");
+    }
+
+    #[test]
+    fn a_batch_over_its_stored_size_is_refused() {
+        let good = Record::from_json(GOOD).unwrap();
+        let batch = proto::RecordBatch::from_records(vec![&good; 10]);
+        let limits = IngestLimits::new().with_max_batch_stored_bytes(3000);
+        let err = from_proto_with(batch, &limits, &AtomicBool::new(false)).unwrap_err();
+        assert_eq!(err.total(), 1);
+        assert!(
+            err.problems()[0]
+                .reason
+                .contains("max_batch_stored_bytes = 3000"),
+            "{err}"
         );
     }
 

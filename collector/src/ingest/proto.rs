@@ -17,6 +17,8 @@ use cpt_sdk::path::{
 };
 use cpt_sdk::{Record as SdkRecord, SegmentKind as SdkKind, Trigger as SdkTrigger};
 
+use super::limits::{Header, IngestLimits, Over};
+
 include!(concat!(env!("OUT_DIR"), "/cpt.collector.v1.rs"));
 
 // === impl Accounting ===
@@ -148,6 +150,74 @@ impl Record {
     /// is empty or names a frame the table lacks, or the segments do not sum
     /// to `latency_nanos`.
     pub fn into_record(self) -> Result<SdkRecord, FieldError> {
+        self.into_record_with(&IngestLimits::default())
+            .map(|(r, _)| r)
+    }
+
+    /// [`Record::into_record`] under `limits`, which are all checked before
+    /// anything is built (the expanded size from the frame table and the
+    /// segments' indices); also returns the record's stored size bound.
+    ///
+    /// # Errors
+    ///
+    /// As [`Record::into_record`], and when the record is over a limit, has
+    /// no segment, or has a zero-length segment.
+    pub fn into_record_with(self, limits: &IngestLimits) -> Result<(SdkRecord, usize), FieldError> {
+        let bytes = self
+            .check(limits)
+            .map_err(|o| field_err(o.field, o.reason))?;
+        self.build().map(|r| (r, bytes))
+    }
+
+    /// Every limit, without building anything; returns the stored size.
+    fn check(&self, limits: &IngestLimits) -> Result<usize, Over> {
+        let mut bytes = limits.header(&Header {
+            service: &self.service,
+            endpoint: self.endpoint.as_deref(),
+            request_id: self.request_id.as_deref(),
+            trace_id: self.trace_id.as_deref(),
+            labels: &self.labels,
+            latency_ns: self.latency_nanos,
+            segments: self.segments.len(),
+        })?;
+        limits.frames(self.frames.len())?;
+        let mut cost = Vec::with_capacity(self.frames.len());
+        for (i, f) in self.frames.iter().enumerate() {
+            cost.push(limits.frame(
+                &format!("frames[{i}]"),
+                &f.name,
+                &f.service,
+                f.file.as_deref(),
+            )?);
+        }
+        let mut stack_frames = 0usize;
+        for (i, s) in self.segments.iter().enumerate() {
+            let at = format!("segments[{i}]");
+            limits.depth(&format!("{at}.stack"), s.stack.len())?;
+            if s.duration_nanos == 0 {
+                return Err(Over {
+                    field: format!("{at}.duration_nanos"),
+                    reason: "zero (a segment lasts at least 1 ns)".into(),
+                });
+            }
+            stack_frames += s.stack.len();
+            limits.stack_frames(&at, stack_frames)?;
+            for (j, &f) in s.stack.iter().enumerate() {
+                // Out of range is reported by `build` with its own message.
+                let Some(c) = cost.get(f as usize) else {
+                    return Err(Over {
+                        field: format!("{at}.stack[{j}]"),
+                        reason: format!("frame {f} out of range ({} frames)", cost.len()),
+                    });
+                };
+                bytes += c;
+            }
+            limits.record_bytes(&at, bytes)?;
+        }
+        Ok(bytes)
+    }
+
+    fn build(self) -> Result<SdkRecord, FieldError> {
         let trigger = match Trigger::try_from(self.trigger) {
             Ok(Trigger::Sampled) => SdkTrigger::Sampled,
             Ok(Trigger::Forced) => SdkTrigger::Forced,

@@ -1,17 +1,19 @@
-//! Admission and the hand-off to the writer: a batch takes a permit before
-//! its body is read (none left: refused at once), is decoded off the async
-//! workers, and waits for the writer's acknowledgement (steps 1, 2 and 4 of
-//! the parent module's "How a batch flows").
+//! Admission and the hand-off to the writer: a request takes a receiving
+//! slot while its body arrives and a writer permit once it has (none left:
+//! refused at once), is decoded off the async workers (abandoned if the
+//! client goes away), and waits for the writer's acknowledgement (steps 1,
+//! 2 and 4 of the parent module's "How a batch flows").
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use super::Stats;
 use super::store::{EncodedBatch, StoreError};
-use crate::ingest::BatchError;
+use crate::ingest::{BatchError, IngestLimits};
 use cpt_sdk::Record;
 
 #[derive(Debug, Default)]
@@ -47,6 +49,9 @@ pub(super) struct Job {
 #[derive(Debug)]
 pub(super) enum SubmitError {
     Overloaded { pending: usize },
+    Receiving { max: usize },
+    Unauthenticated,
+    BodyTimeout { after: Duration },
     Malformed(BatchError),
     TooLarge { limit: usize },
     Store(Arc<StoreError>),
@@ -56,8 +61,11 @@ pub(super) enum SubmitError {
 impl SubmitError {
     pub(super) fn count(&self, c: &Counters) {
         let counter = match self {
-            SubmitError::Overloaded { .. } => &c.overloaded,
-            SubmitError::Malformed(_) | SubmitError::TooLarge { .. } => &c.rejected_batches,
+            SubmitError::Overloaded { .. } | SubmitError::Receiving { .. } => &c.overloaded,
+            SubmitError::Malformed(_)
+            | SubmitError::TooLarge { .. }
+            | SubmitError::Unauthenticated
+            | SubmitError::BodyTimeout { .. } => &c.rejected_batches,
             SubmitError::Store(_) | SubmitError::ShuttingDown => &c.store_errors,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -67,6 +75,15 @@ impl SubmitError {
         match self {
             SubmitError::Overloaded { pending } => format!(
                 "collector overloaded: {pending} batches already pending; retry later with backoff"
+            ),
+            SubmitError::Receiving { max } => format!(
+                "collector busy: {max} request bodies already being received; retry later with backoff"
+            ),
+            SubmitError::Unauthenticated => {
+                "ingest requires a credential: send `authorization: Bearer <token>` with the collector's ingest token".into()
+            }
+            SubmitError::BodyTimeout { after } => format!(
+                "batch rejected, nothing stored: request body not received within {after:?}"
             ),
             SubmitError::Malformed(e) => e.to_string(),
             SubmitError::TooLarge { limit } => {
@@ -84,8 +101,13 @@ impl SubmitError {
 #[derive(Debug)]
 pub(super) struct Ingest {
     pub(super) admission: Arc<Semaphore>,
+    pub(super) receiving: Arc<Semaphore>,
     pub(super) max_pending: usize,
+    pub(super) max_receiving: usize,
     pub(super) max_batch_bytes: usize,
+    pub(super) limits: IngestLimits,
+    pub(super) body_timeout: Duration,
+    pub(super) token: Option<Arc<str>>,
     pub(super) jobs: mpsc::Sender<Job>,
     pub(super) counters: Counters,
     pub(super) store_path: PathBuf,
@@ -100,6 +122,35 @@ impl std::fmt::Debug for Job {
 }
 
 impl Ingest {
+    /// Check the credential, when one is configured.
+    pub(super) fn authorize(&self, authorization: Option<&[u8]>) -> Result<(), SubmitError> {
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        let presented = authorization
+            .and_then(|v| v.strip_prefix(b"Bearer ".as_slice()))
+            .unwrap_or_default();
+        if constant_time_eq(presented.trim_ascii(), token.as_bytes()) {
+            Ok(())
+        } else {
+            let e = SubmitError::Unauthenticated;
+            e.count(&self.counters);
+            Err(e)
+        }
+    }
+
+    /// A slot to receive a body in (none left: refused at once).
+    pub(super) fn receive(&self) -> Result<OwnedSemaphorePermit, SubmitError> {
+        self.receiving.clone().try_acquire_owned().map_err(|_| {
+            let e = SubmitError::Receiving {
+                max: self.max_receiving,
+            };
+            e.count(&self.counters);
+            e
+        })
+    }
+
+    /// A writer permit for a received body (none left: refused at once).
     pub(super) fn admit(&self) -> Result<OwnedSemaphorePermit, SubmitError> {
         self.admission.clone().try_acquire_owned().map_err(|_| {
             let e = SubmitError::Overloaded {
@@ -115,12 +166,26 @@ impl Ingest {
     /// returns once it is durable.
     pub(super) async fn submit(
         &self,
-        decode: impl FnOnce() -> Result<Vec<Record>, BatchError> + Send + 'static,
+        decode: impl FnOnce(&IngestLimits, &AtomicBool) -> Result<Vec<Record>, BatchError>
+        + Send
+        + 'static,
         permit: OwnedSemaphorePermit,
     ) -> Result<u64, SubmitError> {
+        // Set when this future is dropped (the client went away): the
+        // blocking decode checks it between records and gives up.
+        let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
+        let cancelled = cancel.0.clone();
+        let limits = self.limits;
         let result = async {
             let batch = tokio::task::spawn_blocking(move || {
-                decode().map(|records| EncodedBatch::new(&records))
+                let records = decode(&limits, &cancelled)?;
+                if cancelled.load(Ordering::Relaxed) {
+                    return Err(BatchError::new(
+                        "body",
+                        "the client went away; batch abandoned",
+                    ));
+                }
+                Ok(EncodedBatch::new(&records))
             })
             .await
             .map_err(|_| SubmitError::ShuttingDown)?
@@ -139,6 +204,7 @@ impl Ingest {
                 .map_err(SubmitError::Store)
         }
         .await;
+        drop(cancel);
         match &result {
             Ok(n) => {
                 self.counters
@@ -151,5 +217,39 @@ impl Ingest {
             Err(e) => e.count(&self.counters),
         }
         result
+    }
+}
+
+/// Sets its flag when dropped.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Compare without an early exit on the first differing byte, so the time
+/// taken does not tell how much of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u8::from(a.len() != b.len());
+    for (i, &y) in b.iter().enumerate() {
+        let x = a.get(i).copied().unwrap_or(!y);
+        diff |= x ^ y;
+    }
+    diff == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn token_comparison_needs_every_byte() {
+        assert!(constant_time_eq(b"s3cret", b"s3cret"));
+        assert!(!constant_time_eq(b"s3cre", b"s3cret"));
+        assert!(!constant_time_eq(b"s3cret!", b"s3cret"));
+        assert!(!constant_time_eq(b"s3creT", b"s3cret"));
+        assert!(!constant_time_eq(b"", b"s3cret"));
     }
 }

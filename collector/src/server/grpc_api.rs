@@ -4,21 +4,28 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::Status;
 use tonic::server::{Grpc, NamedService, UnaryService};
 
 use super::admission::{Ingest, SubmitError};
-use crate::ingest::codec::WireCodec;
-use crate::ingest::{self, proto};
+use crate::ingest::codec::RawCodec;
+use crate::ingest::{self, BatchError, BodyFormat, proto};
 
 impl SubmitError {
     fn into_status(self) -> Status {
         let msg = self.message();
         match self {
-            SubmitError::Overloaded { .. } => Status::resource_exhausted(msg),
+            SubmitError::Overloaded { .. } | SubmitError::Receiving { .. } => {
+                Status::resource_exhausted(msg)
+            }
+            SubmitError::Unauthenticated => Status::unauthenticated(msg),
+            SubmitError::BodyTimeout { .. } => Status::deadline_exceeded(msg),
             SubmitError::Malformed(_) => Status::invalid_argument(msg),
             SubmitError::TooLarge { .. } => Status::out_of_range(msg),
             SubmitError::Store(_) | SubmitError::ShuttingDown => Status::unavailable(msg),
@@ -42,6 +49,7 @@ impl<B> tonic::codegen::Service<http::Request<B>> for CollectorService
 where
     B: tonic::codegen::Body + Send + 'static,
     B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+    B::Data: Send,
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
@@ -61,44 +69,147 @@ where
             ));
             return Box::pin(std::future::ready(Ok(status.into_http())));
         }
-        // Admission before the body is read (see the module docs).
-        let permit = match self.ingest.admit() {
-            Ok(p) => p,
-            Err(e) => return Box::pin(std::future::ready(Ok(e.into_status().into_http()))),
-        };
-        let call = ExportCall {
-            ingest: self.ingest.clone(),
-            permit: Some(permit),
-        };
-        let limit = self.ingest.max_batch_bytes;
+        let ingest = self.ingest.clone();
         Box::pin(async move {
-            let mut grpc =
-                Grpc::new(WireCodec::<proto::ExportResponse, proto::RecordBatch>::default())
-                    .max_decoding_message_size(limit);
-            Ok(grpc.unary(call, req).await)
+            let resp = match receive(&ingest, req).await {
+                Ok((req, permit)) => {
+                    let ran = Arc::new(AtomicBool::new(false));
+                    let call = ExportCall {
+                        ingest: ingest.clone(),
+                        permit: Some(permit),
+                        ran: ran.clone(),
+                    };
+                    let mut grpc = Grpc::new(RawCodec::<proto::ExportResponse>::default())
+                        .max_decoding_message_size(ingest.max_batch_bytes);
+                    let resp = grpc.unary(call, req).await;
+                    // A request tonic refused before the batch reached
+                    // `ExportCall` is a rejected batch too.
+                    let failed = resp
+                        .headers()
+                        .get("grpc-status")
+                        .is_some_and(|v| v.as_bytes() != b"0");
+                    if failed && !ran.load(Ordering::Relaxed) {
+                        ingest
+                            .counters
+                            .rejected_batches
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    resp
+                }
+                Err(e) => e.into_status().into_http(),
+            };
+            Ok(resp)
         })
     }
 }
 
-struct ExportCall {
-    pub(super) ingest: Arc<Ingest>,
-    permit: Option<OwnedSemaphorePermit>,
+/// Check the credential, receive the whole body under the body deadline
+/// (holding a receiving slot, not the writer's), check it is exactly one
+/// uncompressed gRPC message within the size limit, then take the writer's
+/// permit.
+async fn receive<B>(
+    ingest: &Ingest,
+    req: http::Request<B>,
+) -> Result<(http::Request<Full<Bytes>>, OwnedSemaphorePermit), SubmitError>
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+    B::Data: Send,
+{
+    ingest.authorize(
+        req.headers()
+            .get(http::header::AUTHORIZATION)
+            .map(http::HeaderValue::as_bytes),
+    )?;
+    let receiving = ingest.receive()?;
+    let limit = ingest.max_batch_bytes;
+    let (parts, body) = req.into_parts();
+    let timeout = ingest.body_timeout;
+    let malformed = |reason: String| {
+        let e = SubmitError::Malformed(BatchError::new("body", reason));
+        e.count(&ingest.counters);
+        e
+    };
+    // One message: a 5-byte frame header and at most `limit` bytes.
+    let bytes = match tokio::time::timeout(timeout, Limited::new(body, limit + 5).collect()).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            let e = SubmitError::TooLarge { limit };
+            e.count(&ingest.counters);
+            return Err(e);
+        }
+        Ok(Err(e)) => return Err(malformed(format!("cannot read the request body: {e}"))),
+        Err(_) => {
+            let e = SubmitError::BodyTimeout { after: timeout };
+            e.count(&ingest.counters);
+            return Err(e);
+        }
+    };
+    drop(receiving);
+    let Some((&compressed, rest)) = bytes.split_first() else {
+        return Err(malformed(
+            "no message (Export takes one RecordBatch)".into(),
+        ));
+    };
+    let Some(len) = rest
+        .get(..4)
+        .map(|l| u32::from_be_bytes([l[0], l[1], l[2], l[3]]))
+    else {
+        return Err(malformed("truncated gRPC message header".into()));
+    };
+    if compressed != 0 {
+        return Err(malformed(
+            "compressed gRPC messages are not accepted (send without grpc-encoding)".into(),
+        ));
+    }
+    let len = len as usize;
+    if len > limit {
+        let e = SubmitError::TooLarge { limit };
+        e.count(&ingest.counters);
+        return Err(e);
+    }
+    let after = rest.len() - 4;
+    if after < len {
+        return Err(malformed(format!(
+            "truncated gRPC message: {after} of {len} bytes"
+        )));
+    }
+    if after > len {
+        return Err(malformed(format!(
+            "Export is unary and takes exactly one RecordBatch; the request carries {} more bytes after the first message (nothing stored)",
+            after - len
+        )));
+    }
+    let permit = ingest.admit()?;
+    Ok((http::Request::from_parts(parts, Full::new(bytes)), permit))
 }
 
-impl UnaryService<proto::RecordBatch> for ExportCall {
+struct ExportCall {
+    ingest: Arc<Ingest>,
+    permit: Option<OwnedSemaphorePermit>,
+    ran: Arc<AtomicBool>,
+}
+
+impl UnaryService<Bytes> for ExportCall {
     type Response = proto::ExportResponse;
     type Future = BoxFuture<tonic::Response<proto::ExportResponse>, Status>;
 
-    fn call(&mut self, request: tonic::Request<proto::RecordBatch>) -> Self::Future {
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        self.ran.store(true, Ordering::Relaxed);
         let ingest = self.ingest.clone();
         let permit = self
             .permit
             .take()
             .expect("tonic calls a unary service once per request; this is a bug");
         Box::pin(async move {
-            let batch = request.into_inner();
+            let bytes = request.into_inner();
             let n = ingest
-                .submit(move || ingest::from_proto(batch), permit)
+                .submit(
+                    move |limits, cancelled| {
+                        BodyFormat::Protobuf.decode_with(&bytes, limits, cancelled)
+                    },
+                    permit,
+                )
                 .await
                 .map_err(SubmitError::into_status)?;
             Ok(tonic::Response::new(proto::ExportResponse {

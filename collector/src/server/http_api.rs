@@ -17,7 +17,7 @@ use axum::routing::{get, post};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::BODY_TIMEOUT;
+use super::MAX_PROFILE_FILTERS;
 use super::admission::{Ingest, SubmitError};
 use super::store::{Store, StoreError};
 use crate::ingest::{self, BatchError, BodyFormat};
@@ -27,7 +27,11 @@ impl SubmitError {
         let msg = self.message();
         let mut body = serde_json::json!({ "error": msg });
         let status = match &self {
-            SubmitError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            SubmitError::Overloaded { .. } | SubmitError::Receiving { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            SubmitError::Unauthenticated => StatusCode::UNAUTHORIZED,
+            SubmitError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             SubmitError::Malformed(e) => {
                 body["problems"] = e
                     .problems()
@@ -43,7 +47,10 @@ impl SubmitError {
         let mut resp = json_response(status, &body);
         if matches!(
             self,
-            SubmitError::Overloaded { .. } | SubmitError::Store(_) | SubmitError::ShuttingDown
+            SubmitError::Overloaded { .. }
+                | SubmitError::Receiving { .. }
+                | SubmitError::Store(_)
+                | SubmitError::ShuttingDown
         ) {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -78,8 +85,20 @@ async fn post_records(
     headers: HeaderMap,
     body: AxumBody,
 ) -> Response {
-    // Admission first: an overloaded collector does not even read the body.
-    let permit = match ingest.admit() {
+    if let Err(e) = ingest.authorize(
+        headers
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes),
+    ) {
+        let mut resp = e.into_response();
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return resp;
+    }
+    // A receiving slot while the body arrives; the writer's permit only
+    // once it has (see the module docs of `server`), so slow senders hold
+    // receiving slots, not the writer's.
+    let receiving = match ingest.receive() {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -130,8 +149,8 @@ async fn post_records(
         e.count(&ingest.counters);
         return e.into_response();
     }
-    let bytes = match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, limit).collect()).await
-    {
+    let timeout = ingest.body_timeout;
+    let bytes = match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
         Ok(Ok(collected)) => collected.to_bytes(),
         Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
             let e = SubmitError::TooLarge { limit };
@@ -139,23 +158,34 @@ async fn post_records(
             return e.into_response();
         }
         Ok(Err(e)) => {
+            ingest
+                .counters
+                .rejected_batches
+                .fetch_add(1, Ordering::Relaxed);
             return json_response(
                 StatusCode::BAD_REQUEST,
                 &serde_json::json!({ "error": format!("cannot read the request body: {e}") }),
             );
         }
         Err(_) => {
-            return json_response(
-                StatusCode::REQUEST_TIMEOUT,
-                &serde_json::json!({ "error": format!("request body not received within {BODY_TIMEOUT:?}") }),
-            );
+            let e = SubmitError::BodyTimeout { after: timeout };
+            e.count(&ingest.counters);
+            let mut resp = e.into_response();
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return resp;
         }
     };
-    let decode = move || {
+    drop(receiving);
+    let permit = match ingest.admit() {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let decode = move |limits: &ingest::IngestLimits, cancelled: &std::sync::atomic::AtomicBool| {
         if gzip {
-            format.decode(&gunzip(&bytes, limit)?)
+            format.decode_with(&gunzip(&bytes, limit)?, limits, cancelled)
         } else {
-            format.decode(&bytes)
+            format.decode_with(&bytes, limits, cancelled)
         }
     };
     match ingest.submit(decode, permit).await {
@@ -221,10 +251,15 @@ async fn get_profile(State(ingest): State<Arc<Ingest>>, RawQuery(query): RawQuer
             StatusCode::BAD_REQUEST,
             &serde_json::json!({ "error": msg }),
         ),
-        Ok(Err(ProfileError::Store(e))) => json_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &serde_json::json!({ "error": e.to_string() }),
-        ),
+        Ok(Err(ProfileError::Store(e))) => {
+            // The detail names the store's file: the operator's log gets it,
+            // the client does not.
+            eprintln!("cpt serve: GET /profile failed: {e}");
+            json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &serde_json::json!({ "error": "the profile could not be built from the store (the collector's log has the detail); retry later" }),
+            )
+        }
         Err(e) => json_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             &serde_json::json!({ "error": format!("profile task failed: {e}") }),
@@ -242,6 +277,12 @@ enum ProfileError {
 const PROFILE_BATCH: usize = 16 * 1024;
 
 fn profile_from_store(path: &std::path::Path, query: &str) -> Result<Vec<u8>, ProfileError> {
+    let params = query.split('&').filter(|p| !p.is_empty()).count();
+    if params > MAX_PROFILE_FILTERS {
+        return Err(ProfileError::BadQuery(format!(
+            "bad profile query: {params} parameters, over the limit of {MAX_PROFILE_FILTERS}; narrow the selection"
+        )));
+    }
     let sel = crate::records::selection::Selection::from_query(query)
         .map_err(|e| ProfileError::BadQuery(format!("bad profile query {query:?}: {e}")))?;
     let store = Store::open_read_only(path).map_err(ProfileError::Store)?;

@@ -6,18 +6,23 @@
 //!
 //! # How a batch flows (maintainers)
 //!
-//! 1. **Admission.** Before its body is read, a request takes a permit from
-//!    a semaphore of [`ServeConfig::max_pending_batches`] permits. None left
-//!    means the writer is behind: the request is refused at once with HTTP
-//!    429 / gRPC `RESOURCE_EXHAUSTED` (and `Retry-After: 1`) instead of
-//!    queueing. The permit lives until the batch is acknowledged, so at most
-//!    `max_pending_batches` bodies of at most [`ServeConfig::max_batch_bytes`]
-//!    each are in memory: memory is bounded whatever the load.
+//! 1. **Admission.** A request (with the ingest token, when one is set)
+//!    first takes one of [`ServeConfig::max_receiving_bodies`] receiving
+//!    slots and has [`ServeConfig::body_timeout`] to send its body (HTTP 408
+//!    / `DEADLINE_EXCEEDED` after). Only then does it take a permit from a
+//!    semaphore of [`ServeConfig::max_pending_batches`] permits. No slot or
+//!    no permit left means the collector is behind: the request is refused
+//!    at once with HTTP 429 / gRPC `RESOURCE_EXHAUSTED` (and
+//!    `Retry-After: 1`) instead of queueing. Slow senders therefore hold
+//!    receiving slots, never the writer's. The permit lives until the batch
+//!    is acknowledged; bodies are at most [`ServeConfig::max_batch_bytes`]
+//!    each, so memory is bounded whatever the load.
 //! 2. **Decoding.** The whole body (gunzipped if `Content-Encoding: gzip`,
 //!    to at most `max_batch_bytes`) is decoded and checked
-//!    ([`crate::ingest`]); one bad record rejects the batch (HTTP 400 /
-//!    `INVALID_ARGUMENT`) naming every bad line or field, and nothing is
-//!    stored.
+//!    ([`crate::ingest`]) against [`ServeConfig::limits`] off the async
+//!    workers, stopping between records if the client goes away; one bad
+//!    record rejects the batch (HTTP 400 / `INVALID_ARGUMENT`) naming every
+//!    bad line or field, and nothing is stored.
 //! 3. **Writing.** The batch goes to the single writer thread, which owns the
 //!    read-write connection. It takes every batch waiting (up to
 //!    [`ServeConfig::max_group_records`] records) and commits them in one
@@ -38,6 +43,7 @@
 //! | `writer.rs` | the single writer thread's group commit |
 //! | `http_api.rs` | `POST /v1/records`, `GET /profile`, `GET /v1/stats`, `GET /healthz` |
 //! | `grpc_api.rs` | `cpt.collector.v1.Collector/Export` |
+//! | `listen.rs` | accepting connections: header-read and idle timeouts, HTTP/2 stream limit |
 //! | [`store`] | the SQLite store both the server and `cpt import` write |
 //! | `mod.rs` (here) | [`ServeConfig`], starting and stopping a [`Collector`] |
 
@@ -55,14 +61,18 @@ use tokio::sync::{Semaphore, mpsc, watch};
 mod admission;
 mod grpc_api;
 mod http_api;
+mod listen;
 pub mod store;
 mod writer;
 
 use admission::{Counters, Ingest};
 use grpc_api::CollectorService;
 use http_api::router;
+use listen::ConnLimits;
 use store::{Durability, Store, StoreError};
 use writer::write_loop;
+
+pub use crate::ingest::IngestLimits;
 
 /// Default for [`ServeConfig::max_pending_batches`].
 pub const DEFAULT_MAX_PENDING_BATCHES: usize = 32;
@@ -70,8 +80,18 @@ pub const DEFAULT_MAX_PENDING_BATCHES: usize = 32;
 pub const DEFAULT_MAX_BATCH_BYTES: usize = 4 << 20;
 /// Default for [`ServeConfig::max_group_records`].
 pub const DEFAULT_MAX_GROUP_RECORDS: usize = 20_000;
-/// How long a client may take to send an admitted body.
-const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default for [`ServeConfig::max_receiving_bodies`].
+pub const DEFAULT_MAX_RECEIVING_BODIES: usize = 256;
+/// Default for [`ServeConfig::body_timeout`].
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default for [`ServeConfig::header_read_timeout`].
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default for [`ServeConfig::idle_timeout`].
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default for [`ServeConfig::max_streams_per_connection`].
+pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 64;
+/// Most filters (`label=` and the like) one `GET /profile` query may have.
+pub const MAX_PROFILE_FILTERS: usize = 64;
 
 /// What `cpt serve` runs.
 #[derive(Clone, Debug)]
@@ -91,6 +111,30 @@ pub struct ServeConfig {
     pub max_batch_bytes: usize,
     /// Records committed in one group transaction, at most.
     pub max_group_records: usize,
+    /// What one record and one batch may hold (400 / `INVALID_ARGUMENT`
+    /// beyond, naming the limit).
+    pub limits: IngestLimits,
+    /// Request bodies being received at once, at most (429 /
+    /// `RESOURCE_EXHAUSTED` beyond). Admission to the writer
+    /// ([`ServeConfig::max_pending_batches`]) is taken only once a body has
+    /// arrived, so slow senders hold these, not the writer's.
+    pub max_receiving_bodies: usize,
+    /// How long a client may take to send a request body (HTTP 408 / gRPC
+    /// `DEADLINE_EXCEEDED` after).
+    pub body_timeout: Duration,
+    /// How long a client may take to send an HTTP/1 request's headers (the
+    /// connection is closed after).
+    pub header_read_timeout: Duration,
+    /// A connection with no request in flight and no traffic for this long
+    /// is closed.
+    pub idle_timeout: Duration,
+    /// Concurrent HTTP/2 streams per connection, at most.
+    pub max_streams_per_connection: u32,
+    /// When set, ingest requires `Authorization: Bearer <token>` (HTTP) or
+    /// `authorization: Bearer <token>` metadata (gRPC); others get 401 /
+    /// `UNAUTHENTICATED`. `None` (the default): anyone who can reach the
+    /// port may send records.
+    pub ingest_token: Option<String>,
 }
 
 impl ServeConfig {
@@ -104,7 +148,56 @@ impl ServeConfig {
             max_pending_batches: DEFAULT_MAX_PENDING_BATCHES,
             max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
             max_group_records: DEFAULT_MAX_GROUP_RECORDS,
+            limits: IngestLimits::default(),
+            max_receiving_bodies: DEFAULT_MAX_RECEIVING_BODIES,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
+            ingest_token: None,
         }
+    }
+
+    /// Set [`ServeConfig::limits`].
+    pub fn with_limits(mut self, limits: IngestLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Set [`ServeConfig::max_receiving_bodies`] (at least 1).
+    pub fn with_max_receiving_bodies(mut self, n: usize) -> Self {
+        self.max_receiving_bodies = n.max(1);
+        self
+    }
+
+    /// Set [`ServeConfig::body_timeout`].
+    pub fn with_body_timeout(mut self, d: Duration) -> Self {
+        self.body_timeout = d;
+        self
+    }
+
+    /// Set [`ServeConfig::header_read_timeout`].
+    pub fn with_header_read_timeout(mut self, d: Duration) -> Self {
+        self.header_read_timeout = d;
+        self
+    }
+
+    /// Set [`ServeConfig::idle_timeout`].
+    pub fn with_idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = d;
+        self
+    }
+
+    /// Set [`ServeConfig::max_streams_per_connection`] (at least 1).
+    pub fn with_max_streams_per_connection(mut self, n: u32) -> Self {
+        self.max_streams_per_connection = n.max(1);
+        self
+    }
+
+    /// Require this bearer token on ingest ([`ServeConfig::ingest_token`]).
+    pub fn with_ingest_token(mut self, token: impl Into<String>) -> Self {
+        self.ingest_token = Some(token.into());
+        self
     }
 
     /// Listen for gRPC on `addr`.
@@ -238,10 +331,16 @@ impl Collector {
             .name("cpt-store-writer".into())
             .spawn(move || write_loop(store, rx, max_group))
             .map_err(ServeError::Writer)?;
+        let max_receiving = config.max_receiving_bodies.max(1);
         let ingest = Arc::new(Ingest {
             admission: Arc::new(Semaphore::new(max_pending)),
+            receiving: Arc::new(Semaphore::new(max_receiving)),
             max_pending,
+            max_receiving,
             max_batch_bytes: config.max_batch_bytes,
+            limits: config.limits,
+            body_timeout: config.body_timeout,
+            token: config.ingest_token.clone().map(|t| Arc::from(t.trim())),
             jobs,
             counters: Counters::default(),
             store_path,
@@ -251,21 +350,20 @@ impl Collector {
         let mut grpc_addr = None;
         let mut http_addr = None;
 
+        let conn_limits = ConnLimits {
+            header_read_timeout: config.header_read_timeout,
+            idle_timeout: config.idle_timeout,
+            max_streams: config.max_streams_per_connection.max(1),
+        };
         if let Some(addr) = config.grpc {
             let listener = bind("grpc", addr).await?;
             grpc_addr = Some(local_addr("grpc", addr, &listener)?);
             let svc = CollectorService {
                 ingest: ingest.clone(),
             };
-            let signal = wait_stop(stopped.clone());
+            let stopped = stopped.clone();
             servers.push(tokio::spawn(async move {
-                tonic::transport::Server::builder()
-                    .add_service(svc)
-                    .serve_with_incoming_shutdown(
-                        tonic::transport::server::TcpIncoming::from(listener)
-                            .with_nodelay(Some(true)),
-                        signal,
-                    )
+                listen::serve(listener, svc, conn_limits, stopped)
                     .await
                     .map_err(|e| ServeError::Server {
                         what: "grpc",
@@ -277,10 +375,9 @@ impl Collector {
             let listener = bind("http", addr).await?;
             http_addr = Some(local_addr("http", addr, &listener)?);
             let app = router(ingest.clone());
-            let signal = wait_stop(stopped.clone());
+            let stopped = stopped.clone();
             servers.push(tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(signal)
+                listen::serve(listener, app, conn_limits, stopped)
                     .await
                     .map_err(|e| ServeError::Server {
                         what: "http",
@@ -391,10 +488,6 @@ async fn futures_select_all<T>(
         Poll::Pending
     })
     .await
-}
-
-async fn wait_stop(mut stopped: watch::Receiver<bool>) {
-    let _ = stopped.wait_for(|s| *s).await;
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, ServeError> {

@@ -5,6 +5,7 @@
 mod support;
 
 mod durability;
+mod hostile;
 mod malformed;
 mod overload;
 mod roundtrip;

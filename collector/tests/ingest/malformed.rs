@@ -201,7 +201,9 @@ fn ingest_grpc_garbage_is_invalid_argument_naming_the_decode_error() {
     });
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     assert!(
-        status.message().contains("malformed protobuf message"),
+        status
+            .message()
+            .contains("not a cpt.collector.v1.RecordBatch"),
         "{}",
         status.message()
     );

@@ -1,7 +1,7 @@
 //! Overload: when `max_pending_batches` batches wait for the writer, further
-//! batches are refused at once (HTTP 429 + Retry-After, gRPC
-//! RESOURCE_EXHAUSTED) without reading their bodies, so memory stays bounded;
-//! once the writer catches up, batches are accepted again.
+//! batches are refused as soon as their bodies have arrived (HTTP 429 +
+//! Retry-After, gRPC RESOURCE_EXHAUSTED), so memory stays bounded; once the
+//! writer catches up, batches are accepted again.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -58,8 +58,8 @@ fn ingest_overload_pushes_back_with_429_and_resource_exhausted() {
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
     assert_eq!(pending(&c), MAX_PENDING as u64, "the queue did not grow");
 
-    // Refused before the body is read: a request that declares 64 MiB and
-    // sends none of it still gets its 429 right away.
+    // Refused before the body is read: a request that declares 64 MiB
+    // (over max_batch_bytes) and sends none of it gets its 413 right away.
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(
@@ -70,7 +70,7 @@ fn ingest_overload_pushes_back_with_429_and_resource_exhausted() {
     .unwrap();
     let mut buf = [0u8; 12];
     s.read_exact(&mut buf).unwrap();
-    assert_eq!(&buf, b"HTTP/1.1 429");
+    assert_eq!(&buf, b"HTTP/1.1 413");
 
     // The writer catches up: the pending batches are acknowledged, and new
     // batches are accepted again.
@@ -84,7 +84,7 @@ fn ingest_overload_pushes_back_with_429_and_resource_exhausted() {
         200
     );
     let stats = c.stats();
-    assert_eq!(stats.overloaded, flood + 2);
+    assert_eq!(stats.overloaded, flood + 1);
     assert_eq!(stats.accepted_batches, MAX_PENDING as u64 + 1);
     assert_eq!(c.stored().len(), 10 * (MAX_PENDING + 1));
 }

@@ -1,0 +1,251 @@
+//! Accepting connections for both front ends, with the per-connection
+//! limits a server on an open network needs (hyper's defaults have none):
+//!
+//! - **header-read timeout** (HTTP/1): a request whose headers have not all
+//!   arrived within [`ConnLimits::header_read_timeout`] closes the
+//!   connection;
+//! - **idle timeout**: a connection with no request in flight that has sent
+//!   or received nothing for [`ConnLimits::idle_timeout`] is closed (this
+//!   also covers a connection that never sends a byte, HTTP/1 or HTTP/2);
+//! - **HTTP/2 streams**: at most [`ConnLimits::max_streams`] concurrent
+//!   streams per connection.
+//!
+//! The body of an admitted request has its own deadline
+//! ([`super::ServeConfig::body_timeout`]), enforced by the handlers.
+
+use std::convert::Infallible;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tonic::codegen::Service;
+
+/// Per-connection limits (see the module docs).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ConnLimits {
+    pub(super) header_read_timeout: Duration,
+    pub(super) idle_timeout: Duration,
+    pub(super) max_streams: u32,
+}
+
+/// Serve `service` on every connection `listener` accepts until `stop` is
+/// set, then let the open connections finish (each still under its idle
+/// timeout) and return.
+pub(super) async fn serve<S, B>(
+    listener: TcpListener,
+    service: S,
+    limits: ConnLimits,
+    mut stop: watch::Receiver<bool>,
+) -> io::Result<()>
+where
+    S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut conns = tokio::task::JoinSet::new();
+    let conn_stop = stop.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((s, _)) => s,
+                    // Out of file descriptors and the like: back off, keep serving.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                conns.spawn(connection(stream, service.clone(), limits, conn_stop.clone()));
+            }
+            () = until_stopped(&mut stop) => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn connection<S, B>(
+    stream: TcpStream,
+    service: S,
+    limits: ConnLimits,
+    mut stop: watch::Receiver<bool>,
+) where
+    S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let start = Instant::now();
+    let activity = Arc::new(Activity {
+        last_ms: AtomicU64::new(0),
+        in_flight: AtomicUsize::new(0),
+        start,
+    });
+    let io = TokioIo::new(Tracked {
+        inner: stream,
+        activity: activity.clone(),
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_streams)
+        .max_pending_accept_reset_streams(Some(limits.max_streams as usize * 2))
+        .max_local_error_reset_streams(Some(limits.max_streams as usize * 2));
+    let counted = activity.clone();
+    let svc = hyper::service::service_fn(move |req| {
+        let guard = InFlight::enter(counted.clone());
+        let mut service = service.clone();
+        async move {
+            std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+            let resp = service.call(req).await;
+            drop(guard);
+            resp
+        }
+    });
+    let conn = builder.serve_connection(io, svc);
+    let mut conn = std::pin::pin!(conn);
+    let tick = (limits.idle_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            () = until_stopped(&mut stop), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            () = tokio::time::sleep(tick) => {
+                if activity.idle_for() >= limits.idle_timeout
+                    && activity.in_flight.load(Ordering::Relaxed) == 0
+                {
+                    // Nothing in flight: dropping the connection closes it.
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn until_stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+#[derive(Debug)]
+struct Activity {
+    /// Milliseconds after `start` of the last byte read or written.
+    last_ms: AtomicU64,
+    in_flight: AtomicUsize,
+    start: Instant,
+}
+
+impl Activity {
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn idle_for(&self) -> Duration {
+        let now = self.start.elapsed();
+        now.saturating_sub(Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
+    }
+}
+
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn enter(a: Arc<Activity>) -> InFlight {
+        a.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(a)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A stream that records when it last moved a byte.
+struct Tracked {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(res, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch();
+        }
+        res
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let res = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        res
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let res = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        res
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
