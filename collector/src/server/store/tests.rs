@@ -1,0 +1,352 @@
+use super::*;
+use cpt_sdk::{CriticalPath, Frame, SegmentKind};
+use std::time::Duration;
+
+fn record(
+    service: &str,
+    endpoint: &str,
+    start: u64,
+    ms: u64,
+    trigger: Trigger,
+    arm: &str,
+) -> Record {
+    let mut p = CriticalPath::new();
+    p.push_frames(
+        [Frame::new(service, "root")],
+        Duration::from_millis(ms),
+        SegmentKind::Busy,
+    );
+    let mut r = Record::new(service, trigger, p);
+    r.endpoint = Some(endpoint.into());
+    r.start_unix_nanos = Some(start);
+    r.labels.insert("arm".into(), arm.into());
+    r
+}
+
+fn sample() -> Vec<Record> {
+    vec![
+        record("A", "/a", 100, 1, Trigger::Sampled, "a"),
+        record("A", "/a", 200, 2, Trigger::Forced, "b"),
+        record("A", "/b", 300, 3, Trigger::Sampled, "b"),
+        record("B", "/a", 400, 4, Trigger::Sampled, "a"),
+    ]
+}
+
+fn latencies(store: &Store, q: StoreQuery) -> Vec<u128> {
+    store
+        .query(&q)
+        .unwrap()
+        .map(|r| r.unwrap().latency.as_millis())
+        .collect()
+}
+
+#[test]
+fn store_round_trips_records_and_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("s.db")).unwrap();
+    assert_eq!(store.insert(&sample()).unwrap(), 4);
+    let all: Vec<Record> = store
+        .query(&StoreQuery::default())
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(all, sample());
+
+    let q = |f: fn(&mut StoreQuery)| {
+        let mut q = StoreQuery::default();
+        f(&mut q);
+        q
+    };
+    #[rustfmt::skip]
+    let cases: Vec<(&str, StoreQuery, Vec<u128>)> = vec![
+        ("service", q(|q| q.service = Some("A".into())), vec![1, 2, 3]),
+        ("endpoint", q(|q| { q.service = Some("A".into()); q.endpoint = Some("/a".into()) }), vec![1, 2]),
+        ("since", q(|q| q.since_unix_nanos = Some(200)), vec![2, 3, 4]),
+        ("until", q(|q| q.until_unix_nanos = Some(300)), vec![1, 2]),
+        ("trigger", q(|q| q.trigger = Some(Trigger::Forced)), vec![2]),
+        ("label", q(|q| q.labels = vec![("arm".into(), "b".into())]), vec![2, 3]),
+        ("label missing", q(|q| q.labels = vec![("zone".into(), "b".into())]), vec![]),
+        ("service+label", q(|q| { q.service = Some("A".into()); q.labels = vec![("arm".into(), "b".into())] }), vec![2, 3]),
+        ("service+trigger+range", q(|q| { q.service = Some("A".into()); q.trigger = Some(Trigger::Sampled); q.since_unix_nanos = Some(150) }), vec![3]),
+    ];
+    for (name, query, want) in cases {
+        assert_eq!(latencies(&store, query), want, "{name}");
+    }
+}
+
+#[test]
+fn store_query_uses_the_index_and_never_sorts_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let query = StoreQuery {
+        service: Some("A".into()),
+        since_unix_nanos: Some(1),
+        ..StoreQuery::default()
+    };
+    for q in [query, StoreQuery::default()] {
+        let (sql, params) = q.to_sql();
+        let plan: Vec<String> = store
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(params_from_iter(params), |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let plan = plan.join("; ");
+        assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+        if q.service.is_some() {
+            assert!(plan.contains("INDEX records_by_service"), "{sql}: {plan}");
+        }
+    }
+}
+
+#[test]
+fn store_group_commit_keeps_each_batch_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let mut store = Store::open(&path).unwrap();
+    let a = EncodedBatch::new(&sample()[..2]);
+    let b = EncodedBatch::new(&sample()[2..]);
+    let results = store.insert_group(&[&a, &b]).unwrap();
+    assert_eq!(
+        results.into_iter().map(Result::unwrap).collect::<Vec<_>>(),
+        vec![2, 2]
+    );
+    drop(store);
+    let reopened = Store::open_read_only(&path).unwrap();
+    assert_eq!(reopened.len().unwrap(), 4);
+}
+
+/// Reading a store that nobody else has open leaves nothing beside it,
+/// and a reader cannot write.
+#[test]
+fn store_reader_leaves_no_wal_files_and_cannot_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let mut store = Store::open(&path).unwrap();
+    let stored = store.insert(&sample()).unwrap();
+    assert!(stored > 0);
+    drop(store);
+    let files = || {
+        let mut v: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(files(), ["s.db"]);
+    let reader = Store::open_read_only(&path).unwrap();
+    assert_eq!(reader.len().unwrap(), stored);
+    let err = reader
+        .conn
+        .execute_batch("DELETE FROM records")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("readonly") || err.contains("read-only"),
+        "{err}"
+    );
+    drop(reader);
+    let n = Store::open_read_only(&path)
+        .unwrap()
+        .records(
+            &crate::records::selection::Selection::new()
+                .with_triggers(crate::records::selection::TriggerFilter::All),
+        )
+        .unwrap()
+        .count();
+    assert_eq!(n as u64, stored);
+    assert_eq!(files(), ["s.db"]);
+    assert!(Store::open_read_only(dir.path().join("missing.db")).is_err());
+    assert_eq!(files(), ["s.db"], "a reader never creates a store");
+}
+
+#[test]
+fn store_rejects_a_file_that_is_not_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x)")
+        .unwrap();
+    let err = Store::open_read_only(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("is this a cpt store?") && err.contains("no such table: records"),
+        "{err}"
+    );
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("PRAGMA user_version = 99")
+        .unwrap();
+    let err = Store::open(&path).unwrap_err().to_string();
+    assert!(err.contains("schema version 99 is newer"), "{err}");
+}
+
+fn with_ids(mut r: Record, request_id: &str, trace_id: &str) -> Record {
+    r.request_id = Some(request_id.into());
+    r.trace_id = Some(trace_id.into());
+    r
+}
+
+/// A store as cpt wrote it before the id index (schema version 1).
+fn write_v1_store(path: &Path, records: &[Record]) {
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE records (id INTEGER PRIMARY KEY, service TEXT NOT NULL, endpoint TEXT,
+            start_unix_nanos INTEGER, latency_ns INTEGER NOT NULL, trigger TEXT NOT NULL,
+            labels TEXT NOT NULL DEFAULT '{}', record TEXT NOT NULL);
+         CREATE INDEX records_by_service ON records (service, endpoint, start_unix_nanos);
+         CREATE INDEX records_by_start ON records (start_unix_nanos);
+         PRAGMA user_version = 1;",
+    )
+    .unwrap();
+    for r in records {
+        conn.execute(
+            "INSERT INTO records (service, endpoint, start_unix_nanos, latency_ns, trigger, record)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            rusqlite::params![
+                r.service,
+                r.endpoint,
+                r.start_unix_nanos.map(to_i64),
+                r.latency.as_nanos() as i64,
+                r.trigger.as_str(),
+                r.to_json()
+            ],
+        )
+        .unwrap();
+    }
+}
+
+fn id_records() -> Vec<Record> {
+    let s = sample();
+    vec![
+        with_ids(s[0].clone(), "req-1", "4bf92f3577b34da6a3ce929d0e0e4736"),
+        with_ids(s[1].clone(), "req-2", "4bf92f3577b34da6a3ce929d0e0e4736"),
+        with_ids(s[2].clone(), "req-3", "00f067aa0ba902b700f067aa0ba902b7"),
+        s[3].clone(),
+    ]
+}
+
+#[test]
+fn store_finds_records_by_request_and_trace_id_through_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("s.db")).unwrap();
+    store.insert(&id_records()).unwrap();
+    let q = |request: Option<&str>, trace: Option<&str>| StoreQuery {
+        request_id: request.map(Into::into),
+        trace_id: trace.map(Into::into),
+        ..StoreQuery::default()
+    };
+    assert_eq!(latencies(&store, q(Some("req-2"), None)), vec![2]);
+    assert_eq!(latencies(&store, q(Some("nope"), None)), Vec::<u128>::new());
+    assert_eq!(
+        latencies(&store, q(None, Some("4BF92F3577B34DA6A3CE929D0E0E4736"))),
+        vec![1, 2]
+    );
+    let limited = StoreQuery {
+        limit: Some(1),
+        ..q(None, Some("4bf92f3577b34da6a3ce929d0e0e4736"))
+    };
+    assert_eq!(latencies(&store, limited), vec![1]);
+    for (query, index) in [
+        (q(Some("req-2"), None), "records_by_request_id"),
+        (
+            q(None, Some("4bf92f3577b34da6a3ce929d0e0e4736")),
+            "records_by_trace_id",
+        ),
+    ] {
+        let (sql, params) = query.to_sql();
+        let plan: Vec<String> = store
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(params_from_iter(params), |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let plan = plan.join("; ");
+        assert!(plan.contains(index), "{sql}: {plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+    }
+}
+
+#[test]
+fn store_v1_read_only_refuses_id_queries_and_open_migrates_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    write_v1_store(&path, &id_records());
+    let by_id = StoreQuery {
+        request_id: Some("req-2".into()),
+        ..StoreQuery::default()
+    };
+
+    let old = Store::open_read_only(&path).unwrap();
+    assert_eq!(old.schema_version(), 1);
+    let err = old.query(&by_id).unwrap_err().to_string();
+    assert!(
+        err.contains("older cpt (schema version 1)")
+            && err.contains(&format!("cpt import --store {}", path.display())),
+        "{err}"
+    );
+    // Every other query still works on the old file, which is unchanged.
+    assert_eq!(latencies(&old, StoreQuery::default()), vec![1, 2, 3, 4]);
+    drop(old);
+    let version: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 1, "a reader does not migrate");
+
+    let migrated = Store::open(&path).unwrap();
+    assert_eq!(migrated.schema_version(), SCHEMA_VERSION);
+    assert_eq!(latencies(&migrated, by_id.clone()), vec![2]);
+    let by_trace = StoreQuery {
+        trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+        ..StoreQuery::default()
+    };
+    assert_eq!(latencies(&migrated, by_trace), vec![1, 2]);
+    assert_eq!(
+        migrated
+            .query(&StoreQuery::default())
+            .unwrap()
+            .map(Result::unwrap)
+            .collect::<Vec<_>>(),
+        id_records(),
+        "migration keeps every record as it was"
+    );
+    drop(migrated);
+    // Reopening a migrated store is a no-op.
+    let again = Store::open_read_only(&path).unwrap();
+    assert_eq!(latencies(&again, by_id), vec![2]);
+}
+
+#[test]
+fn store_uses_wal_and_full_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let mode: String = store
+        .conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    let sync: i64 = store
+        .conn
+        .query_row("PRAGMA synchronous", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!((mode.as_str(), sync), ("wal", 2));
+}
+
+#[test]
+fn store_query_stream_can_be_dropped_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("s.db")).unwrap();
+    let many: Vec<Record> = (0..5000)
+        .map(|i| record("A", "/a", i, 1, Trigger::Sampled, "a"))
+        .collect();
+    store.insert(&many).unwrap();
+    let mut it = store.query(&StoreQuery::default()).unwrap();
+    assert!(it.next().unwrap().is_ok());
+    drop(it);
+    assert_eq!(store.len().unwrap(), 5000);
+}
