@@ -10,7 +10,7 @@
 //! - [`model`]: per parent `service:operation`, the six estimators:
 //!   serial, parallel, linear regression, best critical path, aggregate
 //!   flow, nearest-neighbour flow.
-//! - [`whatif`]: replay traces with one operation's latency scaled and
+//! - [`whatif`](mod@whatif): replay traces with one operation's latency scaled and
 //!   predict the roots through every ancestor's model.
 //! - [`evaluate`]: train on one set of invocations, predict another, and
 //!   report the relative error `max(est, actual) / min(est, actual) − 1` at
