@@ -1,0 +1,471 @@
+//! `cpt traces model`, `cpt traces slack`, `cpt traces outliers`: the
+//! Mystery Machine (Chow et al., OSDI 2014) over imported traces.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use serde_json::json;
+
+use crate::format::plural;
+use crate::traces::analysis::fmt_ns;
+use crate::traces::analysis::mystery::{self, Model, Models, Request, RequestSlack};
+use crate::traces::import::read_traces;
+use crate::traces::model::BuildOptions;
+use crate::traces::{Endpoint, Format, RepairOptions, RootSelector};
+
+/// Input files and choices shared by the Mystery Machine's commands.
+#[derive(Debug, clap::Args)]
+pub struct MysteryInput {
+    /// Trace file format.
+    #[arg(long = "from", value_name = "jaeger|zipkin|otlp|nezha", value_parser = |s: &str| s.parse::<Format>())]
+    pub from: Format,
+    /// Trace files (gzipped or not).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Requests are spans of this endpoint, `SERVICE[:OPERATION]`
+    /// (repeatable); default: every root span.
+    #[arg(long = "root", value_name = "SERVICE[:OPERATION]")]
+    pub roots: Vec<Endpoint>,
+    /// Keep spans whose parent is missing as extra roots.
+    #[arg(long)]
+    pub orphans_as_roots: bool,
+    /// Do not shift server spans by the client/server round trip; only
+    /// truncate and drop (as `cpt traces convert --no-shift`).
+    #[arg(long)]
+    pub no_shift: bool,
+    /// No summary of the import on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl MysteryInput {
+    /// Read the traces and cut them into requests.
+    fn requests(&self) -> anyhow::Result<Vec<Request>> {
+        let set = read_traces(
+            &self.files,
+            self.from,
+            BuildOptions {
+                orphans_as_roots: self.orphans_as_roots,
+            },
+        );
+        for e in &set.file_errors {
+            eprintln!("error: {e}");
+        }
+        for w in &set.warnings {
+            eprintln!("warning: {w}");
+        }
+        if !set.rejected.is_empty() {
+            eprintln!(
+                "{} rejected (first: {})",
+                plural(set.rejected.len() as u64, "trace"),
+                set.rejected[0]
+            );
+        }
+        if set.traces.is_empty() {
+            bail!(
+                "no trace could be read from {} (see the errors above); are they {} traces?",
+                plural(self.files.len() as u64, "file"),
+                self.from
+            );
+        }
+        let sel = if self.roots.is_empty() {
+            RootSelector::AllRoots
+        } else {
+            RootSelector::Endpoints(self.roots.clone())
+        };
+        let repair = RepairOptions {
+            shift_rpc: !self.no_shift,
+        };
+        let reqs: Vec<Request> = set
+            .traces
+            .iter()
+            .flat_map(|t| mystery::requests(t, &sel, &repair))
+            .collect();
+        if reqs.is_empty() {
+            bail!(
+                "no span of the {} matches --root {}; `cpt traces bottomup` lists the operations",
+                plural(set.traces.len() as u64, "trace"),
+                self.roots
+                    .iter()
+                    .map(|e| match &e.operation {
+                        Some(o) => format!("{}:{o}", e.service),
+                        None => e.service.clone(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        if !self.quiet {
+            eprintln!(
+                "{} read, {} analysed",
+                plural(set.traces.len() as u64, "trace"),
+                plural(reqs.len() as u64, "request")
+            );
+        }
+        Ok(reqs)
+    }
+}
+
+fn learn(reqs: &[Request]) -> Models {
+    let mut ms = Models::default();
+    for r in reqs {
+        ms.observe(r);
+    }
+    ms.finish();
+    ms
+}
+
+fn write(path: &PathBuf, text: &str) -> anyhow::Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Infer the causal model (happens-before, mutual exclusion, pipeline) from
+/// the traces by hypothesis refinement (MM §4.1–4.3).
+#[derive(Debug, clap::Args)]
+pub struct ModelArgs {
+    #[command(flatten)]
+    input: MysteryInput,
+    /// Write `{"traces_used", "relations": [{"kind", "a", "b",
+    /// "endpoint"}], "convergence": [[requests, hypotheses_left]], "endpoints": [...]}` here.
+    #[arg(long, value_name = "OUT.json")]
+    json: Option<PathBuf>,
+    /// Write the model as Graphviz (transitive reduction; one graph per
+    /// endpoint) here: `dot -Tsvg OUT.dot > model.svg`.
+    #[arg(long, value_name = "OUT.dot")]
+    dot: Option<PathBuf>,
+}
+
+fn kinds(rel: &[mystery::Relation]) -> [usize; 3] {
+    let mut c = [0; 3];
+    for r in rel {
+        c[r.kind as usize] += 1;
+    }
+    c
+}
+
+/// Run `cpt traces model`.
+///
+/// # Errors
+///
+/// Unreadable inputs, no trace or no request in them, unwritable outputs.
+pub fn model(args: ModelArgs) -> anyhow::Result<()> {
+    let reqs = args.input.requests()?;
+    let ms = learn(&reqs);
+    let mut out = String::new();
+    let mut relations = Vec::new();
+    let mut endpoints = Vec::new();
+    for (ep, m) in &ms.by_endpoint {
+        let rel = m.relations();
+        let [hb, me, pl] = kinds(&rel);
+        let _ = writeln!(
+            out,
+            "{ep}: {}, {} ({} events); {} hypotheses left: {hb} happens-before, {me} mutual exclusion, {pl} pipeline; last changed at request {} of {}",
+            plural(m.requests as u64, "request"),
+            plural(m.segments.len() as u64, "segment"),
+            m.events(),
+            m.hypotheses(),
+            m.last_change,
+            m.requests
+        );
+        if !m.novel.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {} brought segments never seen before (their relations are tested by fewer requests), first: trace {} after {} ({})",
+                plural(m.novel.len() as u64, "request"),
+                m.novel[0].trace_id,
+                plural(m.novel[0].after as u64, "request"),
+                m.novel[0]
+                    .new_segments
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        endpoints.push(json!({
+            "endpoint": &**ep,
+            "requests": m.requests,
+            "segments": m.segments.len(),
+            "events": m.events(),
+            "hypotheses_left": m.hypotheses(),
+            "last_change": m.last_change,
+            "novel": m.novel.iter().map(|n| json!({
+                "trace_id": &*n.trace_id, "after": n.after, "new_segments": n.new_segments
+            })).collect::<Vec<_>>(),
+        }));
+        for r in rel {
+            relations.push(json!({"kind": r.kind.as_str(), "a": r.a, "b": r.b, "endpoint": &**ep}));
+        }
+    }
+    let _ = write!(out, "convergence (requests → hypotheses left):");
+    for (n, h) in &ms.convergence {
+        let _ = write!(out, " {n}→{h}");
+    }
+    out.push('\n');
+    print!("{out}");
+    if let Some(p) = &args.json {
+        let doc = json!({
+            "traces_used": ms.requests,
+            "relations": relations,
+            "convergence": ms.convergence,
+            "endpoints": endpoints,
+        });
+        write(p, &(serde_json::to_string_pretty(&doc)? + "\n"))?;
+    }
+    if let Some(p) = &args.dot {
+        let text: String = ms.by_endpoint.values().map(Model::to_dot).collect();
+        write(p, &text)?;
+    }
+    Ok(())
+}
+
+/// Learn the model, then per request the critical path through it and the
+/// slack of every span (MM §4.4.1–4.4.2); per call path slack percentiles
+/// and the correlation-vs-slack validation (MM Figures 9–10).
+#[derive(Debug, clap::Args)]
+pub struct SlackArgs {
+    #[command(flatten)]
+    input: MysteryInput,
+    /// Write `{"traces": [{"trace_id", "latency_us", "spans": [{"span_id",
+    /// "call_path", "slack_us", "critical"}]}]}` here.
+    #[arg(long, value_name = "OUT.json")]
+    json: Option<PathBuf>,
+    /// Validate on this segment (`CALLPATH#K`; default: the longest segment
+    /// in at least half of the largest endpoint's requests that has slack).
+    #[arg(long, value_name = "CALLPATH#K")]
+    validate: Option<String>,
+    /// Equal-size slack buckets of the validation (MM Figure 10: 20).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    buckets: usize,
+    /// Call paths shown on stdout (most spans first; the JSON has all).
+    #[arg(long, default_value_t = 25, value_name = "N")]
+    top: usize,
+}
+
+fn analyse_all<'a>(ms: &Models, reqs: &'a [Request]) -> Vec<(&'a Request, RequestSlack)> {
+    reqs.iter()
+        .map(|r| (r, mystery::analyse(&ms.by_endpoint[&r.endpoint], r)))
+        .collect()
+}
+
+fn us(ns: i64) -> f64 {
+    ns as f64 / 1e3
+}
+
+/// The validation segment chosen by default (see `--validate`).
+fn default_segment(reqs: &[(&Request, &RequestSlack)]) -> Option<String> {
+    let mut per_ep: BTreeMap<&str, usize> = BTreeMap::new();
+    for (r, _) in reqs {
+        *per_ep.entry(&r.endpoint).or_default() += 1;
+    }
+    let (ep, n) = per_ep.iter().max_by_key(|e| *e.1)?;
+    // segment → (durations, slack > 0 seen)
+    let mut seg: BTreeMap<String, (Vec<i64>, bool)> = BTreeMap::new();
+    for (r, s) in reqs.iter().filter(|r| &*r.0.endpoint == *ep) {
+        for (i, sp) in r.spans.iter().enumerate().skip(1) {
+            let e = seg.entry(sp.segment()).or_default();
+            e.0.push(sp.duration());
+            e.1 |= s.spans[i].slack_ns > 0;
+        }
+    }
+    seg.into_iter()
+        .filter(|(_, (d, slack))| *slack && 2 * d.len() >= *n)
+        .max_by_key(|(_, (d, _))| {
+            let mut d = d.clone();
+            d.sort_unstable();
+            d[d.len() / 2]
+        })
+        .map(|(s, _)| s)
+}
+
+/// Run `cpt traces slack`.
+///
+/// # Errors
+///
+/// Unreadable inputs, no request, a `--validate` segment no request has,
+/// unwritable output.
+pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
+    let reqs = args.input.requests()?;
+    let ms = learn(&reqs);
+    let results = analyse_all(&ms, &reqs);
+    let pairs: Vec<(&Request, &RequestSlack)> = results.iter().map(|(r, s)| (*r, s)).collect();
+    let mut paths = mystery::per_call_path(&pairs);
+    paths.sort_by(|a, b| b.count.cmp(&a.count).then(a.call_path.cmp(&b.call_path)));
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>7} {:>6} {:>10} {:>10} {:>10}  call path (slack)",
+        "spans", "crit%", "p10", "p50", "p90"
+    );
+    for p in paths.iter().take(args.top) {
+        let _ = writeln!(
+            out,
+            "{:>7} {:>5.1}% {:>10} {:>10} {:>10}  {}",
+            p.count,
+            100.0 * p.critical as f64 / p.count as f64,
+            fmt_ns(p.p10.max(0) as u64),
+            fmt_ns(p.p50.max(0) as u64),
+            fmt_ns(p.p90.max(0) as u64),
+            p.call_path
+        );
+    }
+    if paths.len() > args.top {
+        let _ = writeln!(
+            out,
+            "… {} more call paths (see --json)",
+            paths.len() - args.top
+        );
+    }
+    let segment = match &args.validate {
+        Some(s) => Some(s.clone()),
+        None => default_segment(&pairs),
+    };
+    if let Some(seg) = segment {
+        let b = mystery::correlation_by_slack(&pairs, &seg, args.buckets);
+        if b.is_empty() {
+            bail!(
+                "no request has segment {seg} (names are CALLPATH#K as --json spells call paths)"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\ncorrelation of {seg}'s duration with end-to-end latency per slack bucket (MM Figure 10):"
+        );
+        let _ = writeln!(
+            out,
+            "{:>6} {:>12} {:>12} {:>7}",
+            "n", "slack from", "to", "r"
+        );
+        for x in &b {
+            let _ = writeln!(
+                out,
+                "{:>6} {:>12} {:>12} {:>7}",
+                x.n,
+                fmt_ns(x.slack_min.max(0) as u64),
+                fmt_ns(x.slack_max.max(0) as u64),
+                x.r.map_or("—".to_owned(), |r| format!("{r:.3}"))
+            );
+        }
+    }
+    print!("{out}");
+    if let Some(p) = &args.json {
+        let traces: Vec<_> = results
+            .iter()
+            .map(|(r, s)| {
+                json!({
+                    "trace_id": &*r.trace_id,
+                    "endpoint": &*r.endpoint,
+                    "latency_us": us(s.latency_ns),
+                    "spans": s.spans.iter().map(|x| {
+                        let sp = &r.spans[x.span as usize];
+                        json!({
+                            "span_id": &*sp.span_id,
+                            "call_path": &*sp.call_path,
+                            "k": sp.k,
+                            "slack_us": us(x.slack_ns),
+                            "critical": x.critical,
+                        })
+                    }).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        write(
+            p,
+            &(serde_json::to_string(&json!({ "traces": traces }))? + "\n"),
+        )?;
+    }
+    Ok(())
+}
+
+/// Split requests at the top latency fraction and rank call paths by how
+/// much larger their share of the critical path is among the outliers
+/// (MM §4.4.3).
+#[derive(Debug, clap::Args)]
+pub struct OutliersArgs {
+    #[command(flatten)]
+    input: MysteryInput,
+    /// Outliers are the slowest fraction of each endpoint's requests (MM: 0.05).
+    #[arg(long, default_value_t = 0.05, value_name = "FRACTION")]
+    top: f64,
+    /// Call paths shown per endpoint.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    rows: usize,
+    /// Write `{"endpoints": [{"endpoint", "threshold_us", "outliers",
+    /// "normal", "ranking": [{"call_path", "outlier_share", "normal_share",
+    /// "outlier_slack_us", "normal_slack_us"}]}]}` here.
+    #[arg(long, value_name = "OUT.json")]
+    json: Option<PathBuf>,
+}
+
+/// Run `cpt traces outliers`.
+///
+/// # Errors
+///
+/// A `--top` outside (0, 1), unreadable inputs, no request, unwritable output.
+pub fn outliers(args: OutliersArgs) -> anyhow::Result<()> {
+    if !(args.top > 0.0 && args.top < 1.0) {
+        bail!(
+            "--top {} must be a fraction between 0 and 1 (0.05: the slowest 5 %)",
+            args.top
+        );
+    }
+    let reqs = args.input.requests()?;
+    let ms = learn(&reqs);
+    let results = analyse_all(&ms, &reqs);
+    let mut by_ep: BTreeMap<Arc<str>, Vec<(&Request, &RequestSlack)>> = BTreeMap::new();
+    for (r, s) in &results {
+        by_ep.entry(r.endpoint.clone()).or_default().push((*r, s));
+    }
+    let mut out = String::new();
+    let mut eps = Vec::new();
+    for (ep, pairs) in &by_ep {
+        let o = mystery::outliers(pairs, args.top);
+        let _ = writeln!(
+            out,
+            "{ep}: {} outliers (latency ≥ {}) against {}",
+            o.outliers,
+            fmt_ns(o.threshold_ns.max(0) as u64),
+            o.normal
+        );
+        let _ = writeln!(
+            out,
+            "  {:>9} {:>9} {:>9}  call path (share of the critical path: outliers, others, difference)",
+            "outliers", "others", "diff"
+        );
+        for d in o.ranking.iter().take(args.rows) {
+            let _ = writeln!(
+                out,
+                "  {:>8.1}% {:>8.1}% {:>+8.1}%  {}",
+                100.0 * d.outlier_share,
+                100.0 * d.normal_share,
+                100.0 * d.excess(),
+                d.call_path
+            );
+        }
+        eps.push(json!({
+            "endpoint": &**ep,
+            "threshold_us": us(o.threshold_ns),
+            "outliers": o.outliers,
+            "normal": o.normal,
+            "ranking": o.ranking.iter().map(|d| json!({
+                "call_path": &*d.call_path,
+                "outlier_share": d.outlier_share,
+                "normal_share": d.normal_share,
+                "outlier_slack_us": d.outlier_slack_ns / 1e3,
+                "normal_slack_us": d.normal_slack_ns / 1e3,
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    print!("{out}");
+    if let Some(p) = &args.json {
+        write(
+            p,
+            &(serde_json::to_string_pretty(&json!({ "endpoints": eps }))? + "\n"),
+        )?;
+    }
+    Ok(())
+}
