@@ -8,5 +8,6 @@ mod async_children;
 mod crisp_files;
 mod dsb;
 mod edge;
+mod mystery;
 mod support;
 mod zipkin_lens;
