@@ -252,6 +252,16 @@ fn analyse_all<'a>(ms: &Models, reqs: &'a [Request]) -> Vec<(&'a Request, Reques
         .collect()
 }
 
+/// A call path for a table: the last three frames (the JSON has it whole).
+fn short(call_path: &str) -> String {
+    let frames: Vec<&str> = call_path.split(';').collect();
+    if frames.len() <= 3 {
+        call_path.to_owned()
+    } else {
+        format!("…;{}", frames[frames.len() - 3..].join(";"))
+    }
+}
+
 fn us(ns: i64) -> f64 {
     ns as f64 / 1e3
 }
@@ -310,7 +320,7 @@ pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
             fmt_ns(p.p10.max(0) as u64),
             fmt_ns(p.p50.max(0) as u64),
             fmt_ns(p.p90.max(0) as u64),
-            p.call_path
+            short(&p.call_path)
         );
     }
     if paths.len() > args.top {
@@ -320,6 +330,15 @@ pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
             paths.len() - args.top
         );
     }
+    let [both, model_only, crisp_only, neither] = mystery::slack::compare_with_crisp(&pairs);
+    let all = (both + model_only + crisp_only + neither).max(1);
+    let _ = writeln!(
+        out,
+        "\ncritical path through the model vs CRISP's last-finishing-child walk: {:.1}% of spans agree; {} critical only through the model, {} only in CRISP's walk (the model follows the dependencies learned over all requests, CRISP the nesting and end times of each one)",
+        100.0 * (both + neither) as f64 / all as f64,
+        plural(model_only as u64, "span"),
+        plural(crisp_only as u64, "span"),
+    );
     let segment = match &args.validate {
         Some(s) => Some(s.clone()),
         None => default_segment(&pairs),
@@ -443,7 +462,7 @@ pub fn outliers(args: OutliersArgs) -> anyhow::Result<()> {
                 100.0 * d.outlier_share,
                 100.0 * d.normal_share,
                 100.0 * d.excess(),
-                d.call_path
+                short(&d.call_path)
             );
         }
         eps.push(json!({

@@ -349,3 +349,54 @@ pub fn pearson(pts: impl Iterator<Item = (f64, f64)>) -> Option<f64> {
         Some(sxy / (sxx * syy).sqrt())
     }
 }
+
+/// The spans CRISP's walk puts on the critical path (CRISP Listing 1, as
+/// `cpt traces convert` walks it, without its overlap tolerance): from each
+/// critical span, its last-finishing child, then the child that finished
+/// last before that one started, and so on.
+pub fn crisp_critical(req: &Request) -> Vec<bool> {
+    let n = req.spans.len();
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, s) in req.spans.iter().enumerate() {
+        if let Some(p) = s.parent {
+            children[p as usize].push(i);
+        }
+    }
+    let mut crit = vec![false; n];
+    let mut stack = vec![0usize];
+    crit[0] = true;
+    while let Some(p) = stack.pop() {
+        let mut boundary = req.spans[p].end;
+        loop {
+            let next = children[p]
+                .iter()
+                .copied()
+                .filter(|&c| !crit[c] && req.spans[c].end <= boundary)
+                .max_by_key(|&c| (req.spans[c].end, std::cmp::Reverse(c)));
+            let Some(c) = next else { break };
+            crit[c] = true;
+            stack.push(c);
+            boundary = req.spans[c].start;
+        }
+    }
+    crit
+}
+
+/// How the model's critical path compares with CRISP's walk over many
+/// requests: spans on both, on the model's only, on CRISP's only, on neither.
+pub fn compare_with_crisp(results: &[(&Request, &RequestSlack)]) -> [usize; 4] {
+    let mut c = [0usize; 4];
+    for (req, rs) in results {
+        let crisp = crisp_critical(req);
+        for s in &rs.spans {
+            let k = match (s.critical, crisp[s.span as usize]) {
+                (true, true) => 0,
+                (true, false) => 1,
+                (false, true) => 2,
+                (false, false) => 3,
+            };
+            c[k] += 1;
+        }
+    }
+    c
+}
