@@ -170,20 +170,15 @@ pub fn model(args: ModelArgs) -> anyhow::Result<()> {
             m.last_change,
             m.requests
         );
-        if !m.novel.is_empty() {
+        if let Some(last) = m.novel.last() {
             let _ = writeln!(
                 out,
-                "  {} brought segments never seen before (their relations are tested by fewer requests), first: trace {} after {} ({})",
+                "  {} brought segments never seen before (their relations are tested by fewer requests); the last: trace {} after {} ({}, e.g. {})",
                 plural(m.novel.len() as u64, "request"),
-                m.novel[0].trace_id,
-                plural(m.novel[0].after as u64, "request"),
-                m.novel[0]
-                    .new_segments
-                    .iter()
-                    .take(3)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                last.trace_id,
+                plural(last.after as u64, "request"),
+                plural(last.new_segments.len() as u64, "new segment"),
+                short(&last.new_segments[0])
             );
         }
         endpoints.push(json!({
