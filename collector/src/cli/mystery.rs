@@ -239,6 +239,10 @@ pub struct SlackArgs {
     /// Call paths shown on stdout (most spans first; the JSON has all).
     #[arg(long, default_value_t = 25, value_name = "N")]
     top: usize,
+    /// Write `slack-cdf.svg` (MM Figure 8) and `slack-correlation.svg` (MM
+    /// Figure 10) into this directory.
+    #[arg(long, value_name = "DIR")]
+    svg: Option<PathBuf>,
 }
 
 fn analyse_all<'a>(ms: &Models, reqs: &'a [Request]) -> Vec<(&'a Request, RequestSlack)> {
@@ -294,6 +298,9 @@ fn default_segment(reqs: &[(&Request, &RequestSlack)]) -> Option<String> {
 /// Unreadable inputs, no request, a `--validate` segment no request has,
 /// unwritable output.
 pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.svg {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let reqs = args.input.requests()?;
     let ms = learn(&reqs);
     let results = analyse_all(&ms, &reqs);
@@ -354,6 +361,9 @@ pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
             "{:>6} {:>12} {:>12} {:>7}",
             "n", "slack from", "to", "r"
         );
+        if let Some(dir) = &args.svg {
+            plot_correlation(&dir.join("slack-correlation.svg"), &seg, &b)?;
+        }
         for x in &b {
             let _ = writeln!(
                 out,
@@ -364,6 +374,9 @@ pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
                 x.r.map_or("—".to_owned(), |r| format!("{r:.3}"))
             );
         }
+    }
+    if let Some(dir) = &args.svg {
+        plot_cdf(&dir.join("slack-cdf.svg"), &pairs, &paths)?;
     }
     print!("{out}");
     if let Some(p) = &args.json {
@@ -481,5 +494,144 @@ pub fn outliers(args: OutliersArgs) -> anyhow::Result<()> {
             &(serde_json::to_string_pretty(&json!({ "endpoints": eps }))? + "\n"),
         )?;
     }
+    Ok(())
+}
+
+/// The slack CDF of a few call paths (MM Figure 8): the most common ones
+/// with the most slack, distributions that repeat (a client and its
+/// server span) drawn once.
+fn plot_cdf(
+    path: &std::path::Path,
+    pairs: &[(&Request, &RequestSlack)],
+    paths: &[mystery::PathSlack],
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let most = paths.iter().map(|p| p.count).max().unwrap_or(0);
+    let mut pick: Vec<&mystery::PathSlack> = paths
+        .iter()
+        .filter(|p| 2 * p.count >= most && p.p90 > 0)
+        .collect();
+    pick.sort_by(|a, b| b.p90.cmp(&a.p90).then(a.call_path.cmp(&b.call_path)));
+    let mut chosen: Vec<&mystery::PathSlack> = Vec::new();
+    for p in pick {
+        if chosen.len() < 6
+            && !chosen
+                .iter()
+                .any(|c| (c.p10, c.p50, c.p90) == (p.p10, p.p50, p.p90))
+        {
+            chosen.push(p);
+        }
+    }
+    let mut series: Vec<(String, Vec<f64>)> = Vec::new();
+    for c in &chosen {
+        let mut v: Vec<f64> = Vec::new();
+        for (r, s) in pairs {
+            for x in &s.spans {
+                if r.spans[x.span as usize].call_path == c.call_path {
+                    v.push(x.slack_ns as f64 / 1e6);
+                }
+            }
+        }
+        v.sort_by(f64::total_cmp);
+        series.push((short(&c.call_path), v));
+    }
+    let xmax = series
+        .iter()
+        .filter_map(|s| s.1.get(s.1.len() * 99 / 100).copied())
+        .fold(0.1f64, f64::max);
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Slack CDF per call path (MM Figure 8)", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..xmax, 0f64..1f64)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("slack (ms)")
+        .y_desc("fraction of spans")
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for (i, (name, v)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        // At most ~400 points a line: the CDF at evenly spaced ranks.
+        let n = v.len().max(1);
+        let step = n.div_ceil(400);
+        let pts = (0..n)
+            .filter(|k| k % step == 0 || k + 1 == n)
+            .map(|k| (v[k].min(xmax), (k + 1) as f64 / n as f64));
+        chart
+            .draw_series(LineSeries::new(pts, color.stroke_width(2)))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// Correlation between a segment's duration and latency per slack bucket
+/// as bars (MM Figure 10).
+fn plot_correlation(
+    path: &std::path::Path,
+    segment: &str,
+    b: &[mystery::Bucket],
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (900, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "Duration–latency correlation vs slack of {} (MM Figure 10)",
+                short(segment)
+            ),
+            ("sans-serif", 16),
+        )
+        .margin(12)
+        .x_label_area_size(50)
+        .y_label_area_size(50)
+        .build_cartesian_2d((0..b.len()).into_segmented(), -0.2f64..1f64)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let labels: Vec<String> = b
+        .iter()
+        .map(|x| fmt_ns(x.slack_max.max(0) as u64))
+        .collect();
+    chart
+        .configure_mesh()
+        .x_desc("slack bucket (equal counts; label: largest slack in it)")
+        .y_desc("Pearson r")
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    chart
+        .draw_series(b.iter().enumerate().map(|(i, x)| {
+            let r = x.r.unwrap_or(0.0);
+            let mut bar = Rectangle::new(
+                [
+                    (SegmentValue::Exact(i), 0.0),
+                    (SegmentValue::Exact(i + 1), r),
+                ],
+                BLUE.mix(0.6).filled(),
+            );
+            bar.set_margin(0, 0, 6, 6);
+            bar
+        }))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }

@@ -72,6 +72,7 @@ fn check_set(format: &str, rel: &str) {
             .starts_with("digraph")
     );
 
+    let svg = dir.path().join("svg");
     let (ok, out, err) = cpt(&[
         "traces",
         "slack",
@@ -80,9 +81,18 @@ fn check_set(format: &str, rel: &str) {
         file,
         "--json",
         s.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
     ]);
     assert!(ok, "slack on {rel}: {err}");
     assert!(out.contains("call path"), "{out}");
+    // Figure 8 always; Figure 10 when some segment has slack to validate on.
+    let cdf = std::fs::read_to_string(svg.join("slack-cdf.svg")).unwrap();
+    assert!(cdf.starts_with("<svg") && cdf.contains("Slack CDF"));
+    if out.contains("MM Figure 10") {
+        let bars = std::fs::read_to_string(svg.join("slack-correlation.svg")).unwrap();
+        assert!(bars.starts_with("<svg") && bars.contains("Pearson r"));
+    }
     let s = json(&s);
     let traces = s["traces"].as_array().unwrap();
     assert_eq!(traces.len() as u64, used);
