@@ -380,10 +380,18 @@ pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
     }
     print!("{out}");
     if let Some(p) = &args.json {
-        let traces: Vec<_> = results
-            .iter()
-            .map(|(r, s)| {
-                json!({
+        // One trace at a time: the whole document as a JSON value would
+        // take several times the memory of the analysis.
+        let file = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+        let mut w = std::io::BufWriter::new(file);
+        let mut put = || -> std::io::Result<()> {
+            use std::io::Write as _;
+            w.write_all(b"{\"traces\": [")?;
+            for (n, (r, s)) in results.iter().enumerate() {
+                if n > 0 {
+                    w.write_all(b",\n")?;
+                }
+                let t = json!({
                     "trace_id": &*r.trace_id,
                     "endpoint": &*r.endpoint,
                     "latency_us": us(s.latency_ns),
@@ -397,13 +405,13 @@ pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
                             "critical": x.critical,
                         })
                     }).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        write(
-            p,
-            &(serde_json::to_string(&json!({ "traces": traces }))? + "\n"),
-        )?;
+                });
+                serde_json::to_writer(&mut w, &t)?;
+            }
+            w.write_all(b"]}\n")?;
+            w.flush()
+        };
+        put().with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }

@@ -318,3 +318,26 @@ fn correlation_with_latency_falls_as_slack_rises() {
     assert!(b[1].slack_min > 0);
     assert!(b[1].r.unwrap_or(0.0).abs() < 0.5);
 }
+
+#[test]
+fn mutual_exclusion_orders_the_critical_path_as_the_request_ran() {
+    // A and B share a lock: either order, never overlapping. In request 1
+    // B waited for A, so A is critical with no slack (MM §4.1: a static
+    // mutual exclusion is a dynamic happens-before).
+    let reqs = [
+        req("1", 31, &[("A", 0, 10), ("B", 10, 30)]),
+        req("2", 31, &[("B", 0, 20), ("A", 20, 30)]),
+        req("3", 26, &[("A", 0, 5), ("B", 5, 25)]),
+    ];
+    let m = learn(&reqs);
+    assert!(has(&m, Kind::MutualExclusion, "svc:R;A#0", "svc:R;B#0"));
+    let s = analyse(&m, &reqs[0]);
+    let a = reqs[0]
+        .spans
+        .iter()
+        .position(|s| &*s.span_id == "A")
+        .unwrap();
+    assert_eq!((s.spans[a].slack_ns, s.spans[a].critical), (0, true));
+    assert_eq!(critical(&m, &reqs[0]), ["A", "B"]);
+    assert_eq!(critical(&m, &reqs[1]), ["B", "A"]);
+}
