@@ -44,8 +44,13 @@ pub struct MysteryInput {
 impl MysteryInput {
     /// Read the traces and cut them into requests.
     fn requests(&self) -> anyhow::Result<Vec<Request>> {
+        self.requests_of(&self.files)
+    }
+
+    /// Read `files` with these choices and cut them into requests.
+    fn requests_of(&self, files: &[PathBuf]) -> anyhow::Result<Vec<Request>> {
         let set = read_traces(
-            &self.files,
+            files,
             self.from,
             BuildOptions {
                 orphans_as_roots: self.orphans_as_roots,
@@ -67,7 +72,7 @@ impl MysteryInput {
         if set.traces.is_empty() {
             bail!(
                 "no trace could be read from {} (see the errors above); are they {} traces?",
-                plural(self.files.len() as u64, "file"),
+                plural(files.len() as u64, "file"),
                 self.from
             );
         }
@@ -641,5 +646,157 @@ fn plot_correlation(
         }))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// CRISP's anomaly detection over the Mystery Machine's critical paths:
+/// score each test request by how badly a low-rank model (PCA) of the
+/// training requests' critical-path vectors reconstructs its own.
+#[derive(Debug, clap::Args)]
+pub struct AnomaliesArgs {
+    #[command(flatten)]
+    input: MysteryInput,
+    /// Test traces to score (the positional FILEs are the training window).
+    #[arg(long, required = true, num_args = 1.., value_name = "FILE")]
+    test: Vec<PathBuf>,
+    /// Keep the smallest rank that explains this fraction of the training variance.
+    #[arg(long, default_value_t = 0.9, value_name = "FRACTION")]
+    variance: f64,
+    /// ... but at most this rank.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    max_rank: usize,
+    /// Requests listed, highest score first.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    top: usize,
+    /// A labelled fault, `SERVICE@TIME` (RFC 3339 or Unix ns): test requests
+    /// starting at or after TIME with a span of SERVICE are positives;
+    /// prints precision and recall at the top k next to a latency-only
+    /// ranking (repeatable).
+    #[arg(long, value_name = "SERVICE@TIME")]
+    fault: Vec<String>,
+}
+
+/// Run `cpt traces anomalies`.
+///
+/// # Errors
+///
+/// Unreadable inputs, no request, a malformed `--fault`, fewer than two
+/// training requests of every tested endpoint.
+pub fn anomalies(args: AnomaliesArgs) -> anyhow::Result<()> {
+    use mystery::anomaly::{Pca, precision_recall_at, profile};
+    let mut faults = Vec::new();
+    for f in &args.fault {
+        let Some((svc, t)) = f.rsplit_once('@') else {
+            bail!(
+                "--fault {f:?}: expected SERVICE@TIME (e.g. currencyservice@2022-08-23T13:37:08Z)"
+            );
+        };
+        let t = crate::records::selection::parse_time(t)
+            .with_context(|| format!("--fault {f:?}: the time"))?;
+        faults.push((
+            format!("{svc}:"),
+            i64::try_from(t).context("--fault time is past 2262")?,
+        ));
+    }
+    let train = args.input.requests()?;
+    let test = args.input.requests_of(&args.test)?;
+    // The causal model learns from all traffic; the PCA only from training.
+    let mut ms = Models::default();
+    for r in train.iter().chain(&test) {
+        ms.observe(r);
+    }
+    let prof = |r: &Request| profile(r, &mystery::analyse(&ms.by_endpoint[&r.endpoint], r));
+    let mut by_ep: BTreeMap<Arc<str>, Vec<mystery::anomaly::Profile>> = BTreeMap::new();
+    for r in &train {
+        by_ep.entry(r.endpoint.clone()).or_default().push(prof(r));
+    }
+    let models: BTreeMap<Arc<str>, Pca> = by_ep
+        .into_iter()
+        .filter_map(|(ep, rows)| Pca::fit(&rows, args.variance, args.max_rank).map(|p| (ep, p)))
+        .collect();
+    let mut scored = Vec::new();
+    let mut skipped = 0usize;
+    for r in &test {
+        match models.get(&r.endpoint) {
+            Some(p) => scored.push((r, p.score(&prof(r), 3))),
+            None => skipped += 1,
+        }
+    }
+    if scored.is_empty() {
+        bail!("no test request has an endpoint with at least two training requests");
+    }
+    let mut out = String::new();
+    for (ep, p) in &models {
+        let _ = writeln!(
+            out,
+            "{ep}: rank {} of {} call paths",
+            p.rank(),
+            p.features.len()
+        );
+    }
+    if skipped > 0 {
+        let _ = writeln!(
+            out,
+            "{} of endpoints not in training skipped",
+            plural(skipped as u64, "test request")
+        );
+    }
+    let mut order: Vec<usize> = (0..scored.len()).collect();
+    order.sort_by(|&a, &b| scored[b].1.score.total_cmp(&scored[a].1.score));
+    let _ = writeln!(
+        out,
+        "{:>10} {:>10}  trace (call paths with the largest residuals)",
+        "score", "latency"
+    );
+    for &i in order.iter().take(args.top) {
+        let (r, s) = &scored[i];
+        let _ = writeln!(
+            out,
+            "{:>10.1} {:>10}  {} ({})",
+            s.score,
+            fmt_ns(r.latency().max(0) as u64),
+            r.trace_id,
+            s.top
+                .iter()
+                .map(|(c, _)| short(c))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if !faults.is_empty() {
+        let labels: Vec<bool> = scored
+            .iter()
+            .map(|(r, _)| {
+                faults.iter().any(|(svc, t)| {
+                    r.spans[0].start >= *t
+                        && r.spans.iter().any(|s| {
+                            s.call_path
+                                .rsplit(';')
+                                .next()
+                                .is_some_and(|f| f.starts_with(svc.as_str()))
+                        })
+                })
+            })
+            .collect();
+        let pos = labels.iter().filter(|l| **l).count();
+        let pca: Vec<f64> = scored.iter().map(|s| s.1.score).collect();
+        let lat: Vec<f64> = scored.iter().map(|s| s.0.latency() as f64).collect();
+        let _ = writeln!(
+            out,
+            "\n{} of {} test requests labelled faulty; precision / recall at the top k:",
+            pos,
+            scored.len()
+        );
+        let _ = writeln!(out, "{:>6} {:>17} {:>17}", "k", "PCA", "latency");
+        for k in [pos / 2, pos, 2 * pos] {
+            if k == 0 {
+                continue;
+            }
+            let (p1, r1) = precision_recall_at(&pca, &labels, k);
+            let (p2, r2) = precision_recall_at(&lat, &labels, k);
+            let _ = writeln!(out, "{k:>6} {p1:>8.3} / {r1:<6.3} {p2:>8.3} / {r2:<6.3}");
+        }
+    }
+    print!("{out}");
     Ok(())
 }

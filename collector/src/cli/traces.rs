@@ -57,6 +57,9 @@ pub enum TracesCommand {
     /// Rank call paths by how much more of the critical path they take in
     /// the slowest requests (the Mystery Machine's outlier analysis).
     Outliers(super::mystery::OutliersArgs),
+    /// Score test traces by how unusual their critical paths are against
+    /// training traces (CRISP's PCA anomaly detection).
+    Anomalies(super::mystery::AnomaliesArgs),
 }
 
 /// Input files and import choices shared by every `cpt traces` command.
@@ -358,6 +361,7 @@ pub fn run(args: TracesArgs) -> anyhow::Result<()> {
         TracesCommand::Model(a) => super::mystery::model(a),
         TracesCommand::Slack(a) => super::mystery::slack(a),
         TracesCommand::Outliers(a) => super::mystery::outliers(a),
+        TracesCommand::Anomalies(a) => super::mystery::anomalies(a),
     }
 }
 

@@ -180,3 +180,40 @@ fn mystery_machine_malformed_input_and_bad_root_get_clear_errors() {
     assert!(!ok);
     assert!(err.contains("--top 5 must be a fraction"), "{err}");
 }
+
+#[test]
+fn anomalies_rank_a_labelled_fault_and_report_precision_and_recall() {
+    let o = "traces/nezha-onlineboutique";
+    let train = testdata(&format!("{o}/normal/2022-08-23_17_00_trace.csv.gz"));
+    let test = testdata(&format!("{o}/fault/2022-08-23_14_30_trace.csv.gz"));
+    let (ok, out, err) = cpt(&[
+        "traces",
+        "anomalies",
+        "--from",
+        "nezha",
+        train.to_str().unwrap(),
+        "--test",
+        test.to_str().unwrap(),
+        "--fault",
+        "productcatalogservice@2022-08-23T14:30:10Z",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("rank") && out.contains("labelled faulty"),
+        "{out}"
+    );
+    assert!(out.contains("PCA") && out.contains("latency"), "{out}");
+    let (ok, _, err) = cpt(&[
+        "traces",
+        "anomalies",
+        "--from",
+        "nezha",
+        train.to_str().unwrap(),
+        "--test",
+        test.to_str().unwrap(),
+        "--fault",
+        "productcatalogservice",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("expected SERVICE@TIME"), "{err}");
+}

@@ -15,12 +15,15 @@
 //!   the model with the request's timings and the slack of every span (MM
 //!   §4.4.1–4.4.2, Figure 2); per call path slack percentiles; the
 //!   correlation-vs-slack validation (MM Figures 9–10).
+//! - [`anomaly`]: CRISP-style anomaly scores (PCA reconstruction error of
+//!   the critical-path vector) and precision/recall at the top k.
 //! - [`outliers`]: the top-latency split and the differential ranking of
 //!   call paths (MM §4.4.3).
 //!
 //! The model is per endpoint (the root's `service:operation`): requests of
 //! different endpoints share no segments.
 
+pub mod anomaly;
 pub mod events;
 pub mod model;
 pub mod outliers;

@@ -341,3 +341,32 @@ fn mutual_exclusion_orders_the_critical_path_as_the_request_ran() {
     assert_eq!(critical(&m, &reqs[0]), ["A", "B"]);
     assert_eq!(critical(&m, &reqs[1]), ["B", "A"]);
 }
+
+#[test]
+fn crisp_anomaly_score_is_highest_for_the_unusual_critical_path_and_names_it() {
+    // Training: A then B, both varying a little. Test: one request whose B
+    // takes ten times as long; the others like training.
+    let mk = |id: &str, a: i64, b: i64| req(id, a + b, &[("A", 0, a), ("B", a, a + b)]);
+    let train: Vec<Request> = (0..30)
+        .map(|i| mk(&format!("t{i}"), 10 + i % 3, 10 + (i * 7) % 4))
+        .collect();
+    let mut test: Vec<Request> = (0..9)
+        .map(|i| mk(&format!("x{i}"), 11 + i % 2, 11))
+        .collect();
+    test.push(mk("slow", 11, 100));
+    let all: Vec<Request> = train.iter().chain(&test).cloned().collect();
+    let m = learn(&all);
+    let prof = |r: &Request| anomaly::profile(r, &analyse(&m, r));
+    let pca = anomaly::Pca::fit(&train.iter().map(prof).collect::<Vec<_>>(), 0.9, 5).unwrap();
+    assert!(pca.rank() >= 1);
+    let scores: Vec<anomaly::Score> = test.iter().map(|r| pca.score(&prof(r), 2)).collect();
+    let best = (0..scores.len())
+        .max_by(|&a, &b| scores[a].score.total_cmp(&scores[b].score))
+        .unwrap();
+    assert_eq!(&*test[best].trace_id, "slow");
+    assert_eq!(&*scores[best].top[0].0, "svc:R;B");
+    let labels: Vec<bool> = test.iter().map(|r| &*r.trace_id == "slow").collect();
+    let s: Vec<f64> = scores.iter().map(|s| s.score).collect();
+    assert_eq!(anomaly::precision_recall_at(&s, &labels, 1), (1.0, 1.0));
+    assert_eq!(anomaly::precision_recall_at(&s, &labels, 2), (0.5, 1.0));
+}
