@@ -17,7 +17,7 @@
 //!   correlation-vs-slack validation (MM Figures 9–10).
 //! - [`anomaly`]: CRISP-style anomaly scores (PCA reconstruction error of
 //!   the critical-path vector) and precision/recall at the top k.
-//! - [`outliers`]: the top-latency split and the differential ranking of
+//! - [`outliers`](mod@outliers): the top-latency split and the differential ranking of
 //!   call paths (MM §4.4.3).
 //!
 //! The model is per endpoint (the root's `service:operation`): requests of
