@@ -123,6 +123,10 @@ fn learn(reqs: &[Request]) -> Models {
     ms
 }
 
+fn write_bytes(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
 fn write(path: &PathBuf, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
@@ -439,6 +443,12 @@ pub struct OutliersArgs {
     /// "outlier_slack_us", "normal_slack_us"}]}]}` here.
     #[arg(long, value_name = "OUT.json")]
     json: Option<PathBuf>,
+    /// Write each endpoint's two sides as gzipped pprof profiles of
+    /// critical-path time per call path into this directory
+    /// (`N.others.pb.gz`, `N.outliers.pb.gz`, N the endpoint's position):
+    /// `go tool pprof -diff_base 0.others.pb.gz 0.outliers.pb.gz`.
+    #[arg(long, value_name = "DIR")]
+    pprof: Option<PathBuf>,
 }
 
 /// Run `cpt traces outliers`.
@@ -462,8 +472,19 @@ pub fn outliers(args: OutliersArgs) -> anyhow::Result<()> {
     }
     let mut out = String::new();
     let mut eps = Vec::new();
-    for (ep, pairs) in &by_ep {
+    if let Some(dir) = &args.pprof {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    for (n, (ep, pairs)) in by_ep.iter().enumerate() {
         let o = mystery::outliers(pairs, args.top);
+        if let Some(dir) = &args.pprof {
+            let (others, slow) = mystery::outliers::side_profiles(pairs, o.threshold_ns);
+            for (name, agg) in [("others", &others), ("outliers", &slow)] {
+                let path = dir.join(format!("{n}.{name}.pb.gz"));
+                write_bytes(&path, &crate::profile::pprof::encode_gzip(agg))?;
+            }
+            let _ = writeln!(out, "{ep}: profiles {n}.others.pb.gz, {n}.outliers.pb.gz");
+        }
         let _ = writeln!(
             out,
             "{ep}: {} outliers (latency ≥ {}) against {}",

@@ -126,6 +126,21 @@ fn check_set(format: &str, rel: &str) {
     for ep in o["endpoints"].as_array().unwrap() {
         assert!(ep["outliers"].as_u64().unwrap() >= 1);
     }
+    // The two sides as pprof profiles that read back with all requests.
+    let pp = dir.path().join("pprof");
+    let (ok, _, err) = cpt(&[
+        "traces",
+        "outliers",
+        "--from",
+        format,
+        file,
+        "--pprof",
+        pp.to_str().unwrap(),
+    ]);
+    assert!(ok, "outliers --pprof on {rel}: {err}");
+    let others = cpt_collector::profile::pprof::read_file(&pp.join("0.others.pb.gz")).unwrap();
+    let slow = cpt_collector::profile::pprof::read_file(&pp.join("0.outliers.pb.gz")).unwrap();
+    assert!(slow.requests() >= 1 && others.requests() > slow.requests());
 }
 
 #[test]

@@ -100,3 +100,73 @@ pub fn outliers(results: &[(&Request, &RequestSlack)], top: f64) -> Outliers {
         ranking,
     }
 }
+
+/// The two sides of the split as profiles of critical-path time per call
+/// path (`(others, outliers)`), so `go tool pprof -diff_base others.pb.gz
+/// outliers.pb.gz` shows what the outliers spend more on (the profiles'
+/// default value is the mean per request).
+pub fn side_profiles(
+    results: &[(&Request, &RequestSlack)],
+    threshold_ns: i64,
+) -> (
+    crate::profile::aggregate::Aggregate,
+    crate::profile::aggregate::Aggregate,
+) {
+    use crate::profile::aggregate::{Aggregate, StackStats};
+    use cpt_sdk::path::Frame;
+    let mut frames: Vec<Frame> = Vec::new();
+    let mut frame_ids: rustc_hash::FxHashMap<String, u32> = Default::default();
+    // [side]: call path → (stack, sum, requests), and requests per side.
+    type Side = BTreeMap<Arc<str>, (Box<[u32]>, u64, u64)>;
+    let mut sides: [Side; 2] = Default::default();
+    let mut count = [0u64; 2];
+    for (req, rs) in results {
+        let side = usize::from(rs.latency_ns >= threshold_ns);
+        count[side] += 1;
+        let mut per: BTreeMap<Arc<str>, u64> = BTreeMap::new();
+        for (i, s) in req.spans.iter().enumerate() {
+            let t = u64::try_from(rs.critical_ns[i]).unwrap_or(0);
+            if t > 0 {
+                *per.entry(s.call_path.clone()).or_default() += t;
+            }
+        }
+        for (cp, t) in per {
+            let e = sides[side].entry(cp.clone()).or_insert_with(|| {
+                let stack: Vec<u32> = cp
+                    .split(';')
+                    .map(|f| {
+                        *frame_ids.entry(f.to_owned()).or_insert_with(|| {
+                            let (svc, op) = f.split_once(':').unwrap_or((f, ""));
+                            frames.push(Frame::new(svc, op));
+                            (frames.len() - 1) as u32
+                        })
+                    })
+                    .collect();
+                (stack.into_boxed_slice(), 0, 0)
+            });
+            e.1 += t;
+            e.2 += 1;
+        }
+    }
+    let make = |side: usize| {
+        let stacks = sides[side]
+            .values()
+            .map(|(stack, sum, n)| StackStats {
+                stack: stack.clone(),
+                sum_nanos: *sum,
+                requests: *n,
+                detail: None,
+            })
+            .collect();
+        Aggregate::from_parts(
+            frames.clone(),
+            stacks,
+            count[side],
+            vec![format!(
+                "Mystery Machine outlier split at {threshold_ns} ns: {}",
+                if side == 1 { "outliers" } else { "others" }
+            )],
+        )
+    };
+    (make(0), make(1))
+}

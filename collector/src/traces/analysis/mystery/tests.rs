@@ -370,3 +370,30 @@ fn crisp_anomaly_score_is_highest_for_the_unusual_critical_path_and_names_it() {
     assert_eq!(anomaly::precision_recall_at(&s, &labels, 1), (1.0, 1.0));
     assert_eq!(anomaly::precision_recall_at(&s, &labels, 2), (0.5, 1.0));
 }
+
+#[test]
+fn outlier_sides_as_profiles_split_the_requests_and_the_critical_path_time() {
+    let mut reqs = Vec::new();
+    for i in 0..20 {
+        let b = if i == 3 { 100 } else { 10 };
+        reqs.push(req(
+            &i.to_string(),
+            10 + b,
+            &[("A", 0, 10), ("B", 10, 10 + b)],
+        ));
+    }
+    let m = learn(&reqs);
+    let results: Vec<RequestSlack> = reqs.iter().map(|r| analyse(&m, r)).collect();
+    let pairs: Vec<(&Request, &RequestSlack)> = reqs.iter().zip(&results).collect();
+    let o = outliers(&pairs, 0.05);
+    let (others, slow) = outliers::side_profiles(&pairs, o.threshold_ns);
+    assert_eq!((others.requests(), slow.requests()), (19, 1));
+    assert_eq!(
+        slow.latency_sum().as_nanos(),
+        110,
+        "one slow request: 10 in A, 100 in B"
+    );
+    assert_eq!(others.latency_sum().as_nanos(), 19 * 20);
+    let b = crate::profile::aggregate::ranked_stacks(&slow);
+    assert!(b[0].0.ends_with("(B)") && b[0].1 == 100, "{b:?}");
+}
