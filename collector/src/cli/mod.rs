@@ -8,6 +8,7 @@
 pub mod force;
 #[cfg(feature = "server")]
 pub mod import;
+pub mod mystery;
 pub mod predict;
 pub mod profile;
 #[cfg(feature = "server")]

@@ -48,6 +48,18 @@ pub enum TracesCommand {
     /// What if an operation were faster? Replay traces through learned
     /// execution flows with its latency scaled and predict the roots.
     Whatif(super::predict::WhatifArgs),
+    /// Infer the causal model from the traces (the Mystery Machine:
+    /// happens-before, mutual exclusion, pipeline) and its convergence.
+    Model(super::mystery::ModelArgs),
+    /// Critical path through the inferred model and the slack of every span
+    /// (the Mystery Machine).
+    Slack(super::mystery::SlackArgs),
+    /// Rank call paths by how much more of the critical path they take in
+    /// the slowest requests (the Mystery Machine's outlier analysis).
+    Outliers(super::mystery::OutliersArgs),
+    /// Score test traces by how unusual their critical paths are against
+    /// training traces (CRISP's PCA anomaly detection).
+    Anomalies(super::mystery::AnomaliesArgs),
 }
 
 /// Input files and import choices shared by every `cpt traces` command.
@@ -346,6 +358,10 @@ pub fn run(args: TracesArgs) -> anyhow::Result<()> {
         TracesCommand::Heatmap(a) => heat(a),
         TracesCommand::Predict(a) => super::predict::predict(a),
         TracesCommand::Whatif(a) => super::predict::whatif(a),
+        TracesCommand::Model(a) => super::mystery::model(a),
+        TracesCommand::Slack(a) => super::mystery::slack(a),
+        TracesCommand::Outliers(a) => super::mystery::outliers(a),
+        TracesCommand::Anomalies(a) => super::mystery::anomalies(a),
     }
 }
 

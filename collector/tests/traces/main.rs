@@ -9,5 +9,6 @@ mod crisp_files;
 mod dsb;
 mod edge;
 mod importers;
+mod mystery;
 mod support;
 mod zipkin_lens;

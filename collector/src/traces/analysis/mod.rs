@@ -15,6 +15,7 @@ pub mod crisp;
 pub mod flows;
 pub mod heatmap;
 pub mod histograms;
+pub mod mystery;
 pub mod topdown;
 
 /// An operation: service and span name.

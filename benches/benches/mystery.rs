@@ -1,0 +1,90 @@
+//! The Mystery Machine (issue 12) on the whole DeathStarBench media set
+//! (6 500 Jaeger traces, 175 500 spans): reading and cutting into requests,
+//! model inference (hypothesis refinement), critical path and slack of every
+//! span through the model, and the top-5 % outlier split — separately and as
+//! one pass. Peak memory is measured on the release `cpt` binary with
+//! `/usr/bin/time -v` (see the README section).
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cpt_collector::traces::analysis::mystery::{self, Models, Request, RequestSlack};
+use cpt_collector::traces::import::read_traces;
+use cpt_collector::traces::{BuildOptions, Format, RepairOptions, RootSelector};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+fn media_files() -> Vec<PathBuf> {
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/traces/traceweaver-media");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}: the media set is checked into the repository's testdata/; \
+                 restore it with `git checkout -- testdata`",
+                dir.display()
+            )
+        })
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.to_string_lossy().ends_with(".jaeger.json.gz"))
+        .collect();
+    v.sort();
+    assert_eq!(v.len(), 6, "the six media load levels");
+    v
+}
+
+fn requests(files: &[PathBuf]) -> Vec<Request> {
+    let set = read_traces(files, Format::Jaeger, BuildOptions::default());
+    set.traces
+        .iter()
+        .flat_map(|t| mystery::requests(t, &RootSelector::AllRoots, &RepairOptions::default()))
+        .collect()
+}
+
+fn learn(reqs: &[Request]) -> Models {
+    let mut ms = Models::default();
+    for r in reqs {
+        ms.observe(r);
+    }
+    ms.finish();
+    ms
+}
+
+fn slack(ms: &Models, reqs: &[Request]) -> Vec<RequestSlack> {
+    reqs.iter()
+        .map(|r| mystery::analyse(&ms.by_endpoint[&r.endpoint], r))
+        .collect()
+}
+
+/// Model, slack and outliers over requests already read.
+fn pass(reqs: &[Request]) -> usize {
+    let ms = learn(reqs);
+    let rs = slack(&ms, reqs);
+    let pairs: Vec<(&Request, &RequestSlack)> = reqs.iter().zip(&rs).collect();
+    let o = mystery::outliers(&pairs, 0.05);
+    ms.hypotheses() + o.outliers
+}
+
+fn bench(c: &mut Criterion) {
+    let files = media_files();
+    let reqs = requests(&files);
+    assert_eq!(reqs.len(), 6500);
+    let ms = learn(&reqs);
+    let mut g = c.benchmark_group("mystery_media");
+    g.sample_size(10).measurement_time(Duration::from_secs(10));
+    g.bench_function("read_and_cut", |b| {
+        b.iter(|| black_box(requests(&files).len()))
+    });
+    g.bench_function("model", |b| b.iter(|| black_box(learn(&reqs).hypotheses())));
+    g.bench_function("slack", |b| b.iter(|| black_box(slack(&ms, &reqs).len())));
+    g.bench_function("model_slack_outliers", |b| {
+        b.iter(|| black_box(pass(&reqs)))
+    });
+    g.bench_function("whole_pass_from_files", |b| {
+        b.iter(|| black_box(pass(&requests(&files))))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
