@@ -12,8 +12,6 @@ use serde_json::json;
 use crate::format::plural;
 use crate::traces::analysis::fmt_ns;
 use crate::traces::analysis::mystery::{self, Model, Models, Request, RequestSlack};
-use crate::traces::import::read_traces;
-use crate::traces::model::BuildOptions;
 use crate::traces::{Endpoint, Format, RepairOptions, RootSelector};
 
 /// Input files and choices shared by the Mystery Machine's commands.
@@ -49,33 +47,7 @@ impl MysteryInput {
 
     /// Read `files` with these choices and cut them into requests.
     fn requests_of(&self, files: &[PathBuf]) -> anyhow::Result<Vec<Request>> {
-        let set = read_traces(
-            files,
-            self.from,
-            BuildOptions {
-                orphans_as_roots: self.orphans_as_roots,
-            },
-        );
-        for e in &set.file_errors {
-            eprintln!("error: {e}");
-        }
-        for w in &set.warnings {
-            eprintln!("warning: {w}");
-        }
-        if !set.rejected.is_empty() {
-            eprintln!(
-                "{} rejected (first: {})",
-                plural(set.rejected.len() as u64, "trace"),
-                set.rejected[0]
-            );
-        }
-        if set.traces.is_empty() {
-            bail!(
-                "no trace could be read from {} (see the errors above); are they {} traces?",
-                plural(files.len() as u64, "file"),
-                self.from
-            );
-        }
+        let set = super::traces::load_traces("", files, self.from, self.orphans_as_roots)?;
         let sel = if self.roots.is_empty() {
             RootSelector::AllRoots
         } else {

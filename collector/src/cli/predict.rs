@@ -4,10 +4,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 
+use super::traces::load_traces;
 use crate::traces::Format;
 use crate::traces::analysis::flows::{self, Invocation, KeyInterner};
-use crate::traces::import::{TraceSet, read_traces};
-use crate::traces::model::BuildOptions;
+use crate::traces::import::TraceSet;
 
 /// Train the six latency estimators of Mann et al. (serial, parallel,
 /// linear regression, best critical path, aggregate flow, nearest-neighbour
@@ -49,36 +49,6 @@ pub struct PredictArgs {
     pub plot: Option<PathBuf>,
 }
 
-fn load(what: &str, files: &[PathBuf], args: &PredictArgs) -> anyhow::Result<TraceSet> {
-    let set = read_traces(
-        files,
-        args.from,
-        BuildOptions {
-            orphans_as_roots: args.orphans_as_roots,
-        },
-    );
-    for e in &set.file_errors {
-        eprintln!("error: {e}");
-    }
-    for w in &set.warnings {
-        eprintln!("warning: {w}");
-    }
-    if !set.rejected.is_empty() {
-        eprintln!(
-            "{what}: {} rejected (first: {})",
-            crate::format::plural(set.rejected.len() as u64, "trace"),
-            set.rejected[0]
-        );
-    }
-    if set.traces.is_empty() {
-        bail!(
-            "no {what} trace could be read from {} (see the errors above)",
-            crate::format::plural(files.len() as u64, "file")
-        );
-    }
-    Ok(set)
-}
-
 fn trace_start(t: &crate::traces::model::Trace) -> i64 {
     t.spans.iter().map(|s| s.start_ns).min().unwrap_or(0)
 }
@@ -98,7 +68,7 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<()> {
             .collect()
     };
     let (train, test) = if args.test.is_empty() {
-        let set = load("training", &args.train, &args)?;
+        let set = load_traces("training", &args.train, args.from, args.orphans_as_roots)?;
         let (mut before, mut after) = (TraceSet::default(), TraceSet::default());
         match &args.split_at {
             Some(t) => {
@@ -131,8 +101,8 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<()> {
             invocations(&after, &mut keys),
         )
     } else {
-        let train = load("training", &args.train, &args)?;
-        let test = load("test", &args.test, &args)?;
+        let train = load_traces("training", &args.train, args.from, args.orphans_as_roots)?;
+        let test = load_traces("test", &args.test, args.from, args.orphans_as_roots)?;
         (
             invocations(&train, &mut keys),
             invocations(&test, &mut keys),
@@ -218,19 +188,8 @@ pub struct WhatifArgs {
 /// Unreadable inputs, no trace in them, or a scaled operation that appears
 /// in no replayed trace.
 pub fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
-    let p = PredictArgs {
-        from: args.from,
-        train: args.train.clone(),
-        test: Vec::new(),
-        split_at: None,
-        min_children: args.min_children,
-        orphans_as_roots: args.orphans_as_roots,
-        json: None,
-        dot: None,
-        plot: None,
-    };
     let mut keys = KeyInterner::default();
-    let train = load("training", &args.train, &p)?;
+    let train = load_traces("training", &args.train, args.from, args.orphans_as_roots)?;
     let invs: Vec<Invocation> = train
         .traces
         .iter()
@@ -240,7 +199,7 @@ pub fn whatif(args: WhatifArgs) -> anyhow::Result<()> {
     let replay = if args.test.is_empty() {
         train
     } else {
-        load("replayed", &args.test, &p)?
+        load_traces("replayed", &args.test, args.from, args.orphans_as_roots)?
     };
     let w = flows::whatif(
         &models,
