@@ -9,6 +9,8 @@
 //! Peak memory is measured on the release `cpt` binary with
 //! `/usr/bin/time -v` (README, execution flows).
 
+mod support;
+
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,23 +20,6 @@ use cpt_collector::traces::import::read_traces;
 use cpt_collector::traces::model::BuildOptions;
 use cpt_collector::traces::{Format, ImportOptions, import_files};
 use criterion::{Criterion, criterion_group, criterion_main};
-
-fn media(levels: &[u32]) -> Vec<PathBuf> {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/traces/traceweaver-media");
-    levels
-        .iter()
-        .map(|l| {
-            let p = dir.join(format!("media_load{l}.jaeger.json.gz"));
-            assert!(
-                p.exists(),
-                "{}: missing; restore testdata/ with `git checkout -- testdata`",
-                p.display()
-            );
-            p
-        })
-        .collect()
-}
 
 fn predict(train: &[PathBuf], test: &[PathBuf]) -> usize {
     let mut keys = KeyInterner::default();
@@ -52,8 +37,8 @@ fn predict(train: &[PathBuf], test: &[PathBuf]) -> usize {
 }
 
 fn bench(c: &mut Criterion) {
-    let train = media(&[25, 50, 75]);
-    let test = media(&[100, 125, 150]);
+    let train = support::media(&[25, 50, 75]);
+    let test = support::media(&[100, 125, 150]);
     let all: Vec<PathBuf> = train.iter().chain(&test).cloned().collect();
     let mut g = c.benchmark_group("flows_media");
     g.sample_size(10).measurement_time(Duration::from_secs(20));

@@ -5,6 +5,8 @@
 //! one pass. Peak memory is measured on the release `cpt` binary with
 //! `/usr/bin/time -v` (see the README section).
 
+mod support;
+
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,25 +15,6 @@ use cpt_collector::traces::analysis::mystery::{self, Models, Request, RequestSla
 use cpt_collector::traces::import::read_traces;
 use cpt_collector::traces::{BuildOptions, Format, RepairOptions, RootSelector};
 use criterion::{Criterion, criterion_group, criterion_main};
-
-fn media_files() -> Vec<PathBuf> {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/traces/traceweaver-media");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e}: the media set is checked into the repository's testdata/; \
-                 restore it with `git checkout -- testdata`",
-                dir.display()
-            )
-        })
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.to_string_lossy().ends_with(".jaeger.json.gz"))
-        .collect();
-    v.sort();
-    assert_eq!(v.len(), 6, "the six media load levels");
-    v
-}
 
 fn requests(files: &[PathBuf]) -> Vec<Request> {
     let set = read_traces(files, Format::Jaeger, BuildOptions::default());
@@ -66,7 +49,7 @@ fn pass(reqs: &[Request]) -> usize {
 }
 
 fn bench(c: &mut Criterion) {
-    let files = media_files();
+    let files = support::media_all();
     let reqs = requests(&files);
     assert_eq!(reqs.len(), 6500);
     let ms = learn(&reqs);

@@ -9,6 +9,8 @@
 //! Peak memory is measured on the release `cpt` binary with
 //! `/usr/bin/time -v` (see the README section).
 
+mod support;
+
 use std::hint::black_box;
 use std::io::Read;
 use std::path::PathBuf;
@@ -18,25 +20,6 @@ use cpt_collector::aggregate::Aggregate;
 use cpt_collector::selection::Selection;
 use cpt_collector::traces::{Format, Import, ImportOptions, import_files, import_text};
 use criterion::{Criterion, criterion_group, criterion_main};
-
-fn media_files() -> Vec<PathBuf> {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/traces/traceweaver-media");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e}: the media set is checked into the repository's testdata/; \
-                 restore it with `git checkout -- testdata`",
-                dir.display()
-            )
-        })
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.to_string_lossy().ends_with(".jaeger.json.gz"))
-        .collect();
-    v.sort();
-    assert_eq!(v.len(), 6, "the six media load levels");
-    v
-}
 
 /// Read → repair → critical path → one profile of all records.
 fn full(files: &[PathBuf]) -> (Import, Aggregate) {
@@ -163,7 +146,7 @@ fn summary(files: &[PathBuf]) {
 }
 
 fn bench(c: &mut Criterion) {
-    let files = media_files();
+    let files = support::media_all();
     summary(&files);
     let mut g = c.benchmark_group("traces_media_set");
     g.sample_size(10).measurement_time(Duration::from_secs(8));
