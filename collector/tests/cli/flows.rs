@@ -92,34 +92,24 @@ fn whatif_moves_the_root_and_names_an_unknown_operation() {
     let before = v["before"]["mean_us"].as_f64().unwrap();
     let after = v["after"]["mean_us"].as_f64().unwrap();
     assert!(after < before, "halving the slowest leaf: {v}");
-    let (_, err) = run(
-        &[
+    let h = hotel(25);
+    for (scale, want) in [
+        ("nope:nothing=0.5", "no replayed span is nope:nothing"),
+        ("nope=0.5", "SERVICE:OPERATION"),
+    ] {
+        let args = [
             "traces",
             "whatif",
             "--from",
             "jaeger",
             "--train",
-            s(&hotel(25)),
+            s(&h),
             "--scale",
-            "nope:nothing=0.5",
-        ],
-        false,
-    );
-    assert!(err.contains("no replayed span is nope:nothing"), "{err}");
-    let (_, err) = run(
-        &[
-            "traces",
-            "whatif",
-            "--from",
-            "jaeger",
-            "--train",
-            s(&hotel(25)),
-            "--scale",
-            "nope=0.5",
-        ],
-        false,
-    );
-    assert!(err.contains("SERVICE:OPERATION"), "{err}");
+            scale,
+        ];
+        let (_, err) = run(&args, false);
+        assert!(err.contains(want), "{scale}: {err}");
+    }
 }
 
 #[test]
