@@ -86,8 +86,7 @@ fn one_request(otel: bool, parallel: bool) -> Vec<SpanData> {
     // reply: let them finish.
     runtime.shutdown_timeout(Duration::from_secs(5));
     provider.force_flush().unwrap();
-    let spans = spans.0.lock().unwrap().clone();
-    spans
+    spans.0.lock().unwrap().clone()
 }
 
 #[test]
