@@ -739,3 +739,20 @@ fn encoding_after_other_paths_leaves_no_trace_of_them() {
         .unwrap();
     assert_eq!(fresh, first);
 }
+
+/// `decode` reuses its message's columns from one path to the next on a
+/// thread: a larger path before, or a rejected message, must leave nothing
+/// in the next path.
+#[test]
+fn decoding_after_other_paths_leaves_no_trace_of_them() {
+    let small = fig2a_merged();
+    let bytes = encode(&small, &EncodeOptions::default());
+    let first = decode(&bytes, &DecodeLimits::default()).unwrap();
+    let big = big_path(400);
+    let big_bytes = encode(&big, &unlimited_options());
+    assert_eq!(decode(&big_bytes, &unlimited()).unwrap(), compacted(&big));
+    // Over a count limit: rejected after the columns were read.
+    assert!(decode(&big_bytes, &unlimited().with_max_segments(3)).is_err());
+    assert_eq!(decode(&bytes, &DecodeLimits::default()).unwrap(), first);
+    assert_eq!(first, compacted(&small));
+}
