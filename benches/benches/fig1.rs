@@ -1,16 +1,21 @@
 //! The CPT Figure 1 system (services A, B, C over loopback gRPC + HTTP +
-//! a streaming RPC) with every request traced, with tracing off, and with no
-//! cpt middleware at all, side by side in one run.
+//! a streaming RPC) with every request traced, with tracing off, with no
+//! cpt middleware at all, and traced with `tracing-opentelemetry` instead
+//! (the peer: SDK tracer, W3C `traceparent` through the same tonic and HTTP
+//! clients and servers, a batch span processor exporting to a no-op
+//! exporter), side by side in one run.
 //!
-//! Prints request latency (mean, p50, p99) and closed-loop throughput per
-//! configuration, and the ratios the middleware is held to:
+//! Prints request latency (mean, p50, p99), closed-loop throughput, process
+//! CPU time and heap allocations per request per configuration, and the
+//! ratios the middleware is held to:
 //!
-//! - traced / untraced (CPT reports 1.017× mean, 1.020× p99; target here
-//!   ≤ 1.005× mean, ≤ 1.01× p99);
+//! - traced / untraced (issue 14 target: ≤ 1.03× mean and p99 at the
+//!   default workload);
 //! - middleware with tracing off / no middleware;
-//! - the traced extra in absolute time (per request, per RPC hop, and CPU
-//!   per request from throughput), which does not depend on the workload
-//!   the way the ratios do.
+//! - the traced extra in absolute time (per request, per RPC hop, CPU per
+//!   request), which does not depend on the workload the way the ratios do,
+//!   next to what OpenTelemetry adds over no tracing (target: cpt's extra
+//!   CPU ≤ 1.0× otel's).
 //!
 //! Configurations run in interleaved rounds so that drift on a shared
 //! machine hits all of them alike. Each runs on its own runtime whose
@@ -21,9 +26,11 @@
 //! `CPT_BENCH_REQUESTS` (per round and configuration, default 200) scale it;
 //! `CPT_BENCH_WORK` (default 1.0) scales the subcomponents' simulated work
 //! (0 measures the bare RPC and tracing costs). `CPT_BENCH_ONLY=N` runs
-//! configuration N alone (0 traced, 1 untraced, 2 no cpt), for `perf` or
-//! `strace -c`; no ratios are printed then.
+//! configuration N alone (0 traced, 1 untraced, 2 no cpt, 3 otel), for
+//! `valgrind --tool=callgrind`, `perf` or `strace -c`; no ratios are
+//! printed then.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -31,11 +38,76 @@ use std::time::{Duration, Instant};
 use cpt_examples::proto::RunRequest;
 use cpt_examples::proto::service_a_client::ServiceAClient;
 use cpt_examples::system::{self, Config, Work};
-use cpt_sdk::layer::{CriticalPathLayer, Handle};
+use cpt_sdk::layer::CriticalPathLayer;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use tonic::transport::Channel;
 use tracing::Dispatch;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::prelude::*;
+
+/// Counts heap allocations (all threads), so each configuration's
+/// allocations per request can be printed next to its CPU.
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: delegates to the system allocator; the counter is a side effect.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// This process's CPU time (user + system, all threads).
+fn cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The OpenTelemetry peer's exporter: counts the spans it is handed and
+/// drops them (what remains is the SDK's own cost: span building, the batch
+/// processor's queue and thread).
+#[derive(Debug, Clone)]
+struct NoopExporter(Arc<AtomicU64>);
+
+impl SpanExporter for NoopExporter {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        self.0.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Waits for a configuration's background work (cpt's path computations,
+/// the batch span processor's export) inside its throughput timing, so it
+/// neither goes uncharged nor spills into the next configuration's round.
+type Flush = Arc<dyn Fn() + Send + Sync>;
 
 struct Setup {
     name: &'static str,
@@ -43,10 +115,11 @@ struct Setup {
     client: ServiceAClient<Channel>,
     latencies: Vec<Duration>,
     throughput: Vec<f64>,
-    /// The cpt layer's handle: its background path computations are
-    /// waited for inside this configuration's throughput timing, so they
-    /// neither go uncharged nor spill into the next configuration's round.
-    layer: Option<Handle>,
+    /// Process CPU time and requests, over both phases of every round.
+    cpu: Duration,
+    allocs: u64,
+    requests: u64,
+    flush: Option<Flush>,
 }
 
 fn env(name: &str, default: usize) -> usize {
@@ -72,7 +145,7 @@ fn work() -> Work {
     }
 }
 
-fn setup(name: &'static str, dispatch: Dispatch, config: Config, layer: Option<Handle>) -> Setup {
+fn setup(name: &'static str, dispatch: Dispatch, config: Config, flush: Option<Flush>) -> Setup {
     let config = Config {
         work: work(),
         ..config
@@ -104,7 +177,10 @@ fn setup(name: &'static str, dispatch: Dispatch, config: Config, layer: Option<H
         client,
         latencies: Vec::new(),
         throughput: Vec::new(),
-        layer,
+        cpu: Duration::ZERO,
+        allocs: 0,
+        requests: 0,
+        flush,
     }
 }
 
@@ -118,6 +194,7 @@ fn request(i: u64) -> RunRequest {
 
 /// `n` sequential requests (latency), then `n` with 4 in flight (throughput).
 fn round(s: &mut Setup, n: usize) {
+    let (cpu0, allocs0) = (cpu_time(), ALLOCS.load(Ordering::Relaxed));
     let mut client = s.client.clone();
     let lat = s.runtime.block_on(async {
         let mut lat = Vec::with_capacity(n);
@@ -130,7 +207,7 @@ fn round(s: &mut Setup, n: usize) {
     });
     s.latencies.extend(lat);
     let client = s.client.clone();
-    let layer = s.layer.clone();
+    let flush = s.flush.clone();
     let rps = s.runtime.block_on(async move {
         let next = Arc::new(AtomicU64::new(0));
         let t = Instant::now();
@@ -147,12 +224,15 @@ fn round(s: &mut Setup, n: usize) {
         for w in workers {
             w.await.expect("worker");
         }
-        if let Some(h) = &layer {
-            h.flush(Duration::from_secs(10));
+        if let Some(flush) = &flush {
+            flush();
         }
         n as f64 / t.elapsed().as_secs_f64()
     });
     s.throughput.push(rps);
+    s.cpu += cpu_time() - cpu0;
+    s.allocs += ALLOCS.load(Ordering::Relaxed) - allocs0;
+    s.requests += 2 * n as u64;
 }
 
 struct Stats {
@@ -160,6 +240,9 @@ struct Stats {
     p50: Duration,
     p99: Duration,
     rps: f64,
+    /// Process CPU time per request, µs.
+    cpu: f64,
+    allocs: f64,
 }
 
 fn stats(s: &Setup) -> Stats {
@@ -173,6 +256,8 @@ fn stats(s: &Setup) -> Stats {
         p50: at(0.5),
         p99: at(0.99),
         rps: t[t.len() / 2],
+        cpu: s.cpu.as_secs_f64() * 1e6 / s.requests as f64,
+        allocs: s.allocs as f64 / s.requests as f64,
     }
 }
 
@@ -195,6 +280,23 @@ fn main() {
             .with(layer),
     );
     let plain = Dispatch::new(tracing_subscriber::registry().with(LevelFilter::INFO));
+    // The peer: tracing-opentelemetry with an SDK tracer whose batch span
+    // processor (its own thread, default settings) exports to a no-op.
+    let exported = Arc::new(AtomicU64::new(0));
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(NoopExporter(exported.clone()))
+        .build();
+    let otel = Dispatch::new(
+        tracing_subscriber::registry()
+            .with(LevelFilter::INFO)
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("fig1"))),
+    );
+    let otel_flush: Flush = {
+        let provider = provider.clone();
+        Arc::new(move || {
+            let _ = provider.force_flush();
+        })
+    };
 
     let mut setups = [
         setup(
@@ -204,7 +306,9 @@ fn main() {
                 sample_rate: 1.0,
                 ..Config::default()
             },
-            Some(handle),
+            Some(Arc::new(move || {
+                handle.flush(Duration::from_secs(10));
+            })),
         ),
         setup(
             "untraced (middleware, sampling off)",
@@ -224,10 +328,20 @@ fn main() {
             },
             None,
         ),
+        setup(
+            "otel (tracing-opentelemetry, no cpt)",
+            otel,
+            Config {
+                middleware: false,
+                otel: true,
+                ..Config::default()
+            },
+            Some(otel_flush),
+        ),
     ];
     // `CPT_BENCH_ONLY=N` runs configuration N alone (0 traced, 1 untraced,
-    // 2 no cpt), to profile or count its work (perf, strace -c); no ratios
-    // are printed then.
+    // 2 no cpt, 3 otel), to profile or count its work (callgrind, perf,
+    // strace -c); no ratios are printed then.
     let only = env("CPT_BENCH_ONLY", usize::MAX).min(setups.len());
     if only < setups.len() {
         setups.swap(0, only);
@@ -249,23 +363,28 @@ fn main() {
         "fig1: {rounds} rounds × {n} requests per configuration (latency: sequential; throughput: 4 in flight, median round)"
     );
     println!(
-        "{:<38} {:>10} {:>10} {:>10} {:>10}",
-        "configuration", "mean", "p50", "p99", "req/s"
+        "{:<38} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}",
+        "configuration", "mean", "p50", "p99", "req/s", "CPU/req", "allocs/req"
     );
     let st: Vec<Stats> = setups[..active].iter().map(stats).collect();
     for (s, x) in setups.iter().zip(&st) {
         println!(
-            "{:<38} {:>10.1?} {:>10.1?} {:>10.1?} {:>10.0}",
-            s.name, x.mean, x.p50, x.p99, x.rps
+            "{:<38} {:>10.1?} {:>10.1?} {:>10.1?} {:>8.0} {:>8.0}µs {:>10.1}",
+            s.name, x.mean, x.p50, x.p99, x.rps, x.cpu, x.allocs
         );
     }
-    println!("records emitted: {}", records.load(Ordering::Relaxed));
+    let _ = provider.force_flush();
+    println!(
+        "records emitted (cpt): {}; spans exported (otel): {}",
+        records.load(Ordering::Relaxed),
+        exported.load(Ordering::Relaxed)
+    );
     if active == 1 {
         return;
     }
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!(
-        "traced / untraced:        mean {:.3}×  p99 {:.3}×  throughput {:.3}×  (target mean ≤ 1.005×, p99 ≤ 1.01×)",
+        "traced / untraced:        mean {:.3}×  p99 {:.3}×  throughput {:.3}×  (target at the default workload: mean, p99 ≤ 1.03×)",
         ratio(st[0].mean, st[1].mean),
         ratio(st[0].p99, st[1].p99),
         st[0].rps / st[1].rps
@@ -276,22 +395,40 @@ fn main() {
         ratio(st[1].p99, st[2].p99),
         st[1].rps / st[2].rps
     );
-    // The same difference in absolute time: the cost is roughly a fixed
+    println!(
+        "otel / no cpt:            mean {:.3}×  p99 {:.3}×  throughput {:.3}×",
+        ratio(st[3].mean, st[2].mean),
+        ratio(st[3].p99, st[2].p99),
+        st[3].rps / st[2].rps
+    );
+    // The same differences in absolute time: the cost is roughly a fixed
     // amount per request, so this is what does not depend on the workload.
-    // CPU per request is the cores' time over the throughput (4 in flight
-    // keep both of this machine's cores busy); a target in time per hop can
-    // be read off these.
+    // CPU per request is the process's CPU time over the requests served
+    // (both phases; background threads included), and, as a check, the
+    // cores' time over the throughput (4 in flight keep both of this
+    // machine's cores busy).
     let micros = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) * 1e6;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let cpu = |rps: f64| cores / rps * 1e6;
+    let extra = |label: &str, t: &Stats, base: &Stats| {
+        println!(
+            "{label} extra per request:  mean {:+.0} µs  p99 {:+.0} µs  CPU {:+.0} µs (throughput: {:+.0} µs)  allocs {:+.1}; per RPC hop ({HOPS}): mean {:+.1} µs  CPU {:+.1} µs",
+            micros(t.mean, base.mean),
+            micros(t.p99, base.p99),
+            t.cpu - base.cpu,
+            cpu(t.rps) - cpu(base.rps),
+            t.allocs - base.allocs,
+            micros(t.mean, base.mean) / HOPS as f64,
+            (t.cpu - base.cpu) / HOPS as f64,
+        );
+    };
+    extra("cpt traced vs untraced", &st[0], &st[1]);
+    extra("cpt traced vs no cpt  ", &st[0], &st[2]);
+    extra("otel vs no cpt        ", &st[3], &st[2]);
     println!(
-        "traced extra per request:  mean {:+.0} µs  p99 {:+.0} µs  CPU ≈ {:+.0} µs ({:.0} vs {:.0} µs on {cores} cores); per RPC hop ({HOPS}): mean {:+.0} µs",
-        micros(st[0].mean, st[1].mean),
-        micros(st[0].p99, st[1].p99),
-        cpu(st[0].rps) - cpu(st[1].rps),
-        cpu(st[0].rps),
-        cpu(st[1].rps),
-        micros(st[0].mean, st[1].mean) / HOPS as f64,
+        "cpt extra CPU / otel extra CPU: {:.2}× (vs untraced), {:.2}× (vs no cpt)  (target ≤ 1.0×)",
+        (st[0].cpu - st[1].cpu) / (st[3].cpu - st[2].cpu),
+        (st[0].cpu - st[2].cpu) / (st[3].cpu - st[2].cpu),
     );
 }
 

@@ -3,6 +3,8 @@
 //! - [`system`]: the three services, each a tonic server with the cpt server
 //!   layer and cpt client layers on its channels, plus one HTTP hop (B → C,
 //!   axum and a hyper-util client) and one server-streaming RPC (`C.Scan`).
+//! - [`otel`]: the same system traced with `tracing-opentelemetry` and W3C
+//!   `traceparent` propagation instead (the `fig1` bench's peer).
 //! - [`proto`]: their messages, servers and clients, generated from
 //!   `proto/cpt/example/example.proto` by `build.rs` (protox, no `protoc`).
 //! - [`demo`]: the Figure 1 demo (the `demo` binary): starts all three on
@@ -10,5 +12,6 @@
 //!   collector, writes the profile.
 
 pub mod demo;
+pub mod otel;
 pub mod proto;
 pub mod system;

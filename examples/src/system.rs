@@ -33,6 +33,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+use crate::otel::{OtelClient, OtelClientLayer, OtelServerLayer};
 use crate::proto::service_a_server::{ServiceA, ServiceAServer};
 use crate::proto::service_b_client::ServiceBClient;
 use crate::proto::service_b_server::{ServiceB, ServiceBServer};
@@ -85,6 +86,11 @@ pub struct Config {
     /// Whether the services have the cpt layers at all (for overhead
     /// benchmarks).
     pub middleware: bool,
+    /// Whether the services are also traced with OpenTelemetry: server and
+    /// client spans with W3C `traceparent` propagation
+    /// ([`otel`](crate::otel)), exported by whatever `tracing-opentelemetry`
+    /// layer the subscriber has (the `fig1` bench's peer configuration).
+    pub otel: bool,
 }
 
 impl Default for Config {
@@ -95,6 +101,7 @@ impl Default for Config {
             force_key: "cpt-demo-force-key".into(),
             sample_rate: 0.1,
             middleware: true,
+            otel: false,
         }
     }
 }
@@ -123,15 +130,54 @@ fn server_layer(config: &Config, service: &'static str, grpc: bool) -> ServerLay
     }
 }
 
-/// A gRPC channel with the cpt client layer.
-type Grpc = Client<Channel>;
-type Http = Client<HttpClient<HttpConnector, Full<Bytes>>>;
+/// A gRPC channel with the cpt client layer (and the OpenTelemetry one,
+/// a pass-through unless [`Config::otel`]).
+type Grpc = Client<OtelClient<Channel>>;
+type Http = Client<OtelClient<HttpClient<HttpConnector, Full<Bytes>>>>;
+
+/// Serve `svc` on `incoming` with the server layers `config` asks for.
+macro_rules! serve_grpc {
+    ($config:expr, $service:expr, $svc:expr, $incoming:expr) => {{
+        let config: &Config = &$config;
+        match (config.middleware, config.otel) {
+            (true, false) => {
+                tonic::transport::Server::builder()
+                    .layer(server_layer(config, $service, true))
+                    .add_service($svc)
+                    .serve_with_incoming($incoming)
+                    .await
+            }
+            (true, true) => {
+                tonic::transport::Server::builder()
+                    .layer(OtelServerLayer::new(true))
+                    .layer(server_layer(config, $service, true))
+                    .add_service($svc)
+                    .serve_with_incoming($incoming)
+                    .await
+            }
+            (false, true) => {
+                tonic::transport::Server::builder()
+                    .layer(OtelServerLayer::new(true))
+                    .add_service($svc)
+                    .serve_with_incoming($incoming)
+                    .await
+            }
+            (false, false) => {
+                tonic::transport::Server::builder()
+                    .add_service($svc)
+                    .serve_with_incoming($incoming)
+                    .await
+            }
+        }
+    }};
+}
 
 fn grpc_channel(config: &Config, callee: &'static str, addr: SocketAddr) -> Grpc {
     let channel = Endpoint::from_shared(format!("http://{addr}"))
         .expect("a socket address is a valid URI")
         .tcp_nodelay(true)
         .connect_lazy();
+    let channel = tower::Layer::layer(&OtelClientLayer::new(config.otel), channel);
     let layer = ClientLayer::grpc(callee).with_caller_secret(&config.secret);
     tower::Layer::layer(&layer, channel)
 }
@@ -176,6 +222,11 @@ pub async fn serve_c(
     } else {
         http_app
     };
+    let http_app = if config.otel {
+        http_app.layer(OtelServerLayer::new(true))
+    } else {
+        http_app
+    };
     let http_server = async move {
         use axum::serve::ListenerExt as _;
         let http = http.tap_io(|tcp| {
@@ -191,18 +242,7 @@ pub async fn serve_c(
     };
     let grpc_server = async move {
         let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
-        if config.middleware {
-            tonic::transport::Server::builder()
-                .layer(server_layer(&config, "C", true))
-                .add_service(svc)
-                .serve_with_incoming(incoming)
-                .await?;
-        } else {
-            tonic::transport::Server::builder()
-                .add_service(svc)
-                .serve_with_incoming(incoming)
-                .await?;
-        }
+        serve_grpc!(config, "C", svc, incoming)?;
         Ok(())
     };
     tokio::try_join!(http_server, grpc_server)?;
@@ -283,24 +323,13 @@ pub async fn serve_b(
         c_grpc: ServiceCClient::new(grpc_channel(&config, "C", c_grpc)),
         c_http: tower::Layer::layer(
             &ClientLayer::http("C").with_caller_secret(&config.secret),
-            http,
+            tower::Layer::layer(&OtelClientLayer::new(config.otel), http),
         ),
         c_http_addr: c_http,
     });
     let svc = ServiceBServer::new(BService(state));
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    if config.middleware {
-        tonic::transport::Server::builder()
-            .layer(server_layer(&config, "B", true))
-            .add_service(svc)
-            .serve_with_incoming(incoming)
-            .await?;
-    } else {
-        tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming(incoming)
-            .await?;
-    }
+    serve_grpc!(config, "B", svc, incoming)?;
     Ok(())
 }
 
@@ -390,18 +419,7 @@ pub async fn serve_a(
     });
     let svc = ServiceAServer::new(AService(state));
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    if config.middleware {
-        tonic::transport::Server::builder()
-            .layer(server_layer(&config, "A", true))
-            .add_service(svc)
-            .serve_with_incoming(incoming)
-            .await?;
-    } else {
-        tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming(incoming)
-            .await?;
-    }
+    serve_grpc!(config, "A", svc, incoming)?;
     Ok(())
 }
 

@@ -54,7 +54,8 @@ pub(crate) struct RootOptions {
     pub(crate) service: Arc<str>,
     pub(crate) endpoint: String,
     pub(crate) trigger: Trigger,
-    pub(crate) request_id: String,
+    /// `None` when no record will carry it (see `Server::call`).
+    pub(crate) request_id: Option<String>,
     pub(crate) trace_id: Option<String>,
     pub(crate) labels: Labels,
     pub(crate) emit_record: bool,
@@ -68,8 +69,10 @@ pub(crate) fn begin_root(opts: RootOptions) -> tracing::Span {
         .with_service(opts.service)
         .with_name(opts.endpoint.as_str())
         .with_endpoint(opts.endpoint)
-        .with_request_id(opts.request_id)
         .with_emit_record(opts.emit_record);
+    if let Some(request_id) = opts.request_id {
+        ro = ro.with_request_id(request_id);
+    }
     if let Some(trace_id) = opts.trace_id {
         ro = ro.with_trace_id(trace_id);
     }
@@ -81,9 +84,12 @@ pub(crate) fn begin_root(opts: RootOptions) -> tracing::Span {
 }
 
 /// Make an RPC node, a child of the current node.
+///
+/// The name is recorded as a `str` (the layer copies it once into its
+/// `Arc<str>`), not as `Display` (which would format it a second time).
 pub(crate) fn begin_rpc(callee: &str, method: &str) -> tracing::Span {
     let name = format!("{callee} {method}");
-    tracing::info_span!(target: "cpt", "cpt.client", cpt.name = %name)
+    tracing::info_span!(target: "cpt", "cpt.client", cpt.name = name.as_str())
 }
 
 /// Attach what the callee returned to the RPC node.

@@ -292,14 +292,15 @@ where
             // clients that accept them.
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
-        let method = match (&config.name, config.protocol) {
-            (Some(f), _) => f(req.method(), req.uri()),
-            (None, Protocol::Grpc) => req.uri().path().to_owned(),
-            (None, Protocol::Http) => {
-                crate::route::http_name(req.method(), req.uri(), req.extensions())
-            }
+        let rpc = match (&config.name, config.protocol) {
+            (Some(f), _) => glue::begin_rpc(&config.callee, &f(req.method(), req.uri())),
+            // The gRPC method path, borrowed: no copy of it before the name.
+            (None, Protocol::Grpc) => glue::begin_rpc(&config.callee, req.uri().path()),
+            (None, Protocol::Http) => glue::begin_rpc(
+                &config.callee,
+                &crate::route::http_name(req.method(), req.uri(), req.extensions()),
+            ),
         };
-        let rpc = glue::begin_rpc(&config.callee, &method);
         let fut = {
             let _entered = rpc.enter();
             self.inner.call(req)

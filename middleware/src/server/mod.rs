@@ -436,12 +436,14 @@ where
             };
             labels.insert(ROOT_LABEL.to_owned(), root.as_str().to_owned());
         }
+        // A hop that returns its path emits no record, so nothing reads its
+        // request id: generate one only for a request that is recorded here.
         let request_id = req
             .headers()
             .get(header::REQUEST_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
-            .unwrap_or_else(glue::new_request_id);
+            .or_else(|| (!decision.return_path).then(glue::new_request_id));
         let trace_id = req
             .headers()
             .get(header::TRACEPARENT)

@@ -27,6 +27,7 @@
 //! Figure 1 path, building the same path from ready frames and stacks
 //! costs two thirds of decoding it).
 
+use std::cell::Cell;
 use std::fmt;
 use std::time::Duration;
 
@@ -171,10 +172,29 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<CriticalPath, Decod
         }
         .into());
     }
-    let msg = PathIn::decode(bytes).map_err(Kind::Protobuf)?;
+    // Every hop decodes its callee's path on the response path: the
+    // message's columns are taken from this thread's last decode and given
+    // back (emptied), instead of allocated and freed each time.
+    let scratch = SCRATCH.try_with(Cell::take).unwrap_or_default();
+    let mut msg = PathIn::decode_into(bytes, scratch).map_err(Kind::Protobuf)?;
     let depths = validate(&msg, limits)?;
-    Ok(build(msg, &depths))
+    let path = build(&msg, &depths);
+    msg.clear();
+    if msg.capacity() <= MAX_KEPT {
+        // Fails only while the thread is exiting: the columns are dropped.
+        let _ = SCRATCH.try_with(|s| s.set(msg));
+    }
+    Ok(path)
 }
+
+thread_local! {
+    /// The columns of this thread's last [`decode`] (empty while one runs).
+    static SCRATCH: Cell<PathIn> = Cell::new(PathIn::default());
+}
+
+/// Columns from a message this long or longer are not kept: one unusual
+/// path must not pin its memory in every thread that decoded one.
+const MAX_KEPT: usize = 4096;
 
 fn too_many(what: &'static str, count: usize, max: usize) -> Result<(), Kind> {
     if count > max {
@@ -311,9 +331,9 @@ fn validate(msg: &PathIn, limits: &DecodeLimits) -> Result<Vec<usize>, Kind> {
 const UNSEEN: u32 = u32::MAX;
 
 /// Build the path from a validated message.
-fn build(msg: PathIn, depths: &[usize]) -> CriticalPath {
+fn build(msg: &PathIn, depths: &[usize]) -> CriticalPath {
     let mut frames = Frames {
-        msg: &msg,
+        msg,
         has_locations: !msg.tree_file.is_empty(),
         path: CriticalPath::new(),
         frame_of: vec![UNSEEN; msg.tree_parent.len()],

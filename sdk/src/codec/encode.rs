@@ -48,6 +48,63 @@ const MAX_ENCODE_ENTRIES: usize = 1 << 24;
 /// # Ok::<(), cpt_sdk::codec::DecodeError>(())
 /// ```
 pub fn encode(path: &CriticalPath, options: &EncodeOptions) -> Vec<u8> {
+    // Every hop encodes a path on its response path: the builder's tables
+    // and columns are taken from this thread's last encode and given back,
+    // instead of allocated and freed each time (ten allocations a path).
+    let scratch = SCRATCH.try_with(|s| s.take()).unwrap_or_default();
+    let (bytes, scratch) = encode_with(path, options, scratch);
+    if scratch.worth_keeping() {
+        // Fails only while the thread is exiting: the buffers are dropped.
+        let _ = SCRATCH.try_with(|s| s.set(scratch));
+    }
+    bytes
+}
+
+thread_local! {
+    /// The buffers of this thread's last [`encode`] (empty while one runs).
+    static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch::default());
+}
+
+/// A [`Builder`]'s buffers that outlive it: everything that does not borrow
+/// the path.
+#[derive(Debug, Default)]
+struct Scratch {
+    frame_strings: Vec<[u32; 3]>,
+    entries: HashMap<(u32, FrameId), u32>,
+    prev: Vec<u32>,
+    /// `PathOut`'s u32 columns, in `PathOut::u32_columns` order.
+    columns: [Vec<u32>; 6],
+    durations: Vec<u64>,
+}
+
+impl Scratch {
+    /// Buffers from a path this large or larger are not kept: one unusual
+    /// path must not pin its memory in every thread that encoded one.
+    const MAX_KEPT: usize = 4096;
+
+    fn worth_keeping(&self) -> bool {
+        self.entries.capacity() <= Self::MAX_KEPT
+            && self.durations.capacity() <= Self::MAX_KEPT
+            && self.frame_strings.capacity() <= Self::MAX_KEPT
+            && self.columns.iter().all(|c| c.capacity() <= Self::MAX_KEPT)
+    }
+}
+
+fn encode_with(
+    path: &CriticalPath,
+    options: &EncodeOptions,
+    scratch: Scratch,
+) -> (Vec<u8>, Scratch) {
+    let mut builder = Builder::new(path, scratch);
+    let bytes = build_and_encode(&mut builder, path, options);
+    (bytes, builder.into_scratch())
+}
+
+fn build_and_encode(
+    builder: &mut Builder<'_>,
+    path: &CriticalPath,
+    options: &EncodeOptions,
+) -> Vec<u8> {
     let limits = &options.decode_limits;
     let max = options.max_bytes.min(limits.max_bytes).max(MIN_MAX_BYTES);
     let total = path
@@ -58,7 +115,6 @@ pub fn encode(path: &CriticalPath, options: &EncodeOptions) -> Vec<u8> {
         // A stack of depth d needs d tree entries of at least 3 bytes each,
         // so deeper cuts cannot fit: start at max / 3.
         let deepest = path.depth().min(max / 3).min(limits.max_depth);
-        let mut builder = Builder::new(path);
         for depth in (0..=deepest).rev() {
             if builder.build(depth, total, max, limits) {
                 let sizes = builder.msg.sizes();
@@ -92,15 +148,44 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    fn new(path: &'a CriticalPath) -> Self {
+    /// A builder for `path`, on the buffers of `scratch` (emptied here).
+    fn new(path: &'a CriticalPath, scratch: Scratch) -> Self {
+        let Scratch {
+            mut frame_strings,
+            mut entries,
+            mut prev,
+            columns,
+            mut durations,
+        } = scratch;
+        frame_strings.clear();
+        entries.clear();
+        prev.clear();
+        durations.clear();
         let frames = path.frames().len();
         let segments = path.segments().len();
         // Frames appear under a parent or two: room for twice as many tree
         // entries as frames saves most regrowing.
         let entries_hint = 2 * frames + 8;
-        let mut entries = HashMap::default();
         entries.reserve(entries_hint);
-        let mut msg = PathOut::default();
+        let [
+            tree_parent,
+            tree_service,
+            tree_name,
+            tree_file,
+            tree_line,
+            segment_entry_kind,
+        ] = columns;
+        let mut msg = PathOut {
+            tree_parent,
+            tree_service,
+            tree_name,
+            tree_file,
+            tree_line,
+            segment_entry_kind,
+            segment_duration_nanos: durations,
+            ..PathOut::default()
+        };
+        msg.clear();
         msg.segment_entry_kind.reserve(segments);
         msg.segment_duration_nanos.reserve(segments);
         for column in [
@@ -112,14 +197,44 @@ impl<'a> Builder<'a> {
         ] {
             column.reserve(entries_hint);
         }
+        frame_strings.reserve(frames);
+        prev.reserve(path.depth());
         Builder {
             path,
             // A service, a name and a file per frame at most.
             strings: StringTable::with_capacity(3 * frames),
-            frame_strings: Vec::with_capacity(frames),
+            frame_strings,
             entries,
-            prev: Vec::with_capacity(path.depth()),
+            prev,
             msg,
+        }
+    }
+
+    /// The buffers, for the next path.
+    fn into_scratch(self) -> Scratch {
+        let PathOut {
+            tree_parent,
+            tree_service,
+            tree_name,
+            tree_file,
+            tree_line,
+            segment_entry_kind,
+            segment_duration_nanos,
+            ..
+        } = self.msg;
+        Scratch {
+            frame_strings: self.frame_strings,
+            entries: self.entries,
+            prev: self.prev,
+            columns: [
+                tree_parent,
+                tree_service,
+                tree_name,
+                tree_file,
+                tree_line,
+                segment_entry_kind,
+            ],
+            durations: segment_duration_nanos,
         }
     }
 

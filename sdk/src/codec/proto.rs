@@ -199,9 +199,11 @@ pub(crate) struct PathIn {
 }
 
 impl PathIn {
-    /// Read a whole message, as `<PathProto as prost::Message>::decode` does.
-    pub(crate) fn decode(mut buf: &[u8]) -> Result<Self, DecodeError> {
-        let mut msg = PathIn::default();
+    /// Read a whole message, as `<PathProto as prost::Message>::decode` does,
+    /// into `msg`'s columns (emptied first), so that a caller can keep them
+    /// from one message to the next.
+    pub(crate) fn decode_into(mut buf: &[u8], mut msg: PathIn) -> Result<Self, DecodeError> {
+        msg.clear();
         let mut text = String::new();
         let ctx = DecodeContext::default();
         while !buf.is_empty() {
@@ -209,6 +211,41 @@ impl PathIn {
             msg.merge_field(tag, wire_type, &mut buf, ctx.clone(), &mut text)?;
         }
         Ok(msg)
+    }
+
+    /// Empty every field, keeping the allocations.
+    pub(crate) fn clear(&mut self) {
+        self.version = 0;
+        self.strings.clear();
+        for column in [
+            &mut self.tree_parent,
+            &mut self.tree_service,
+            &mut self.tree_name,
+            &mut self.tree_file,
+            &mut self.tree_line,
+            &mut self.segment_entry_kind,
+        ] {
+            column.clear();
+        }
+        self.segment_duration_nanos.clear();
+        self.accounting = None;
+    }
+
+    /// The largest capacity of its columns.
+    pub(crate) fn capacity(&self) -> usize {
+        [
+            self.strings.capacity(),
+            self.tree_parent.capacity(),
+            self.tree_service.capacity(),
+            self.tree_name.capacity(),
+            self.tree_file.capacity(),
+            self.tree_line.capacity(),
+            self.segment_entry_kind.capacity(),
+            self.segment_duration_nanos.capacity(),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
     }
 
     fn merge_field(

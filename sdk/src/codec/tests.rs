@@ -715,3 +715,44 @@ proptest! {
 }
 
 mod golden;
+
+/// `encode` reuses its buffers from one path to the next on a thread: what
+/// one path left in them (a larger, coarsened path's tree entries, columns
+/// and frame strings) must not show in the next path's bytes.
+#[test]
+fn encoding_after_other_paths_leaves_no_trace_of_them() {
+    let small = fig2a_merged();
+    let first = encode(&small, &EncodeOptions::default());
+    let big = big_path(400);
+    let coarse = encode(&big, &EncodeOptions::new().with_max_bytes(600));
+    assert!(coarse.len() <= 600);
+    let full = encode(&big, &unlimited_options());
+    assert_eq!(decode(&full, &unlimited()).unwrap(), compacted(&big));
+    assert_eq!(encode(&small, &EncodeOptions::default()), first);
+    assert_eq!(
+        decode(&first, &DecodeLimits::default()).unwrap(),
+        compacted(&small)
+    );
+    // A path encoded on a fresh thread (fresh buffers) has the same bytes.
+    let fresh = std::thread::spawn(move || encode(&small, &EncodeOptions::default()))
+        .join()
+        .unwrap();
+    assert_eq!(fresh, first);
+}
+
+/// `decode` reuses its message's columns from one path to the next on a
+/// thread: a larger path before, or a rejected message, must leave nothing
+/// in the next path.
+#[test]
+fn decoding_after_other_paths_leaves_no_trace_of_them() {
+    let small = fig2a_merged();
+    let bytes = encode(&small, &EncodeOptions::default());
+    let first = decode(&bytes, &DecodeLimits::default()).unwrap();
+    let big = big_path(400);
+    let big_bytes = encode(&big, &unlimited_options());
+    assert_eq!(decode(&big_bytes, &unlimited()).unwrap(), compacted(&big));
+    // Over a count limit: rejected after the columns were read.
+    assert!(decode(&big_bytes, &unlimited().with_max_segments(3)).is_err());
+    assert_eq!(decode(&bytes, &DecodeLimits::default()).unwrap(), first);
+    assert_eq!(first, compacted(&small));
+}
