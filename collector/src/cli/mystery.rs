@@ -347,8 +347,8 @@ pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
         "{:>10} {:>10}  {:<22} example (trace, span: join ← model's step | CRISP's step)",
         "model only", "CRISP only", "cause"
     );
-    for (cause, m, c, ex) in &tally.by_cause {
-        let example = ex.as_ref().map_or(String::new(), |e| {
+    for row in &tally.rows {
+        let example = row.example.as_ref().map_or(String::new(), |e| {
             format!(
                 "{} {} {}: {} ← {} | {}",
                 e.trace_id,
@@ -359,7 +359,16 @@ pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
                 e.crisp_step.as_deref().map_or("—".to_owned(), short),
             )
         });
-        let _ = writeln!(out, "{m:>10} {c:>10}  {:<22} {example}", cause.as_str());
+        let _ = writeln!(
+            out,
+            "{:>10} {:>10}  {:<22} {example}",
+            row.model_only,
+            row.crisp_only,
+            row.cause.as_str()
+        );
+        if let Some((cp, n)) = &row.top_call_path {
+            let _ = writeln!(out, "{:>46}most: {} ({n})", "", short(cp));
+        }
     }
     let segment = match &args.validate {
         Some(s) => Some(s.clone()),

@@ -286,13 +286,28 @@ pub struct Example {
     pub crisp_step: Option<String>,
 }
 
-/// Per cause: spans critical only through the model, only in CRISP's
-/// walk, and an example.
+/// The disagreements of one cause over many requests.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// The cause.
+    pub cause: Cause,
+    /// Spans critical only through the model.
+    pub model_only: usize,
+    /// Spans critical only in CRISP's walk.
+    pub crisp_only: usize,
+    /// The first met.
+    pub example: Option<Example>,
+    /// The call path with the most disagreements of this cause, and how
+    /// many.
+    pub top_call_path: Option<(Arc<str>, usize)>,
+}
+
+/// Per cause, in the order of [`Cause::ALL`], and the spans both walks
+/// agree on.
 #[derive(Clone, Debug, Default)]
 pub struct Tally {
-    /// By cause, in the order of [`Cause::ALL`]: `(model only, CRISP only,
-    /// example)`.
-    pub by_cause: Vec<(Cause, usize, usize, Option<Example>)>,
+    /// By cause.
+    pub rows: Vec<Row>,
     /// Spans both walks agree on.
     pub agree: usize,
 }
@@ -302,21 +317,35 @@ pub fn tally<'a>(
     models: impl Fn(&Arc<str>) -> &'a Model,
     results: &[(&Request, &RequestSlack)],
 ) -> Tally {
+    let mut per_path: Vec<rustc_hash::FxHashMap<Arc<str>, usize>> =
+        vec![Default::default(); Cause::ALL.len()];
     let mut t = Tally {
-        by_cause: Cause::ALL.iter().map(|&c| (c, 0, 0, None)).collect(),
+        rows: Cause::ALL
+            .iter()
+            .map(|&cause| Row {
+                cause,
+                model_only: 0,
+                crisp_only: 0,
+                example: None,
+                top_call_path: None,
+            })
+            .collect(),
         agree: 0,
     };
     for (req, rs) in results {
         let d = disagreements(models(&req.endpoint), req, rs);
         t.agree += req.spans.len() - d.len();
         for x in d {
-            let row = &mut t.by_cause[Cause::ALL.iter().position(|&c| c == x.cause).unwrap_or(0)];
+            let c = Cause::ALL.iter().position(|&c| c == x.cause).unwrap_or(0);
+            let row = &mut t.rows[c];
             if x.model_only {
-                row.1 += 1;
+                row.model_only += 1;
             } else {
-                row.2 += 1;
+                row.crisp_only += 1;
             }
-            if row.3.is_none() {
+            let sp = &req.spans[x.span as usize];
+            *per_path[c].entry(sp.call_path.clone()).or_default() += 1;
+            if row.example.is_none() {
                 let name = |e: Ev| {
                     format!(
                         "{}.{}",
@@ -324,8 +353,7 @@ pub fn tally<'a>(
                         if e.1 { "end" } else { "start" }
                     )
                 };
-                let sp = &req.spans[x.span as usize];
-                row.3 = Some(Example {
+                row.example = Some(Example {
                     trace_id: req.trace_id.clone(),
                     span_id: sp.span_id.clone(),
                     segment: sp.segment(),
@@ -336,6 +364,11 @@ pub fn tally<'a>(
                 });
             }
         }
+    }
+    for (row, paths) in t.rows.iter_mut().zip(per_path) {
+        row.top_call_path = paths
+            .into_iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)));
     }
     t
 }
