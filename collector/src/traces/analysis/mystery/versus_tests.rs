@@ -259,3 +259,81 @@ fn skew_clipped_children_cut_to_their_parents_end_tie_there() {
         "{d:?}"
     );
 }
+
+#[test]
+fn requests_of_many_traces_share_one_copy_of_each_call_path() {
+    let t = |id: &str| {
+        build(
+            id,
+            vec![raw("R", None, 0, 60), raw("A", Some("R"), 10, 50)],
+            BuildOptions::default(),
+        )
+        .expect("a valid trace")
+    };
+    let mut paths = super::CallPaths::default();
+    let (sel, rep) = (RootSelector::AllRoots, RepairOptions::default());
+    let a = super::requests_with(&t("1"), &sel, &rep, &mut paths);
+    let b = super::requests_with(&t("2"), &sel, &rep, &mut paths);
+    assert_eq!(&*a[0].spans[1].call_path, "svc:R;svc:A");
+    assert!(Arc::ptr_eq(
+        &a[0].spans[1].call_path,
+        &b[0].spans[1].call_path
+    ));
+    assert!(Arc::ptr_eq(&a[0].endpoint, &b[0].endpoint));
+}
+
+#[test]
+fn streamed_relations_are_the_listed_relations() {
+    // Happens-before, a mutual exclusion (A, B in either order) and a
+    // pipeline (P#i before C#i).
+    let r1 = tree(
+        "1",
+        &[
+            (None, "R", 0, 100),
+            (Some(0), "A", 5, 20),
+            (Some(0), "B", 30, 40),
+            (Some(0), "P", 41, 45),
+            (Some(0), "P", 50, 55),
+            (Some(0), "C", 46, 49),
+            (Some(0), "C", 56, 60),
+        ],
+    );
+    let r2 = tree(
+        "2",
+        &[
+            (None, "R", 0, 100),
+            (Some(0), "B", 5, 20),
+            (Some(0), "A", 30, 40),
+            (Some(0), "P", 41, 45),
+            (Some(0), "P", 50, 55),
+            (Some(0), "C", 46, 49),
+            (Some(0), "C", 56, 60),
+        ],
+    );
+    let m = learn(&[r1, r2]);
+    let mut streamed = Vec::new();
+    m.for_each_relation(|k, a, b| -> Result<(), ()> {
+        streamed.push(super::Relation {
+            kind: k,
+            a: a.to_owned(),
+            b: b.to_owned(),
+        });
+        Ok(())
+    })
+    .unwrap();
+    let listed = m.relations();
+    assert_eq!(streamed, listed);
+    let counts = m.relation_counts();
+    for (i, kind) in [
+        super::Kind::HappensBefore,
+        super::Kind::MutualExclusion,
+        super::Kind::Pipeline,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let n = listed.iter().filter(|r| r.kind == kind).count();
+        assert!(n > 0, "{kind:?} present");
+        assert_eq!(counts[i], n);
+    }
+}
