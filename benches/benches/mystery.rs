@@ -18,9 +18,17 @@ use criterion::{Criterion, criterion_group, criterion_main};
 
 fn requests(files: &[PathBuf]) -> Vec<Request> {
     let set = read_traces(files, Format::Jaeger, BuildOptions::default());
+    let mut paths = mystery::CallPaths::default();
     set.traces
         .iter()
-        .flat_map(|t| mystery::requests(t, &RootSelector::AllRoots, &RepairOptions::default()))
+        .flat_map(|t| {
+            mystery::requests_with(
+                t,
+                &RootSelector::AllRoots,
+                &RepairOptions::default(),
+                &mut paths,
+            )
+        })
         .collect()
 }
 

@@ -56,10 +56,11 @@ impl MysteryInput {
         let repair = RepairOptions {
             shift_rpc: !self.no_shift,
         };
+        let mut paths = mystery::CallPaths::default();
         let reqs: Vec<Request> = set
             .traces
             .iter()
-            .flat_map(|t| mystery::requests(t, &sel, &repair))
+            .flat_map(|t| mystery::requests_with(t, &sel, &repair, &mut paths))
             .collect();
         if reqs.is_empty() {
             bail!(
@@ -119,14 +120,6 @@ pub struct ModelArgs {
     dot: Option<PathBuf>,
 }
 
-fn kinds(rel: &[mystery::Relation]) -> [usize; 3] {
-    let mut c = [0; 3];
-    for r in rel {
-        c[r.kind as usize] += 1;
-    }
-    c
-}
-
 /// Run `cpt traces model`.
 ///
 /// # Errors
@@ -135,12 +128,11 @@ fn kinds(rel: &[mystery::Relation]) -> [usize; 3] {
 pub fn model(args: ModelArgs) -> anyhow::Result<()> {
     let reqs = args.input.requests()?;
     let ms = learn(&reqs);
+    drop(reqs);
     let mut out = String::new();
-    let mut relations = Vec::new();
     let mut endpoints = Vec::new();
     for (ep, m) in &ms.by_endpoint {
-        let rel = m.relations();
-        let [hb, me, pl] = kinds(&rel);
+        let [hb, me, pl] = m.relation_counts();
         let _ = writeln!(
             out,
             "{ep}: {}, {} ({} events); {} hypotheses left: {hb} happens-before, {me} mutual exclusion, {pl} pipeline; last changed at request {} of {}",
@@ -173,9 +165,6 @@ pub fn model(args: ModelArgs) -> anyhow::Result<()> {
                 "trace_id": &*n.trace_id, "after": n.after, "new_segments": n.new_segments
             })).collect::<Vec<_>>(),
         }));
-        for r in rel {
-            relations.push(json!({"kind": r.kind.as_str(), "a": r.a, "b": r.b, "endpoint": &**ep}));
-        }
     }
     let _ = write!(out, "convergence (requests → hypotheses left):");
     for (n, h) in &ms.convergence {
@@ -184,19 +173,49 @@ pub fn model(args: ModelArgs) -> anyhow::Result<()> {
     out.push('\n');
     print!("{out}");
     if let Some(p) = &args.json {
-        let doc = json!({
-            "traces_used": ms.requests,
-            "relations": relations,
-            "convergence": ms.convergence,
-            "endpoints": endpoints,
-        });
-        write(p, &(serde_json::to_string_pretty(&doc)? + "\n"))?;
+        write_model_json(p, &ms, &endpoints).with_context(|| format!("writing {}", p.display()))?;
     }
     if let Some(p) = &args.dot {
         let text: String = ms.by_endpoint.values().map(Model::to_dot).collect();
         write(p, &text)?;
     }
     Ok(())
+}
+
+/// `model.json`, written a relation at a time: the relations of a model of
+/// deep call paths take hundreds of megabytes as JSON values (their names
+/// are the call paths), a few kilobytes as the model's bitsets.
+fn write_model_json(
+    path: &std::path::Path,
+    ms: &Models,
+    endpoints: &[serde_json::Value],
+) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(
+        w,
+        "{{\n  \"traces_used\": {},\n  \"relations\": [",
+        ms.requests
+    )?;
+    let mut first = true;
+    for (ep, m) in &ms.by_endpoint {
+        m.for_each_relation(|kind, a, b| -> std::io::Result<()> {
+            w.write_all(if first { b"    " } else { b",\n    " })?;
+            first = false;
+            serde_json::to_writer(
+                &mut w,
+                &json!({"kind": kind.as_str(), "a": a, "b": b, "endpoint": &**ep}),
+            )?;
+            Ok(())
+        })?;
+    }
+    writeln!(
+        w,
+        "\n  ],\n  \"convergence\": {},\n  \"endpoints\": {}\n}}",
+        serde_json::to_string(&ms.convergence)?,
+        serde_json::to_string_pretty(endpoints)?
+    )?;
+    w.flush()
 }
 
 /// Learn the model, then per request the critical path through it and the
@@ -317,11 +336,40 @@ pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
     let all = (both + model_only + crisp_only + neither).max(1);
     let _ = writeln!(
         out,
-        "\ncritical path through the model vs CRISP's last-finishing-child walk: {:.1}% of spans agree; {} critical only through the model, {} only in CRISP's walk (the model follows the dependencies learned over all requests, CRISP the nesting and end times of each one)",
+        "\ncritical path through the model vs CRISP's last-finishing-child walk: {:.1}% of spans agree; {} critical only through the model, {} only in CRISP's walk. Why, by where the two paths join again:",
         100.0 * (both + neither) as f64 / all as f64,
         plural(model_only as u64, "span"),
         plural(crisp_only as u64, "span"),
     );
+    let tally = mystery::versus::tally(|ep| &ms.by_endpoint[ep], &pairs);
+    let _ = writeln!(
+        out,
+        "{:>10} {:>10}  {:<22} example (trace, span: join ← model's step | CRISP's step)",
+        "model only", "CRISP only", "cause"
+    );
+    for row in &tally.rows {
+        let example = row.example.as_ref().map_or(String::new(), |e| {
+            format!(
+                "{} {} {}: {} ← {} | {}",
+                e.trace_id,
+                e.span_id,
+                short(&e.segment),
+                short(&e.join),
+                e.model_step.as_deref().map_or("—".to_owned(), short),
+                e.crisp_step.as_deref().map_or("—".to_owned(), short),
+            )
+        });
+        let _ = writeln!(
+            out,
+            "{:>10} {:>10}  {:<22} {example}",
+            row.model_only,
+            row.crisp_only,
+            row.cause.as_str()
+        );
+        if let Some((cp, n)) = &row.top_call_path {
+            let _ = writeln!(out, "{:>46}most: {} ({n})", "", short(cp));
+        }
+    }
     let segment = match &args.validate {
         Some(s) => Some(s.clone()),
         None => default_segment(&pairs),

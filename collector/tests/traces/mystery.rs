@@ -86,6 +86,39 @@ fn check_set(format: &str, rel: &str) {
     ]);
     assert!(ok, "slack on {rel}: {err}");
     assert!(out.contains("call path"), "{out}");
+    // Every span the two critical paths disagree on has one cause.
+    let count = |after: &str| -> u64 {
+        let tail = &out[out.find(after).unwrap() + after.len()..];
+        tail.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let (model_only, crisp_only) = (
+        count("% of spans agree; "),
+        count("critical only through the model, "),
+    );
+    let causes = [
+        "skew_clipped",
+        "rare_segment",
+        "exclusion_or_pipeline",
+        "tie",
+        "refuted_nesting",
+        "other_subtree",
+        "later_in_family",
+    ];
+    let (mut m_sum, mut c_sum) = (0, 0);
+    for cause in causes {
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(cause))
+            .unwrap_or_else(|| panic!("no row for {cause} in {out}"));
+        let n: Vec<u64> = line
+            .split_whitespace()
+            .take(2)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        m_sum += n[0];
+        c_sum += n[1];
+    }
+    assert_eq!((m_sum, c_sum), (model_only, crisp_only), "{rel}: {out}");
     // Figure 8 always; Figure 10 when some segment has slack to validate on.
     let cdf = std::fs::read_to_string(svg.join("slack-cdf.svg")).unwrap();
     assert!(cdf.starts_with("<svg") && cdf.contains("Slack CDF"));

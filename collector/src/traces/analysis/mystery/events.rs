@@ -13,9 +13,10 @@
 //! goes on across parents, in the parents' own order, so that the name stays
 //! unique: the children of `a#0` come first, then those of `a#1`.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::traces::model::Trace;
 use crate::traces::skew::{self, RepairOptions};
@@ -36,6 +37,9 @@ pub struct ReqSpan {
     pub start: i64,
     /// Repaired end, ns.
     pub end: i64,
+    /// The clock-skew repair cut this span to fit inside its parent (beyond
+    /// shifting its clock domain).
+    pub clipped: bool,
 }
 
 impl ReqSpan {
@@ -96,6 +100,7 @@ impl Request {
                 k: 0,
                 start,
                 end: end.max(start),
+                clipped: false,
             });
         }
         number(&mut out);
@@ -148,16 +153,46 @@ fn number(spans: &mut [ReqSpan]) {
     }
 }
 
+/// Call paths shared by every request cut with it: a deep call path is
+/// hundreds of bytes, and every span of every request has one, so each
+/// distinct path is stored once.
+#[derive(Debug, Default)]
+pub struct CallPaths(FxHashSet<Arc<str>>);
+
+impl CallPaths {
+    /// The shared copy of `path`.
+    pub fn intern(&mut self, path: &str) -> Arc<str> {
+        if let Some(p) = self.0.get(path) {
+            return p.clone();
+        }
+        let p: Arc<str> = Arc::from(path);
+        self.0.insert(p.clone());
+        p
+    }
+}
+
 /// The requests of one trace: one per root `sel` selects, with times
 /// repaired as `cpt traces convert` repairs them. Spans the repair drops
 /// (wholly outside their parent) are left out with their subtrees.
 pub fn requests(trace: &Trace, sel: &RootSelector, repair: &RepairOptions) -> Vec<Request> {
+    requests_with(trace, sel, repair, &mut CallPaths::default())
+}
+
+/// [`requests`], with the call paths shared through `paths` (use one for
+/// many traces).
+pub fn requests_with(
+    trace: &Trace,
+    sel: &RootSelector,
+    repair: &RepairOptions,
+    paths: &mut CallPaths,
+) -> Vec<Request> {
     let roots = select_roots(trace, sel);
     if roots.is_empty() {
         return Vec::new();
     }
     let rep = skew::repair(trace, repair, &roots);
     let mut out = Vec::with_capacity(roots.len());
+    let mut buf = String::new();
     for &r in &roots {
         let mut spans: Vec<ReqSpan> = Vec::new();
         // (trace index, request index of the parent)
@@ -167,19 +202,28 @@ pub fn requests(trace: &Trace, sel: &RootSelector, repair: &RepairOptions) -> Ve
             if !rep.kept[i as usize] {
                 continue;
             }
-            let frame = format!("{}:{}", s.service, s.operation);
-            let call_path: Arc<str> = match parent {
-                Some(p) => Arc::from(format!("{};{frame}", spans[p as usize].call_path)),
-                None => Arc::from(frame),
-            };
+            buf.clear();
+            if let Some(p) = parent {
+                buf.push_str(&spans[p as usize].call_path);
+                buf.push(';');
+            }
+            let _ = write!(buf, "{}:{}", s.service, s.operation);
+            let call_path = paths.intern(&buf);
             let me = spans.len() as u32;
+            let (start, end) = (rep.start[i as usize], rep.end[i as usize]);
+            let shift = rep.shift[i as usize];
             spans.push(ReqSpan {
                 span_id: s.span_id.clone(),
                 parent,
                 call_path,
                 k: 0,
-                start: rep.start[i as usize],
-                end: rep.end[i as usize].max(rep.start[i as usize]),
+                start,
+                end: end.max(start),
+                clipped: (start, end)
+                    != (
+                        s.start_ns.saturating_add(shift),
+                        s.end_ns().saturating_add(shift),
+                    ),
             });
             for &c in trace.children(i).iter().rev() {
                 stack.push((c, Some(me)));

@@ -15,6 +15,8 @@
 //!   the model with the request's timings and the slack of every span (MM
 //!   §4.4.1–4.4.2, Figure 2); per call path slack percentiles; the
 //!   correlation-vs-slack validation (MM Figures 9–10).
+//! - [`versus`]: where the model's critical path and CRISP's
+//!   last-finishing-child walk disagree, and why.
 //! - [`anomaly`]: CRISP-style anomaly scores (PCA reconstruction error of
 //!   the critical-path vector) and precision/recall at the top k.
 //! - [`outliers`](mod@outliers): the top-latency split and the differential ranking of
@@ -28,11 +30,14 @@ pub mod events;
 pub mod model;
 pub mod outliers;
 pub mod slack;
+pub mod versus;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod versus_tests;
 
-pub use events::{ReqSpan, Request, requests};
+pub use events::{CallPaths, ReqSpan, Request, requests, requests_with};
 pub use model::{Kind, Model, Models, Relation};
 pub use outliers::{Differential, Outliers, outliers};
 pub use slack::{

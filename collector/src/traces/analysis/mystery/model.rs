@@ -111,6 +111,8 @@ pub struct Segment {
     pub call_path: Arc<str>,
     /// `K`.
     pub k: u32,
+    /// Requests it was seen in.
+    pub requests: usize,
 }
 
 /// A request the model had not seen the shape of.
@@ -258,6 +260,7 @@ impl Model {
                         name: s.segment(),
                         call_path: s.call_path.clone(),
                         k: s.k,
+                        requests: 0,
                     });
                     for _ in 0..2 {
                         self.seen.push(Bits::default());
@@ -269,6 +272,7 @@ impl Model {
                     id
                 }
             };
+            self.segments[id as usize].requests += 1;
             ids.push(id);
         }
         if !new_segments.is_empty() && self.requests > 1 {
@@ -421,6 +425,56 @@ impl Model {
             }
         }
         out
+    }
+
+    /// How many relations of each kind [`Model::relations`] lists
+    /// (happens-before, mutual exclusion, pipeline), without naming them.
+    pub fn relation_counts(&self) -> [usize; 3] {
+        [
+            self.hb_edges().len(),
+            self.exclusions().len(),
+            self.pipelines.values().filter(|a| **a).count(),
+        ]
+    }
+
+    /// Visit the relations of [`Model::relations`] one at a time, in the
+    /// same order, with their names rendered into reused buffers: a model
+    /// of deep call paths has hundreds of thousands of relations whose
+    /// names are kilobytes each, too many to hold as strings at once.
+    ///
+    /// # Errors
+    ///
+    /// The first error `f` returns.
+    pub fn for_each_relation<E>(
+        &self,
+        mut f: impl FnMut(Kind, &str, &str) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let (mut a, mut b) = (String::new(), String::new());
+        for (x, y) in self.hb_edges() {
+            a.clear();
+            b.clear();
+            self.write_event_name(&mut a, x);
+            self.write_event_name(&mut b, y);
+            f(Kind::HappensBefore, &a, &b)?;
+        }
+        for (x, y) in self.exclusions() {
+            f(
+                Kind::MutualExclusion,
+                &self.segments[x as usize].name,
+                &self.segments[y as usize].name,
+            )?;
+        }
+        for ((x, y), alive) in &self.pipelines {
+            if *alive {
+                f(Kind::Pipeline, x, y)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_event_name(&self, out: &mut String, e: usize) {
+        out.push_str(&self.segments[e / 2].name);
+        out.push_str(if e % 2 == 0 { ".start" } else { ".end" });
     }
 
     /// The model's relations (see the module docs for what is left out).

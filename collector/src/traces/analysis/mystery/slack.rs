@@ -52,6 +52,9 @@ pub struct RequestSlack {
     /// critical events, a span's end counting for the span, a start for the
     /// caller. Sums to the latency.
     pub critical_ns: Vec<i64>,
+    /// The critical path's events `(span, is end)`, from the root's end
+    /// back to the first.
+    pub path: Vec<(u32, bool)>,
 }
 
 /// Critical path and slack of `req` under `model` (which must have
@@ -201,9 +204,11 @@ pub fn analyse(model: &Model, req: &Request) -> RequestSlack {
     // Critical path: back from the sink through binding predecessors.
     let mut on_path = vec![false; m];
     let mut critical_ns = vec![0i64; n];
+    let mut path = Vec::new();
     let mut cur = Some(sink);
     while let Some(y) = cur {
         on_path[y] = true;
+        path.push((evs[y].0 as u32, evs[y].1));
         let (span, is_end) = evs[y];
         let owner = if is_end {
             span
@@ -226,6 +231,7 @@ pub fn analyse(model: &Model, req: &Request) -> RequestSlack {
         latency_ns: req.latency(),
         spans,
         critical_ns,
+        path,
     }
 }
 
