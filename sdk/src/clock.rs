@@ -34,8 +34,9 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 /// selects only after checking that the counter runs at a constant rate and
 /// is synchronised across CPUs: readings on different threads then order
 /// like `Instant`'s. Everywhere else (other clocksources, as in many VMs;
-/// other systems) the clock is `Instant`. A reading before the origin (a
-/// counter a few cycles behind on another CPU) is zero, never negative.
+/// other systems) the clock is `Instant`, and so it is with `CPT_CLOCK=std`.
+/// A reading before the origin (a counter a few cycles behind on another
+/// CPU) is zero, never negative.
 #[derive(Clone, Copy, Debug)]
 pub struct SystemClock {
     origin: Instant,
@@ -77,8 +78,17 @@ fn tsc() -> Option<&'static quanta::Clock> {
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn kernel_uses_tsc() -> bool {
-    if std::env::var_os("CPT_CLOCK").is_some_and(|v| v == "std") {
-        return false;
+    match std::env::var("CPT_CLOCK").as_deref() {
+        Ok("std") => return false,
+        Ok("auto") | Err(std::env::VarError::NotPresent) => {}
+        Ok(other) => eprintln!(
+            "cpt: CPT_CLOCK={other:?} is not understood: expected `std` (always read \
+             Instant) or `auto` (the time-stamp counter where the kernel keeps time with it); \
+             using auto"
+        ),
+        Err(std::env::VarError::NotUnicode(v)) => eprintln!(
+            "cpt: CPT_CLOCK={v:?} is not understood: expected `std` or `auto`; using auto"
+        ),
     }
     std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
         .is_ok_and(|s| s.trim() == "tsc")
