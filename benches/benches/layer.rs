@@ -24,7 +24,12 @@
 //! request of C, `fig1_c5` a 5-node one, `fig1_b` B's request splicing both
 //! C paths under its two RPC nodes, `fig1_a` A's splicing B's and C's.
 //!
-//! Targets: (2) ≤ 1.05 × (1), (3) ≤ 0.25 × (4).
+//! `clock/*`: one reading of `SystemClock`, by the time-stamp counter and by
+//! `Instant`.
+//!
+//! Targets (issue 14): (3) ≤ 0.40 × (4), and (3) − (2) ≤ 0.35 × ((4) − (2)).
+//! `CPT_LAYER_COUNT=<case>:<spans>` runs one `span/*` case for a fixed
+//! number of spans without criterion, for instruction counts (see `count`).
 //!
 //! ```text
 //! cargo bench -p cpt-benches --bench layer -- --warm-up-time 1 --measurement-time 3
