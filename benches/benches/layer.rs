@@ -24,7 +24,12 @@
 //! request of C, `fig1_c5` a 5-node one, `fig1_b` B's request splicing both
 //! C paths under its two RPC nodes, `fig1_a` A's splicing B's and C's.
 //!
-//! Targets: (2) ≤ 1.05 × (1), (3) ≤ 0.25 × (4).
+//! `clock/*`: one reading of `SystemClock`, by the time-stamp counter and by
+//! `Instant`.
+//!
+//! Targets (issue 14): (3) ≤ 0.40 × (4), and (3) − (2) ≤ 0.35 × ((4) − (2)).
+//! `CPT_LAYER_COUNT=<case>:<spans>` runs one `span/*` case for a fixed
+//! number of spans without criterion, for instruction counts (see `count`).
 //!
 //! ```text
 //! cargo bench -p cpt-benches --bench layer -- --warm-up-time 1 --measurement-time 3
@@ -39,7 +44,7 @@ use cpt_sdk::path::compute::compute;
 use cpt_sdk::path::graph::{Busy, CalleeOutcome, Graph, Node, NodeId};
 use cpt_sdk::path::{CriticalPath, Frame as PathFrame};
 use cpt_sdk::request::{self, RequestOptions};
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, criterion_group};
 use opentelemetry::trace::TracerProvider as _;
 use tracing::Dispatch;
 use tracing::span::{Attributes, Id};
@@ -540,5 +545,100 @@ fn paths(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, spans, paths);
-criterion_main!(benches);
+/// `clock/*`: one reading of the default clock, by the time-stamp counter
+/// (where the kernel keeps time with it) and by `Instant`: the layer reads
+/// it three times per traced span.
+fn clocks(c: &mut Criterion) {
+    use cpt_sdk::clock::{Clock as _, SystemClock};
+    let tsc = SystemClock::new();
+    if tsc.uses_tsc() {
+        c.bench_function("clock/system_tsc", |b| b.iter(|| black_box(&tsc).now()));
+    }
+    let std = SystemClock::std();
+    c.bench_function("clock/system_instant", |b| b.iter(|| black_box(&std).now()));
+}
+
+criterion_group!(benches, spans, clocks, paths);
+
+/// `CPT_LAYER_COUNT=<case>:<spans>`: run one `span/*` case for a fixed
+/// number of spans, without criterion, and exit — for instruction counts,
+/// which unlike times repeat on a shared machine:
+///
+/// ```text
+/// perf stat -e instructions:u target/release/deps/layer-* --bench   # with CPT_LAYER_COUNT set
+/// ```
+///
+/// (the count at `<spans>` minus the count at 0, divided by `<spans>`, is the
+/// case's instructions per span).
+fn count(spec: &str) {
+    let (case, n) = spec
+        .split_once(':')
+        .and_then(|(c, n)| Some((c, n.parse::<u64>().ok()?)))
+        .unwrap_or_else(|| {
+            panic!(
+                "CPT_LAYER_COUNT must be <case>:<spans>, e.g. 3_cpt_traced:1000000; got {spec:?}"
+            )
+        });
+    let plain = |dispatch: Dispatch| {
+        tracing::dispatcher::with_default(&dispatch, || {
+            let parent = tracing::info_span!("parent");
+            let _p = parent.enter();
+            for _ in 0..n {
+                one_span();
+            }
+        });
+    };
+    let traced = |end: fn(&tracing::Span)| {
+        let (layer, _h) = CriticalPathLayer::builder().with_service("bench").build();
+        let traced = Dispatch::new(tracing_subscriber::registry().with(layer));
+        tracing::dispatcher::with_default(&traced, || {
+            let mut done = 0;
+            while done < n {
+                let root = tracing::info_span!("root");
+                request::begin(&root, RequestOptions::new(Some(Trigger::Sampled)));
+                root.in_scope(|| {
+                    let k = SPANS_PER_REQUEST.min(n - done);
+                    for _ in 0..k {
+                        one_span();
+                    }
+                    done += k;
+                });
+                end(&root);
+            }
+        });
+    };
+    match case {
+        "1_registry" => plain(Dispatch::new(tracing_subscriber::registry())),
+        "1b_registry_timing_floor" => plain(Dispatch::new(
+            tracing_subscriber::registry().with(TimingFloor),
+        )),
+        "2_cpt_untraced" => {
+            let (layer, _h) = CriticalPathLayer::builder().with_service("bench").build();
+            plain(Dispatch::new(tracing_subscriber::registry().with(layer)));
+        }
+        "3_cpt_traced" => traced(|root| {
+            black_box(request::finish(root));
+        }),
+        "3b_cpt_traced_recording_only" => traced(|root| {
+            black_box(request::finish_detached(root));
+        }),
+        "4_otel" => {
+            let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+            let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"));
+            plain(Dispatch::new(tracing_subscriber::registry().with(otel)));
+        }
+        other => panic!(
+            "CPT_LAYER_COUNT: unknown case {other:?}; one of 1_registry, 1b_registry_timing_floor, \
+             2_cpt_untraced, 3_cpt_traced, 3b_cpt_traced_recording_only, 4_otel"
+        ),
+    }
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var("CPT_LAYER_COUNT") {
+        count(&spec);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

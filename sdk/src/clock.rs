@@ -1,6 +1,8 @@
 //! The [`Clock`] seam: every timestamp the layer records comes from one.
 //!
-//! [`SystemClock`] (the default) reads [`std::time::Instant`].
+//! [`SystemClock`] (the default) reads the CPU's time-stamp counter through
+//! `quanta` where the kernel itself keeps time with it (so it is invariant
+//! and synchronised across CPUs), and [`std::time::Instant`] elsewhere.
 //! [`TokioClock`] reads `tokio::time::Instant`, so a test that pauses tokio's
 //! clock (`tokio::time::pause`) gets exact milliseconds from `sleep`s. The
 //! `testing` feature adds `ManualClock`, advanced by hand.
@@ -22,19 +24,79 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     }
 }
 
-/// The default clock: [`Instant::now`] since the clock was made.
+/// The default clock: time since the clock was made, read from the CPU's
+/// time-stamp counter where that is safe, else from [`Instant::now`].
+///
+/// A layer reads the clock three times per traced span; the counter (via
+/// the `quanta` crate, calibrated once per process against the OS clock)
+/// costs about a third of `Instant::now` (README, "Performance"). It is used
+/// only on Linux when the kernel's clocksource is `tsc`, which the kernel
+/// selects only after checking that the counter runs at a constant rate and
+/// is synchronised across CPUs: readings on different threads then order
+/// like `Instant`'s. Everywhere else (other clocksources, as in many VMs;
+/// other systems) the clock is `Instant`, and so it is with `CPT_CLOCK=std`.
+/// A reading before the origin (a counter a few cycles behind on another
+/// CPU) is zero, never negative.
 #[derive(Clone, Copy, Debug)]
 pub struct SystemClock {
     origin: Instant,
+    /// The counter and its reading at the origin, when used.
+    tsc: Option<(&'static quanta::Clock, u64)>,
 }
 
 impl SystemClock {
     /// A clock whose origin is now.
     pub fn new() -> SystemClock {
+        let tsc = tsc().map(|c| (c, c.raw()));
         SystemClock {
             origin: Instant::now(),
+            tsc,
         }
     }
+
+    /// A clock that reads [`Instant::now`] even where the counter would do.
+    pub fn std() -> SystemClock {
+        SystemClock {
+            origin: Instant::now(),
+            tsc: None,
+        }
+    }
+
+    /// Whether this clock reads the CPU's time-stamp counter.
+    pub fn uses_tsc(&self) -> bool {
+        self.tsc.is_some()
+    }
+}
+
+/// The process's counter clock, if the kernel keeps time with the TSC
+/// (calibrated at the first call, well under a millisecond).
+fn tsc() -> Option<&'static quanta::Clock> {
+    static TSC: std::sync::OnceLock<Option<quanta::Clock>> = std::sync::OnceLock::new();
+    TSC.get_or_init(|| kernel_uses_tsc().then(quanta::Clock::new))
+        .as_ref()
+}
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn kernel_uses_tsc() -> bool {
+    match std::env::var("CPT_CLOCK").as_deref() {
+        Ok("std") => return false,
+        Ok("auto") | Err(std::env::VarError::NotPresent) => {}
+        Ok(other) => eprintln!(
+            "cpt: CPT_CLOCK={other:?} is not understood: expected `std` (always read \
+             Instant) or `auto` (the time-stamp counter where the kernel keeps time with it); \
+             using auto"
+        ),
+        Err(std::env::VarError::NotUnicode(v)) => eprintln!(
+            "cpt: CPT_CLOCK={v:?} is not understood: expected `std` or `auto`; using auto"
+        ),
+    }
+    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .is_ok_and(|s| s.trim() == "tsc")
+}
+
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+fn kernel_uses_tsc() -> bool {
+    false
 }
 
 impl Default for SystemClock {
@@ -46,7 +108,10 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> Duration {
-        self.origin.elapsed()
+        match self.tsc {
+            Some((clock, origin)) => clock.delta(origin, clock.raw()),
+            None => self.origin.elapsed(),
+        }
     }
 }
 

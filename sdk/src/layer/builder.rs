@@ -135,6 +135,7 @@ impl Builder {
             CriticalPathLayer {
                 shared: shared.clone(),
                 ext: None,
+                table: Arc::default(),
             },
             Handle { shared },
         )

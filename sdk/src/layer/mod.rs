@@ -30,6 +30,7 @@ mod builder;
 mod finisher;
 pub(crate) mod node;
 pub mod request;
+mod table;
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -53,6 +54,9 @@ use crate::trigger::Sampler;
 pub struct CriticalPathLayer {
     pub(crate) shared: Arc<Shared>,
     ext: Option<ExtFns>,
+    /// Span id → node, for the subscriber this copy is installed in (a new
+    /// table per `on_layer`: span ids are per subscriber).
+    table: Arc<table::NodeTable>,
 }
 
 impl std::fmt::Debug for CriticalPathLayer {
@@ -157,6 +161,12 @@ impl CriticalPathLayer {
 
     /// The node state of a span, if it is a node of a traced request.
     pub(crate) fn node(&self, d: &Dispatch, id: &Id) -> Option<NodeState> {
+        if let Some(state) = self.table.get(id) {
+            return Some(state);
+        }
+        if self.table.spilled.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let ext = self.ext?;
         let mut out = None;
         (ext.read)(d, id, &mut |e| out = e.get::<NodeState>().cloned());
@@ -166,12 +176,33 @@ impl CriticalPathLayer {
     /// Make a span a node (replacing what it was).
     pub(crate) fn set_node(&self, d: &Dispatch, id: &Id, state: NodeState) -> bool {
         let Some(ext) = self.ext else { return false };
+        self.table.allocate();
+        let Err(state) = self.table.insert(id, state) else {
+            return true;
+        };
         let mut state = Some(state);
         (ext.write)(d, id, &mut |e| {
-            if let Some(s) = state.take() {
-                e.replace(s);
+            if let Some(s) = state.take()
+                && e.replace(s).is_none()
+            {
+                self.table.spilled.fetch_add(1, Ordering::AcqRel);
             }
         })
+    }
+
+    /// The node state of a span, from a layer callback.
+    #[inline]
+    fn lookup<S>(&self, id: &Id, ctx: &Context<'_, S>) -> Option<NodeState>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        if let Some(state) = self.table.get(id) {
+            return Some(state);
+        }
+        if self.table.spilled.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        ctx.span(id)?.extensions().get::<NodeState>().cloned()
     }
 
     /// Finish a request now; emit its record when asked.
@@ -294,6 +325,7 @@ where
             read: read_ext::<S>,
             write: write_ext::<S>,
         });
+        self.table = Arc::default();
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
@@ -307,12 +339,12 @@ where
         if matches!(cached, Some(None)) {
             return;
         }
-        let Some(span) = ctx.span(id) else { return };
         let state = match cached {
             Some(Some(state)) => state,
             _ => {
+                let Some(span) = ctx.span(id) else { return };
                 let Some(parent) = span.parent() else { return };
-                let Some(state) = parent.extensions().get::<NodeState>().cloned() else {
+                let Some(state) = self.lookup(&parent.id(), &ctx) else {
                     return;
                 };
                 state
@@ -328,10 +360,16 @@ where
         };
         let now = self.shared.clock.now();
         if let Some(node) = state.request.add_child(state.node, meta, name, now) {
-            span.extensions_mut().replace(NodeState {
+            let state = NodeState {
                 request: state.request,
                 node,
-            });
+            };
+            if let Err(state) = self.table.insert(id, state)
+                && let Some(span) = ctx.span(id)
+                && span.extensions_mut().replace(state).is_none()
+            {
+                self.table.spilled.fetch_add(1, Ordering::AcqRel);
+            }
         }
     }
 
@@ -339,10 +377,7 @@ where
         if self.idle() {
             return;
         }
-        let Some(span) = ctx.span(id) else { return };
-        let ext = span.extensions();
-        let state = ext.get::<NodeState>().cloned();
-        drop(ext);
+        let state = self.lookup(id, &ctx);
         if let Some(s) = &state {
             s.request.enter(s.node, self.shared.clock.now());
         }
@@ -358,10 +393,7 @@ where
         }
         let state = match cached {
             Some(state) => state,
-            None => {
-                let Some(span) = ctx.span(id) else { return };
-                span.extensions().get::<NodeState>().cloned()
-            }
+            None => self.lookup(id, &ctx),
         };
         if let Some(s) = state {
             s.request.exit(s.node, self.shared.clock.now());
@@ -369,19 +401,22 @@ where
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        // The slot is released even when idle: the registry may reuse the
+        // id as soon as this returns.
+        let mut state = self.table.remove(&id);
+        if self.table.spilled.load(Ordering::Acquire) > 0
+            && let Some(span) = ctx.span(&id)
+            && let Some(s) = span.extensions_mut().remove::<NodeState>()
+        {
+            self.table.spilled.fetch_sub(1, Ordering::AcqRel);
+            state = state.or(Some(s));
+        }
         if self.idle() {
             return;
         }
-        let Some(span) = ctx.span(&id) else { return };
-        let ext = span.extensions();
-        let Some(s) = ext.get::<NodeState>() else {
-            return;
-        };
+        let Some(s) = state else { return };
         if s.node == Request::root() {
-            // Not under our extensions lock: the sink may do anything.
-            let request = s.request.clone();
-            drop(ext);
-            self.finish(&request);
+            self.finish(&s.request);
         } else {
             s.request.close(s.node, || self.shared.clock.now());
         }

@@ -13,7 +13,7 @@
 //! [`compute`]. Events for a request that already finished find an empty
 //! table and do nothing.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
@@ -162,6 +162,38 @@ fn callsite_frame(meta: &'static Metadata<'static>) -> (Arc<str>, Option<Locatio
         .clone()
 }
 
+/// Node tables a request may take: a finished request's emptied table
+/// (its capacity), kept per thread so that a request does not regrow its
+/// table from nothing, copying its nodes at each doubling.
+const SPARE_TABLES: usize = 4;
+/// Tables larger than this are freed, not kept.
+const SPARE_CAPACITY: usize = 1024;
+
+thread_local! {
+    static SPARE: RefCell<Vec<Vec<LiveNode>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn spare_nodes() -> Vec<LiveNode> {
+    SPARE
+        .try_with(|s| s.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Vec::with_capacity(8))
+}
+
+fn recycle_nodes(mut nodes: Vec<LiveNode>) {
+    nodes.clear();
+    if nodes.capacity() == 0 || nodes.capacity() > SPARE_CAPACITY {
+        return;
+    }
+    let _ = SPARE.try_with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < SPARE_TABLES {
+            s.push(nodes);
+        }
+    });
+}
+
 /// What the root's end produced.
 #[derive(Clone, Debug)]
 pub(crate) struct Outcome {
@@ -209,7 +241,7 @@ impl Request {
             labels: Mutex::new(init.labels),
             state: Mutex::new(State {
                 nodes: {
-                    let mut nodes = Vec::with_capacity(8);
+                    let mut nodes = spare_nodes();
                     nodes.push(root);
                     nodes
                 },
@@ -402,12 +434,13 @@ pub(crate) struct Ended {
 
 impl Ended {
     /// Compute the path of `request`, which ended as `self`.
-    pub(crate) fn outcome(self, request: &Request) -> Outcome {
-        let Ended { nodes, now } = self;
+    pub(crate) fn outcome(mut self, request: &Request) -> Outcome {
+        let now = self.now;
+        let mut nodes = std::mem::take(&mut self.nodes);
         let mut graph = Graph::with_capacity(nodes.len());
         // One frame per callsite (or per dynamic name) per request.
         let mut by_callsite: FxHashMap<usize, FrameRef> = FxHashMap::default();
-        for (i, n) in nodes.into_iter().enumerate() {
+        for (i, n) in nodes.drain(..).enumerate() {
             let frame = match n.name {
                 Some(name) => graph.frame(request.frame(n.meta, Some(name))),
                 None => *by_callsite
@@ -440,9 +473,16 @@ impl Ended {
                 callee: n.callee.map(|c| *c),
             });
         }
+        self.nodes = nodes;
         let path = compute::compute(&graph, Request::root(), now);
         let latency = path.total();
         Outcome { path, latency }
+    }
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        recycle_nodes(std::mem::take(&mut self.nodes));
     }
 }
 

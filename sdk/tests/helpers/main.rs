@@ -86,9 +86,17 @@ async fn task_spawn_and_spawn_blocking_are_linked_to_the_parent() {
     let clock = t.clock.clone();
     async move {
         task::spawn("spawned", sleep(ms(5))).await.unwrap();
-        task::spawn_blocking("blocking", move || clock.advance(ms(7)))
-            .await
-            .unwrap();
+        // The blocking thread works only once the root's poll has returned
+        // (the runtime runs the sender after it): otherwise the root is, in
+        // fact, busy while the clock moves, and the path says so.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        tokio::spawn(async move { tx.send(()).unwrap() });
+        task::spawn_blocking("blocking", move || {
+            rx.recv().unwrap();
+            clock.advance(ms(7))
+        })
+        .await
+        .unwrap();
     }
     .instrument(root.clone())
     .await;
