@@ -595,14 +595,15 @@ impl Spool {
     }
 
     /// Forget the oldest batch (acknowledged, or damaged): the cursor moves
-    /// past it durably, and segments left behind are deleted.
+    /// past it durably, and segments left behind are deleted. Returns its
+    /// record count (0 when nothing waits).
     ///
     /// # Errors
     ///
     /// When the cursor cannot be written (the batch stays first in line).
-    pub fn pop_front(&mut self) -> Result<(), SpoolError> {
+    pub fn pop_front(&mut self) -> Result<u32, SpoolError> {
         let Some(p) = self.entries.front().copied() else {
-            return Ok(());
+            return Ok(0);
         };
         write_cursor(&self.dir, p.seg, p.offset + p.size())?;
         self.entries.pop_front();
@@ -626,7 +627,7 @@ impl Spool {
             }
             self.segments.pop_front();
         }
-        Ok(())
+        Ok(p.records)
     }
 }
 
