@@ -10,6 +10,7 @@
 //! | [`format`](mod@format) | how numbers, counts and CSV fields are written for people (every report uses it) |
 //! | [`ingest`] | the wire contract of ingest, shared by the server and the client |
 //! | `client` (feature `client`) | the exporter services use to ship records to a collector |
+//! | `spool` (feature `client`) | the client's bounded on-disk queue of batches the collector could not take |
 //! | `traces` (feature `traces`) | Jaeger / Zipkin / OTLP / Nezha import (`traces::import`) and the analyses over them (`traces::analysis`) |
 //! | `cli` (feature `cli`) | the `cpt` command |
 #![forbid(unsafe_code)]
@@ -24,6 +25,8 @@ pub mod profile;
 pub mod records;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "client")]
+pub mod spool;
 #[cfg(feature = "traces")]
 pub mod traces;
 

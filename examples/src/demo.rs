@@ -76,6 +76,9 @@ pub struct DemoConfig {
     /// How long the end of the run waits for each exporter to ship what is
     /// queued; past it the run fails instead of hanging.
     pub flush_timeout: Duration,
+    /// The collector client's on-disk spool (`None`: given-up batches are
+    /// lost and counted). `CPT_SPOOL_DIR` sets it too.
+    pub spool: Option<PathBuf>,
 }
 
 impl DemoConfig {
@@ -92,7 +95,15 @@ impl DemoConfig {
             items: 3,
             collector: CollectorMode::InProcess,
             flush_timeout: Duration::from_secs(10),
+            spool: None,
         }
+    }
+
+    /// Set [`DemoConfig::spool`].
+    #[must_use]
+    pub fn with_spool(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.spool = Some(dir.into());
+        self
     }
 
     /// Set [`DemoConfig::requests`].
@@ -184,6 +195,12 @@ pub struct ExportCounts {
     pub failed: u64,
     /// Retried sends.
     pub retries: u64,
+    /// Records the collector could not take that went to the spool.
+    pub spooled: u64,
+    /// Records delivered from the spool.
+    pub replayed: u64,
+    /// Records still waiting in the spool at the end (for the next run).
+    pub spool_pending: u64,
 }
 
 /// Several sinks behind one: each record goes to every sink, in order.
@@ -270,22 +287,32 @@ pub fn run(config: &DemoConfig) -> anyhow::Result<DemoReport> {
         (_, Some(c)) => Some(Endpoint::parse(&format!("grpc://{}", c.addr))?),
         _ => None,
     };
-    let shipping = endpoint.map(|endpoint| {
-        let client = CollectorClient::builder(endpoint)
-            // Give up on an unreachable collector within seconds: the demo
-            // must end, and every lost record is counted.
-            .with_max_attempts(4)
-            .with_max_backoff(Duration::from_secs(1))
-            .with_request_timeout(Duration::from_secs(5))
-            .build();
-        let stats = client.stats();
-        let (sink, handle) = Exporter::builder()
-            .with_queue_capacity(QUEUE_CAPACITY)
-            .build(client);
-        (sink, handle, stats)
-    });
+    let shipping = endpoint
+        .map(|endpoint| -> anyhow::Result<_> {
+            let client = CollectorClient::builder(endpoint)
+                // Give up on an unreachable collector within seconds: the demo
+                // must end, and every lost record is counted.
+                .with_max_attempts(4)
+                .with_max_backoff(Duration::from_secs(1))
+                .with_request_timeout(Duration::from_secs(5))
+                .try_with_default_env()?;
+            let client = match &config.spool {
+                Some(dir) => client.with_spool(dir, cpt_collector::client::DEFAULT_SPOOL_MAX_BYTES),
+                None => client,
+            };
+            let spooling = config.spool.is_some() || std::env::var_os("CPT_SPOOL_DIR").is_some();
+            let client = client.try_build().context("opening the collector spool")?;
+            let stats = client.stats();
+            // Left by an earlier run: replayed with this run's records.
+            let recovered = stats.spool_pending_records();
+            let (sink, handle) = Exporter::builder()
+                .with_queue_capacity(QUEUE_CAPACITY)
+                .build(client);
+            Ok((sink, handle, stats, spooling.then_some(recovered)))
+        })
+        .transpose()?;
     let mut fan_out = FanOut::new().with(file_sink);
-    if let Some((sink, _, _)) = &shipping {
+    if let Some((sink, _, _, _)) = &shipping {
         fan_out = fan_out.with(sink.clone());
     }
 
@@ -327,10 +354,10 @@ pub fn run(config: &DemoConfig) -> anyhow::Result<DemoReport> {
     // Ship what is queued, bounded, then stop both workers.
     let file_done = finish_exporter(file_handle, config.flush_timeout);
     let export = match shipping {
-        Some((sink, handle, stats)) => {
+        Some((sink, handle, stats, spooling)) => {
             drop(sink);
             let done = finish_exporter(handle, config.flush_timeout);
-            Some((done, stats))
+            Some((done, stats, spooling))
         }
         None => None,
     };
@@ -370,9 +397,15 @@ pub fn run(config: &DemoConfig) -> anyhow::Result<DemoReport> {
             println!("records were not shipped to a collector (--no-collector)");
             None
         }
-        Some((done, stats)) => {
+        Some((done, stats, spooling)) => {
             let mut counts = done.context("shipping records to the collector")?;
             counts.retries = stats.retries();
+            // Acknowledged by the collector (with a spool the exporter also
+            // counts as shipped what went to the spool).
+            counts.exported = stats.exported_records();
+            counts.spooled = stats.spooled_records();
+            counts.replayed = stats.replayed_records();
+            counts.spool_pending = stats.spool_pending_records();
             report.export = Some(counts);
             println!(
                 "collector exporter: {} exported, {} dropped (queue full), {} failed ({} rejected, {} given up after retries), {} retries",
@@ -383,6 +416,16 @@ pub fn run(config: &DemoConfig) -> anyhow::Result<DemoReport> {
                 stats.dropped_after_retries(),
                 counts.retries
             );
+            let recovered = spooling.unwrap_or(0);
+            if spooling.is_some() {
+                println!(
+                    "collector spool: {recovered} left by an earlier run, {} spooled, {} replayed, {} waiting for the next run, {} dropped (spool full)",
+                    counts.spooled,
+                    counts.replayed,
+                    counts.spool_pending,
+                    stats.spool_dropped_records()
+                );
+            }
             if let Some(e) = stats.last_error() {
                 println!("  last collector error: {e}");
             }
@@ -400,7 +443,7 @@ pub fn run(config: &DemoConfig) -> anyhow::Result<DemoReport> {
                 report.store_path = Some(store.clone());
                 report.store_records = Some(stored);
                 anyhow::ensure!(
-                    stored == n,
+                    stored == n + recovered,
                     "the store holds {stored} records but {} has {n} ({} dropped, {} failed on the way)",
                     records_path.display(),
                     counts.dropped,
@@ -413,14 +456,21 @@ pub fn run(config: &DemoConfig) -> anyhow::Result<DemoReport> {
                     _ => "the collector",
                 };
                 println!(
-                    "{url} acknowledged {} records (stored durably); {} has {n}",
+                    "{url} acknowledged {} records (stored durably), {} wait in the spool; {} has {n}{}",
                     counts.exported,
+                    counts.spool_pending,
                     records_path.display(),
+                    if recovered > 0 {
+                        format!(", the spool had {recovered} from an earlier run")
+                    } else {
+                        String::new()
+                    }
                 );
                 anyhow::ensure!(
-                    counts.exported == n,
-                    "the collector acknowledged {} records but {} has {n} ({} dropped, {} failed)",
+                    counts.exported + counts.spool_pending == n + recovered,
+                    "the collector acknowledged {} records and {} wait in the spool but {} has {n} ({} dropped, {} failed)",
                     counts.exported,
+                    counts.spool_pending,
                     records_path.display(),
                     counts.dropped,
                     counts.failed
@@ -474,7 +524,7 @@ fn finish_exporter(handle: ExportHandle, timeout: Duration) -> anyhow::Result<Ex
         exported: handle.exported(),
         dropped: handle.dropped(),
         failed: handle.failed(),
-        retries: 0,
+        ..ExportCounts::default()
     };
     anyhow::ensure!(
         flushed,

@@ -6,6 +6,8 @@
 //! | `CPT_SAMPLE_RATE` | probability `0..=1` (e.g. `0.01`) | the sampler ([`CptEnv::sampler`]) |
 //! | `CPT_SAMPLE_MAX_PER_SECOND` | non-negative integer, or `unlimited` | the sampler |
 //! | `CPT_COLLECTOR_ENDPOINT` | `grpc://HOST:PORT` or `http://HOST:PORT[/path]` | the record shipper |
+//! | `CPT_SPOOL_DIR` | a directory of the service's own | the record shipper's on-disk spool (off when unset) |
+//! | `CPT_SPOOL_MAX_BYTES` | bytes, with an optional `KiB`/`MiB`/`GiB` suffix (e.g. `256MiB`) | the spool's bound (default 64 MiB) |
 //! | `CPT_TRUST_SECRET` | the shared caller secret (visible ASCII) | server trust, client caller secret |
 //! | `CPT_FORCE_KEY` | the `x-cpt-force` HMAC key | server force authentication |
 //! | `CPT_FORCE_KEY_FILE` | a file holding the force key (one trailing newline is dropped) | same; keeps the key out of `ps` and `/proc/PID/environ` |
@@ -39,6 +41,11 @@ pub const SAMPLE_RATE: &str = "CPT_SAMPLE_RATE";
 pub const SAMPLE_MAX_PER_SECOND: &str = "CPT_SAMPLE_MAX_PER_SECOND";
 /// Where records are shipped.
 pub const COLLECTOR_ENDPOINT: &str = "CPT_COLLECTOR_ENDPOINT";
+/// The record shipper's spool directory (batches the collector could not
+/// take wait there and are replayed).
+pub const SPOOL_DIR: &str = "CPT_SPOOL_DIR";
+/// The bound on the bytes waiting in the spool.
+pub const SPOOL_MAX_BYTES: &str = "CPT_SPOOL_MAX_BYTES";
 /// The secret trusted callers send and servers check.
 pub const TRUST_SECRET: &str = "CPT_TRUST_SECRET";
 /// The key operators sign `x-cpt-force` credentials with.
@@ -47,10 +54,12 @@ pub const FORCE_KEY: &str = "CPT_FORCE_KEY";
 pub const FORCE_KEY_FILE: &str = "CPT_FORCE_KEY_FILE";
 
 /// Every variable [`CptEnv`] reads.
-pub const VARIABLES: [&str; 6] = [
+pub const VARIABLES: [&str; 8] = [
     SAMPLE_RATE,
     SAMPLE_MAX_PER_SECOND,
     COLLECTOR_ENDPOINT,
+    SPOOL_DIR,
+    SPOOL_MAX_BYTES,
     TRUST_SECRET,
     FORCE_KEY,
     FORCE_KEY_FILE,
@@ -74,6 +83,10 @@ pub struct CptEnv {
     /// `CPT_COLLECTOR_ENDPOINT`, checked for its scheme only (the collector
     /// client parses it).
     pub collector_endpoint: Option<String>,
+    /// `CPT_SPOOL_DIR`.
+    pub spool_dir: Option<PathBuf>,
+    /// `CPT_SPOOL_MAX_BYTES`, in bytes.
+    pub spool_max_bytes: Option<u64>,
     /// `CPT_TRUST_SECRET`.
     pub trust_secret: Option<String>,
     /// `CPT_FORCE_KEY`, or the contents of `CPT_FORCE_KEY_FILE`.
@@ -86,6 +99,8 @@ impl fmt::Debug for CptEnv {
             .field("sample_rate", &self.sample_rate)
             .field("max_per_second", &self.max_per_second)
             .field("collector_endpoint", &self.collector_endpoint)
+            .field("spool_dir", &self.spool_dir)
+            .field("spool_max_bytes", &self.spool_max_bytes)
             .field("trust_secret", &self.trust_secret.as_ref().map(|_| "…"))
             .field("force_key", &self.force_key.as_ref().map(|_| "…"))
             .finish()
@@ -189,6 +204,19 @@ impl CptEnv {
                 }
             })
             .transpose()?;
+        let spool_dir = get(SPOOL_DIR).map(PathBuf::from);
+        let spool_max_bytes = get(SPOOL_MAX_BYTES)
+            .map(|v| {
+                parse_bytes(&v).ok_or_else(|| {
+                    EnvError::new(
+                        SPOOL_MAX_BYTES,
+                        &v,
+                        "expected a positive number of bytes, optionally with a KiB, MiB or GiB \
+                         suffix (e.g. 268435456 or 256MiB)",
+                    )
+                })
+            })
+            .transpose()?;
         let trust_secret = get(TRUST_SECRET)
             .map(|v| {
                 if v.bytes().all(|b| (0x21..0x7f).contains(&b)) {
@@ -218,6 +246,8 @@ impl CptEnv {
             sample_rate,
             max_per_second,
             collector_endpoint,
+            spool_dir,
+            spool_max_bytes,
             trust_secret,
             force_key,
         })
@@ -242,6 +272,23 @@ impl CptEnv {
 fn parse_rate(v: &str) -> Option<f64> {
     let p: f64 = v.trim().parse().ok()?;
     (0.0..=1.0).contains(&p).then_some(p)
+}
+
+/// `1234`, `64KiB`, `256MiB`, `2GiB` (also `KB`/`MB`/`GB`/`K`/`M`/`G`,
+/// binary: 1024-based); more than zero.
+fn parse_bytes(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(digits);
+    let n: u64 = n.parse().ok()?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift).filter(|&b| b > 0)
 }
 
 fn parse_cap(v: &str) -> Option<Option<u32>> {
@@ -389,6 +436,24 @@ mod tests {
             let e = err(&[(COLLECTOR_ENDPOINT, bad)]);
             assert!(e.starts_with("CPT_COLLECTOR_ENDPOINT="), "{e}");
             assert!(e.contains("grpc://HOST:PORT"), "{e}");
+        }
+    }
+
+    #[test]
+    fn spool_dir_and_max_bytes() {
+        let env = parse(&[(SPOOL_DIR, "/var/spool/cpt"), (SPOOL_MAX_BYTES, "256MiB")]).unwrap();
+        assert_eq!(env.spool_dir, Some(PathBuf::from("/var/spool/cpt")));
+        assert_eq!(env.spool_max_bytes, Some(256 << 20));
+        for (v, want) in [("1234", 1234), ("64 KiB", 64 << 10), ("2g", 2 << 30)] {
+            assert_eq!(
+                parse(&[(SPOOL_MAX_BYTES, v)]).unwrap().spool_max_bytes,
+                Some(want)
+            );
+        }
+        for bad in ["0", "-5", "64TB", "lots", "99999999999999999999GiB"] {
+            let e = err(&[(SPOOL_MAX_BYTES, bad)]);
+            assert!(e.starts_with("CPT_SPOOL_MAX_BYTES="), "{e}");
+            assert!(e.contains("256MiB"), "{e}");
         }
     }
 

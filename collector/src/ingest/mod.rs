@@ -32,6 +32,12 @@ pub const HTTP_RECORDS_PATH: &str = "/v1/records";
 pub const CONTENT_TYPE_JSON_LINES: &str = "application/x-ndjson";
 /// Content type of a protobuf [`proto::RecordBatch`] body.
 pub const CONTENT_TYPE_PROTOBUF: &str = "application/x-protobuf";
+/// The HTTP header and gRPC metadata key that carries a batch's id: 1 to
+/// 64 characters of `[0-9A-Za-z_-]`, the same on every resend of the batch.
+/// `cpt serve` stores the first batch with a given id and acknowledges
+/// later ones without storing them again. Optional: a batch without it is
+/// stored every time it arrives.
+pub const BATCH_ID_HEADER: &str = "cpt-batch-id";
 /// At most this many problems are listed in a [`BatchError`]; the rest are
 /// counted.
 pub const MAX_PROBLEMS: usize = 20;

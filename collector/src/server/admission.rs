@@ -23,6 +23,7 @@ pub(super) struct Counters {
     pub(super) rejected_batches: AtomicU64,
     pub(super) overloaded: AtomicU64,
     pub(super) store_errors: AtomicU64,
+    pub(super) duplicate_batches: AtomicU64,
 }
 
 impl Counters {
@@ -33,6 +34,7 @@ impl Counters {
             rejected_batches: self.rejected_batches.load(Ordering::Relaxed),
             overloaded: self.overloaded.load(Ordering::Relaxed),
             store_errors: self.store_errors.load(Ordering::Relaxed),
+            duplicate_batches: self.duplicate_batches.load(Ordering::Relaxed),
         }
     }
 }
@@ -163,9 +165,12 @@ impl Ingest {
 
     /// Decode and check a batch off the async workers (CPU-bound: parsing
     /// and serializing a large batch takes milliseconds), then store it;
-    /// returns once it is durable.
+    /// returns once it is durable. A batch whose `batch_id` the store has
+    /// committed before stores nothing and answers `Ok(0)` (counted as a
+    /// duplicate): the sender's resend after a lost acknowledgement.
     pub(super) async fn submit(
         &self,
+        batch_id: Option<String>,
         decode: impl FnOnce(&IngestLimits, &AtomicBool) -> Result<Vec<Record>, BatchError>
         + Send
         + 'static,
@@ -185,7 +190,7 @@ impl Ingest {
                         "the client went away; batch abandoned",
                     ));
                 }
-                Ok(EncodedBatch::new(&records))
+                Ok(EncodedBatch::new(&records).with_batch_id(batch_id))
             })
             .await
             .map_err(|_| SubmitError::ShuttingDown)?
@@ -206,6 +211,13 @@ impl Ingest {
         .await;
         drop(cancel);
         match &result {
+            Ok(0) => {
+                // Only a batch id seen before stores nothing (empty
+                // batches are refused while decoding).
+                self.counters
+                    .duplicate_batches
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             Ok(n) => {
                 self.counters
                     .accepted_batches
@@ -218,6 +230,26 @@ impl Ingest {
         }
         result
     }
+}
+
+/// The header (HTTP) and metadata key (gRPC) that carries a batch's id.
+pub(super) const BATCH_ID_HEADER: &str = crate::ingest::BATCH_ID_HEADER;
+
+/// Check a `cpt-batch-id` value: 1 to 64 characters of `[0-9A-Za-z_-]`.
+pub(super) fn batch_id(value: Option<&[u8]>) -> Result<Option<String>, SubmitError> {
+    let Some(v) = value else { return Ok(None) };
+    let ok = !v.is_empty()
+        && v.len() <= 64
+        && v.iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_');
+    if !ok {
+        return Err(SubmitError::Malformed(BatchError::new(
+            BATCH_ID_HEADER,
+            "a batch id is 1 to 64 characters of letters, digits, '-' and '_' \
+             (or leave the header out: the batch is then stored without deduplication)",
+        )));
+    }
+    Ok(Some(String::from_utf8_lossy(v).into_owned()))
 }
 
 /// Sets its flag when dropped.

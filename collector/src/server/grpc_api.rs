@@ -202,9 +202,20 @@ impl UnaryService<Bytes> for ExportCall {
             .take()
             .expect("tonic calls a unary service once per request; this is a bug");
         Box::pin(async move {
+            let batch_id = super::admission::batch_id(
+                request
+                    .metadata()
+                    .get(super::admission::BATCH_ID_HEADER)
+                    .map(|v| v.as_bytes()),
+            )
+            .map_err(|e| {
+                e.count(&ingest.counters);
+                e.into_status()
+            })?;
             let bytes = request.into_inner();
             let n = ingest
                 .submit(
+                    batch_id,
                     move |limits, cancelled| {
                         BodyFormat::Protobuf.decode_with(&bytes, limits, cancelled)
                     },

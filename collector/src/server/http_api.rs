@@ -177,6 +177,17 @@ async fn post_records(
         }
     };
     drop(receiving);
+    let batch_id = match super::admission::batch_id(
+        headers
+            .get(super::admission::BATCH_ID_HEADER)
+            .map(HeaderValue::as_bytes),
+    ) {
+        Ok(id) => id,
+        Err(e) => {
+            e.count(&ingest.counters);
+            return e.into_response();
+        }
+    };
     let permit = match ingest.admit() {
         Ok(p) => p,
         Err(e) => return e.into_response(),
@@ -188,7 +199,7 @@ async fn post_records(
             format.decode_with(&bytes, limits, cancelled)
         }
     };
-    match ingest.submit(decode, permit).await {
+    match ingest.submit(batch_id, decode, permit).await {
         Ok(n) => json_response(
             StatusCode::OK,
             &serde_json::json!({ "accepted_records": n }),
@@ -225,6 +236,7 @@ async fn get_stats(State(ingest): State<Arc<Ingest>>) -> Response {
             "rejected_batches": s.rejected_batches,
             "overloaded": s.overloaded,
             "store_errors": s.store_errors,
+            "duplicate_batches": s.duplicate_batches,
             "pending_batches": ingest.max_pending - ingest.admission.available_permits(),
         }),
     )

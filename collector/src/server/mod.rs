@@ -281,6 +281,9 @@ pub struct Stats {
     pub overloaded: u64,
     /// Batches the store failed to commit (nothing stored; retryable).
     pub store_errors: u64,
+    /// Batches acknowledged without storing anything: their batch id was
+    /// committed before (a client's resend after a lost acknowledgement).
+    pub duplicate_batches: u64,
 }
 
 /// A running collector (see the module docs).

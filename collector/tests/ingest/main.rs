@@ -12,3 +12,5 @@ mod roundtrip;
 
 #[cfg(feature = "client")]
 mod client;
+#[cfg(feature = "client")]
+mod spool;

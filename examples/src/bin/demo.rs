@@ -67,6 +67,11 @@ struct Args {
     /// Do not ship records to a collector; only write DIR/records.jsonl.
     #[arg(long)]
     no_collector: bool,
+    /// Keep batches the collector could not take in this on-disk spool and
+    /// replay them when it answers (this run or the next); also
+    /// CPT_SPOOL_DIR.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_collector")]
+    spool: Option<PathBuf>,
     /// Seconds the end of the run waits for the exporters to ship what is
     /// queued before giving up with an error.
     #[arg(long, default_value_t = 10.0, value_name = "SECS")]
@@ -121,6 +126,10 @@ fn run(args: Args) -> anyhow::Result<()> {
         .with_items(args.items)
         .with_collector(collector)
         .with_flush_timeout(Duration::from_secs_f64(args.flush_timeout));
+    let config = match &args.spool {
+        Some(dir) => config.with_spool(dir),
+        None => config,
+    };
     demo::run(&config)?;
     Ok(())
 }
@@ -137,7 +146,11 @@ fn run_one(only: Only, args: &Args) -> anyhow::Result<()> {
     let mut handles = vec![("records.jsonl", file_handle)];
     let mut sink = FanOut::new().with(file_sink);
     if let Some(url) = &args.collector {
-        let client = CollectorClient::builder(Endpoint::parse(url)?).build();
+        let mut client = CollectorClient::builder(Endpoint::parse(url)?).try_with_default_env()?;
+        if let Some(dir) = &args.spool {
+            client = client.with_spool(dir, cpt_collector::client::DEFAULT_SPOOL_MAX_BYTES);
+        }
+        let client = client.try_build()?;
         let (s, h) = Exporter::builder().build(client);
         sink = sink.with(s);
         handles.push(("collector", h));

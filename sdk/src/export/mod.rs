@@ -90,6 +90,17 @@ pub trait Export: Send + 'static {
     fn flush(&mut self) -> Result<(), ExportError> {
         Ok(())
     }
+
+    /// Called on the worker when a batch interval passed with no record to
+    /// ship: time for background work such as replaying batches spooled
+    /// while the destination was down. The default does nothing.
+    ///
+    /// # Errors
+    ///
+    /// When that work failed (counted like a failed flush: warned once).
+    fn idle(&mut self) -> Result<(), ExportError> {
+        Ok(())
+    }
 }
 
 /// Why an [`Export`] failed.
@@ -210,24 +221,21 @@ fn run(
     stats: &Stats,
 ) {
     let mut batch: Vec<Record> = Vec::with_capacity(max_batch);
-    let ship = |batch: &mut Vec<Record>, export: &mut dyn FnMut(&[Record]) -> bool| {
+    let ship = |batch: &mut Vec<Record>, export: &mut dyn Export| {
         if batch.is_empty() {
             return;
         }
         let n = batch.len() as u64;
-        if export(batch) {
-            stats.exported.fetch_add(n, Ordering::Relaxed);
-        } else {
-            stats.failed.fetch_add(n, Ordering::Relaxed);
+        match export.export(batch) {
+            Ok(()) => {
+                stats.exported.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(e) => {
+                warn_once(stats, &e);
+                stats.failed.fetch_add(n, Ordering::Relaxed);
+            }
         }
         batch.clear();
-    };
-    let mut call = |b: &[Record]| match export.export(b) {
-        Ok(()) => true,
-        Err(e) => {
-            warn_once(stats, &e);
-            false
-        }
     };
     let mut deadline = Instant::now() + interval;
     loop {
@@ -236,20 +244,26 @@ fn run(
             Ok(Msg::Record(r)) => {
                 batch.push(*r);
                 if batch.len() >= max_batch {
-                    ship(&mut batch, &mut call);
+                    ship(&mut batch, &mut export);
                     deadline = Instant::now() + interval;
                 }
             }
             Ok(Msg::Flush(ack)) => {
-                ship(&mut batch, &mut call);
+                ship(&mut batch, &mut export);
                 let _ = ack.send(());
             }
             Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
-                ship(&mut batch, &mut call);
+                ship(&mut batch, &mut export);
                 break;
             }
             Err(RecvTimeoutError::Timeout) => {
-                ship(&mut batch, &mut call);
+                if batch.is_empty() {
+                    if let Err(e) = export.idle() {
+                        warn_once(stats, &e);
+                    }
+                } else {
+                    ship(&mut batch, &mut export);
+                }
                 deadline = Instant::now() + interval;
             }
         }
@@ -450,6 +464,33 @@ mod tests {
             sink.stats.dropped.load(Ordering::Relaxed) as usize,
             101 - exp.0.lock().unwrap().len()
         );
+    }
+
+    #[test]
+    fn an_idle_worker_calls_export_idle_between_batches() {
+        #[derive(Clone, Default)]
+        struct Idle(Arc<AtomicU64>);
+        impl Export for Idle {
+            fn export(&mut self, _: &[Record]) -> Result<(), ExportError> {
+                Ok(())
+            }
+            fn idle(&mut self) -> Result<(), ExportError> {
+                self.0.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+        }
+        let idle = Idle::default();
+        let (_sink, handle) = Exporter::builder()
+            .with_interval(Duration::from_millis(1))
+            .build(idle.clone());
+        // No record is ever emitted: only idle calls happen.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while idle.0.load(Ordering::Relaxed) < 3 {
+            assert!(Instant::now() < deadline, "idle was never called");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(handle.exported(), 0);
+        handle.shutdown();
     }
 
     #[test]

@@ -17,6 +17,17 @@
 //! every other query; a query by id fails with [`StoreError::NoIdIndex`],
 //! which says how to migrate it, rather than scanning every record.
 //!
+//! Version 3 added `batches`: the id of every batch stored with a batch id
+//! (the `cpt-batch-id` header or gRPC metadata the client sends, stable
+//! across its retries and spool replays), written in the same transaction
+//! as the batch's records. A batch whose id is already there is not stored
+//! again ([`Store::insert_group`] answers `Ok(0)` for it), so a batch
+//! resent after a lost acknowledgement is stored exactly once. One row per
+//! batch (about 60 bytes), kept as long as the store. Batches without an id
+//! (older clients, JSON Lines senders that set no header) are stored as
+//! before. Opening a version 2 store for writing adds the table; nothing
+//! else changes.
+//!
 //! # Durability
 //!
 //! The database runs in WAL mode with `synchronous = FULL` by default: a
@@ -52,7 +63,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior, params_from_iter};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The first version with the `request_id` / `trace_id` columns and indexes.
 const ID_INDEX_VERSION: i64 = 2;
@@ -72,7 +83,16 @@ CREATE TABLE IF NOT EXISTS records (
 );
 CREATE INDEX IF NOT EXISTS records_by_service ON records (service, endpoint, start_unix_nanos);
 CREATE INDEX IF NOT EXISTS records_by_start ON records (start_unix_nanos);
+CREATE TABLE IF NOT EXISTS batches (
+    id                TEXT PRIMARY KEY,
+    records           INTEGER NOT NULL,
+    committed_unix_ms INTEGER NOT NULL
+) WITHOUT ROWID;
 ";
+
+/// A batch id already committed is ignored (`changes() == 0`).
+const INSERT_BATCH_ID: &str =
+    "INSERT OR IGNORE INTO batches (id, records, committed_unix_ms) VALUES (?1, ?2, ?3)";
 
 /// Version 1 → 2: the id columns, filled from the stored JSON.
 const MIGRATE_1_TO_2: &str = "
@@ -316,6 +336,7 @@ struct Row {
 #[derive(Clone, Debug, Default)]
 pub struct EncodedBatch {
     rows: Vec<Row>,
+    batch_id: Option<String>,
 }
 
 impl EncodedBatch {
@@ -337,7 +358,22 @@ impl EncodedBatch {
                     trace_id: r.trace_id.as_deref().map(str::to_ascii_lowercase),
                 })
                 .collect(),
+            batch_id: None,
         }
+    }
+
+    /// Tag the batch with the id its sender gave it: the store keeps the
+    /// records of the first batch with this id and ignores later ones (see
+    /// the module docs, schema version 3).
+    #[must_use]
+    pub fn with_batch_id(mut self, id: Option<String>) -> EncodedBatch {
+        self.batch_id = id;
+        self
+    }
+
+    /// The sender's batch id, if any.
+    pub fn batch_id(&self) -> Option<&str> {
+        self.batch_id.as_deref()
     }
 
     /// The number of records.
@@ -575,7 +611,9 @@ impl Store {
     /// Store several batches in one transaction (one fsync), each batch
     /// all-or-nothing within it (a savepoint per batch). The outer `Err`
     /// means the commit itself failed and nothing was stored; otherwise each
-    /// batch has its own result, and every `Ok` batch is durable.
+    /// batch has its own result, and every `Ok` batch is durable. A batch
+    /// whose [batch id](EncodedBatch::with_batch_id) was committed before
+    /// (in this call or an earlier one) stores nothing and answers `Ok(0)`.
     ///
     /// # Errors
     ///
@@ -601,6 +639,18 @@ impl Store {
         for batch in batches {
             let sp = tx.savepoint().map_err(sqlite("begin savepoint"))?;
             let inserted = (|| {
+                if let Some(id) = &batch.batch_id {
+                    let now_ms = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                    let new = sp
+                        .prepare_cached(INSERT_BATCH_ID)?
+                        .execute(rusqlite::params![id, batch.rows.len() as i64, now_ms])?;
+                    if new == 0 {
+                        // Committed before: a resend after a lost ack.
+                        return Ok(0);
+                    }
+                }
                 let mut stmt = sp.prepare_cached(INSERT)?;
                 for row in &batch.rows {
                     stmt.execute(rusqlite::params![
