@@ -106,13 +106,8 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         Ok(())
     })();
     if let Err(e) = result {
-        // Files the writer finished at the size bound are whole; the open ones are deleted.
-        let done = writer.finish().unwrap_or_default();
-        drop(writer);
-        let kept = files.len() + done.len();
-        for f in done {
-            let _ = std::fs::remove_file(f);
-        }
+        // Files the writer finished at the size bound, and the open ones, are deleted.
+        let kept = writer.discard();
         if kept > 0 {
             eprintln!(
                 "cpt: the export stopped; {} of the failed run removed again, files that were \

@@ -144,6 +144,10 @@ fn offset(n: usize) -> Result<i32, ParquetError> {
 ///
 /// Only when one batch holds more than 2³¹ frames, segments or labels.
 pub fn to_batch(records: &[Record]) -> Result<RecordBatch, ParquetError> {
+    batch_of(&records.iter().collect::<Vec<_>>())
+}
+
+fn batch_of(records: &[&Record]) -> Result<RecordBatch, ParquetError> {
     let n = records.len();
     let mut service = StringBuilder::with_capacity(n, n * 8);
     let mut endpoint = StringBuilder::with_capacity(n, n * 16);
@@ -164,7 +168,7 @@ pub fn to_batch(records: &[Record]) -> Result<RecordBatch, ParquetError> {
         (vec![0i32], Vec::new(), StringBuilder::new(), vec![0i32]);
     let mut accounting: [Vec<i64>; 7] = Default::default();
     let (mut frames, mut segments, mut labels) = (0usize, 0usize, 0usize);
-    for r in records {
+    for r in records.iter().copied() {
         service.append_value(&r.service);
         endpoint.append_option(r.endpoint.as_deref());
         trigger.append_value(r.trigger.as_str());
@@ -864,10 +868,19 @@ impl PartitionedWriter {
     ///
     /// A directory or file cannot be created, or encoding fails.
     pub fn write(&mut self, records: &[Record]) -> Result<(), ParquetError> {
+        self.write_refs(&records.iter().collect::<Vec<_>>())
+    }
+
+    /// [`write`](Self::write) for borrowed records.
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](Self::write).
+    pub fn write_refs(&mut self, records: &[&Record]) -> Result<(), ParquetError> {
         let now = now_nanos();
         let mut parts: BTreeMap<(String, u8), Vec<&Record>> = BTreeMap::new();
         let mut last: Option<(u64, (String, u8))> = None;
-        for r in records {
+        for r in records.iter().copied() {
             let hour_start = r.start_unix_nanos.unwrap_or(now) / 3_600_000_000_000;
             let key = match &last {
                 Some((h, k)) if *h == hour_start => k.clone(),
@@ -881,8 +894,7 @@ impl PartitionedWriter {
         }
         for (key, recs) in parts {
             for chunk in recs.chunks(BATCH_ROWS) {
-                let owned: Vec<Record> = chunk.iter().map(|r| (*r).clone()).collect();
-                let batch = to_batch(&owned)?;
+                let batch = batch_of(chunk)?;
                 let file = self.file(&key)?;
                 file.writer
                     .write(&batch)
@@ -890,7 +902,7 @@ impl PartitionedWriter {
                         path: file.tmp.clone(),
                         error,
                     })?;
-                file.rows += owned.len() as u64;
+                file.rows += chunk.len() as u64;
                 let size = (file.writer.bytes_written() + file.writer.in_progress_size()) as u64;
                 if size >= self.max_file_bytes {
                     let f = self.open.remove(&key).expect("just used");
@@ -950,7 +962,8 @@ impl PartitionedWriter {
     /// # Errors
     ///
     /// Encoding, fsync or rename fails; the files not finished are deleted
-    /// (their records were never reported written).
+    /// (their records were never reported written), and those finished since
+    /// the last successful call are kept for [`discard`](Self::discard).
     pub fn finish(&mut self) -> Result<Vec<PathBuf>, ParquetError> {
         let open = std::mem::take(&mut self.open);
         let mut result = Ok(());
@@ -1007,6 +1020,27 @@ fn finish_file(f: OpenFile) -> Result<PathBuf, ParquetError> {
     })?;
     sync_dir(done.parent().expect("a partition directory"))?;
     Ok(done)
+}
+
+impl PartitionedWriter {
+    /// Undo everything since the last successful [`finish`](Self::finish):
+    /// delete the open files and the files finished since (their records
+    /// were never reported written). Returns how many finished files were
+    /// deleted.
+    pub fn discard(&mut self) -> usize {
+        for (_, f) in std::mem::take(&mut self.open) {
+            drop(f.writer);
+            let _ = fs::remove_file(&f.tmp);
+        }
+        let done = std::mem::take(&mut self.finished);
+        for f in &done {
+            let _ = fs::remove_file(f);
+        }
+        if let Some(d) = done.first().and_then(|f| f.parent()) {
+            let _ = sync_dir(d);
+        }
+        done.len()
+    }
 }
 
 impl Drop for PartitionedWriter {

@@ -165,6 +165,18 @@ pub enum StoreError {
         /// Its `user_version`.
         found: i64,
     },
+    /// The collector's Parquet copy of a batch could not be written
+    /// (`cpt serve --parquet-dir`); the batch is not acknowledged.
+    #[error(
+        "parquet dir {}: {message}; the batch is in the store but not acknowledged (the sender retries)",
+        dir.display()
+    )]
+    Parquet {
+        /// The Parquet directory.
+        dir: PathBuf,
+        /// What failed.
+        message: String,
+    },
     /// A stored record no longer parses.
     #[error("store {path}: record {id} is corrupt: {reason}")]
     Corrupt {
