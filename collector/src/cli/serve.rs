@@ -68,6 +68,14 @@ pub struct ServeArgs {
     /// records.
     #[arg(long, value_name = "PATH")]
     pub ingest_token_file: Option<PathBuf>,
+    /// Also write every accepted batch as Parquet (schema cpt.records.v1, docs/parquet.md) into
+    /// DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet; a batch is acknowledged only once it is in
+    /// a finished (fsynced, renamed) file. Each group commit closes its own file per hour.
+    #[arg(long, value_name = "DIR")]
+    pub parquet_dir: Option<PathBuf>,
+    /// Split a group's Parquet file past this many MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 128)]
+    pub parquet_max_file_mib: u64,
     /// Longest service, endpoint, request id, trace id, label key or value, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_STRING_BYTES)]
     pub max_string_bytes: usize,
@@ -165,6 +173,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.ingest_token_file {
         config = config.with_ingest_token(read_token(path)?);
     }
+    if let Some(dir) = &args.parquet_dir {
+        anyhow::ensure!(
+            args.parquet_max_file_mib > 0,
+            "--parquet-max-file-mib must be at least 1"
+        );
+        config = config
+            .with_parquet_dir(dir)
+            .with_parquet_max_file_bytes(args.parquet_max_file_mib.saturating_mul(1 << 20));
+    }
     config.grpc = grpc;
     config.http = http;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -179,6 +196,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             args.store.display(),
             args.durability.to_uppercase()
         );
+        if let Some(dir) = &args.parquet_dir {
+            eprintln!(
+                "cpt serve: parquet {} (each group commit closes its files before the ack)",
+                dir.display()
+            );
+        }
         if config_has_token {
             eprintln!("cpt serve: ingest requires the bearer token from --ingest-token-file");
         } else {

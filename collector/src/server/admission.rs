@@ -43,6 +43,8 @@ impl Counters {
 /// dropped, after the acknowledgement.
 pub(super) struct Job {
     pub(super) batch: EncodedBatch,
+    /// The records themselves, kept when they are written as Parquet too.
+    pub(super) records: Option<Vec<Record>>,
     pub(super) ack: oneshot::Sender<Result<u64, Arc<StoreError>>>,
     pub(super) _permit: OwnedSemaphorePermit,
 }
@@ -113,6 +115,8 @@ pub(super) struct Ingest {
     pub(super) jobs: mpsc::Sender<Job>,
     pub(super) counters: Counters,
     pub(super) store_path: PathBuf,
+    /// Jobs carry their records (for the Parquet writer).
+    pub(super) keep_records: bool,
 }
 
 impl std::fmt::Debug for Job {
@@ -181,8 +185,9 @@ impl Ingest {
         let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
         let cancelled = cancel.0.clone();
         let limits = self.limits;
+        let keep_records = self.keep_records;
         let result = async {
-            let batch = tokio::task::spawn_blocking(move || {
+            let (batch, records) = tokio::task::spawn_blocking(move || {
                 let records = decode(&limits, &cancelled)?;
                 if cancelled.load(Ordering::Relaxed) {
                     return Err(BatchError::new(
@@ -190,7 +195,10 @@ impl Ingest {
                         "the client went away; batch abandoned",
                     ));
                 }
-                Ok(EncodedBatch::new(&records).with_batch_id(batch_id))
+                Ok((
+                    EncodedBatch::new(&records).with_batch_id(batch_id),
+                    keep_records.then_some(records),
+                ))
             })
             .await
             .map_err(|_| SubmitError::ShuttingDown)?
@@ -199,6 +207,7 @@ impl Ingest {
             self.jobs
                 .send(Job {
                     batch,
+                    records,
                     ack,
                     _permit: permit,
                 })

@@ -28,6 +28,15 @@
 //!    [`ServeConfig::max_group_records`] records) and commits them in one
 //!    transaction with a savepoint per batch ([`Store::insert_group`]): one
 //!    fsync for many batches, each still all-or-nothing.
+//!    With [`ServeConfig::parquet_dir`], the committed batches of the group
+//!    are then written as Parquet: one file per hour partition per group
+//!    (split past [`ServeConfig::parquet_max_file_bytes`]), each finished
+//!    (footer, fsync, rename from a hidden `.tmp`, fsync of the directory)
+//!    before the acknowledgement; if that fails the batches are answered
+//!    with the error (the sender retries) and the group's files are deleted.
+//!    Store first, Parquet second: a batch is in Parquet at least once (a
+//!    retry after an ack lost on the way may write it twice; `request_id`
+//!    tells them apart), never acknowledged without its file.
 //! 4. **Acknowledgement.** Only after the commit returns does the request
 //!    answer 200 / `OK`. With [`Durability::Full`] the WAL was fsynced, so
 //!    an acknowledged batch survives `kill -9` and power loss.
@@ -135,6 +144,13 @@ pub struct ServeConfig {
     /// `UNAUTHENTICATED`. `None` (the default): anyone who can reach the
     /// port may send records.
     pub ingest_token: Option<String>,
+    /// When set, every accepted batch is also written as Parquet (schema
+    /// `cpt.records.v1`) into `DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet`,
+    /// and acknowledged only once its file is finished (fsynced and renamed):
+    /// each group commit closes its own file per hour (see the module docs).
+    pub parquet_dir: Option<PathBuf>,
+    /// A group's Parquet file is split once it passes this many bytes.
+    pub parquet_max_file_bytes: u64,
 }
 
 impl ServeConfig {
@@ -155,7 +171,21 @@ impl ServeConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
             ingest_token: None,
+            parquet_dir: None,
+            parquet_max_file_bytes: crate::records::parquet::DEFAULT_MAX_FILE_BYTES,
         }
+    }
+
+    /// Set [`ServeConfig::parquet_dir`].
+    pub fn with_parquet_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.parquet_dir = Some(dir.into());
+        self
+    }
+
+    /// Set [`ServeConfig::parquet_max_file_bytes`] (at least 1).
+    pub fn with_parquet_max_file_bytes(mut self, bytes: u64) -> Self {
+        self.parquet_max_file_bytes = bytes.max(1);
+        self
     }
 
     /// Set [`ServeConfig::limits`].
@@ -263,6 +293,9 @@ pub enum ServeError {
         /// Its error.
         message: String,
     },
+    /// The Parquet directory cannot be created.
+    #[error("--parquet-dir: {0}")]
+    Parquet(crate::records::parquet::ParquetError),
     /// The writer thread could not start.
     #[error("cannot start the store writer thread: {0}")]
     Writer(std::io::Error),
@@ -330,9 +363,18 @@ impl Collector {
         let max_pending = config.max_pending_batches.max(1);
         let (jobs, rx) = mpsc::channel(max_pending);
         let max_group = config.max_group_records.max(1);
+        let parquet = match &config.parquet_dir {
+            Some(dir) => Some(
+                crate::records::parquet::PartitionedWriter::new(dir)
+                    .map_err(ServeError::Parquet)?
+                    .with_max_file_bytes(config.parquet_max_file_bytes),
+            ),
+            None => None,
+        };
+        let keep_records = parquet.is_some();
         let writer = std::thread::Builder::new()
             .name("cpt-store-writer".into())
-            .spawn(move || write_loop(store, rx, max_group))
+            .spawn(move || write_loop(store, rx, max_group, parquet))
             .map_err(ServeError::Writer)?;
         let max_receiving = config.max_receiving_bodies.max(1);
         let ingest = Arc::new(Ingest {
@@ -347,6 +389,7 @@ impl Collector {
             jobs,
             counters: Counters::default(),
             store_path,
+            keep_records,
         });
         let (stop, stopped) = watch::channel(false);
         let mut servers = Vec::new();

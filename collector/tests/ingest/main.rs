@@ -8,6 +8,7 @@ mod durability;
 mod hostile;
 mod malformed;
 mod overload;
+mod parquet;
 mod roundtrip;
 
 #[cfg(feature = "client")]

@@ -185,6 +185,18 @@ pub enum StoreError {
         /// Its `user_version`.
         found: i64,
     },
+    /// The collector's Parquet copy of a batch could not be written
+    /// (`cpt serve --parquet-dir`); the batch is not acknowledged.
+    #[error(
+        "parquet dir {}: {message}; the batch is in the store but not acknowledged (the sender retries)",
+        dir.display()
+    )]
+    Parquet {
+        /// The Parquet directory.
+        dir: PathBuf,
+        /// What failed.
+        message: String,
+    },
     /// A stored record no longer parses.
     #[error("store {path}: record {id} is corrupt: {reason}")]
     Corrupt {
@@ -622,6 +634,25 @@ impl Store {
         &mut self,
         batches: &[&EncodedBatch],
     ) -> Result<Vec<Result<u64, StoreError>>, StoreError> {
+        self.insert_group_then(batches, |_| Ok(()))
+    }
+
+    /// [`insert_group`](Self::insert_group), calling `before_commit` with
+    /// each batch's result once every batch is in the transaction and before
+    /// it commits (`Ok(0)`: a batch id committed before). When it fails,
+    /// nothing is committed, batch ids included, and its error is returned:
+    /// `cpt serve --parquet-dir` writes the new batches' Parquet files there,
+    /// so a batch is never in the store (and its id never marked as seen)
+    /// without its file.
+    ///
+    /// # Errors
+    ///
+    /// When the transaction cannot begin or commit, or `before_commit` fails.
+    pub fn insert_group_then(
+        &mut self,
+        batches: &[&EncodedBatch],
+        before_commit: impl FnOnce(&[Result<u64, StoreError>]) -> Result<(), StoreError>,
+    ) -> Result<Vec<Result<u64, StoreError>>, StoreError> {
         let path = self.path.clone();
         let sqlite = |context| {
             let path = path.clone();
@@ -679,6 +710,8 @@ impl Store {
                 }
             }
         }
+        // Dropping `tx` on this error rolls the whole group back.
+        before_commit(&results)?;
         tx.commit().map_err(sqlite("commit"))?;
         Ok(results)
     }

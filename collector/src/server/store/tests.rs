@@ -118,6 +118,48 @@ fn store_group_commit_keeps_each_batch_whole() {
     assert_eq!(reopened.len().unwrap(), 4);
 }
 
+/// What `cpt serve --parquet-dir` relies on: when the work done before the
+/// commit (writing the group's Parquet files) fails, nothing of the group is
+/// committed, its batch ids included, so the sender's retry is stored (not
+/// taken for a duplicate); once committed, the same id stores nothing and
+/// the hook sees it as `Ok(0)`.
+#[test]
+fn store_failed_before_commit_rolls_back_records_and_batch_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let mut store = Store::open(&path).unwrap();
+    let a = EncodedBatch::new(&sample()[..2]).with_batch_id(Some("batch-a".into()));
+    let failed = store.insert_group_then(&[&a], |results| {
+        assert_eq!(results.len(), 1);
+        assert_eq!(*results[0].as_ref().unwrap(), 2);
+        Err(StoreError::Parquet {
+            dir: dir.path().to_path_buf(),
+            message: "disk full".into(),
+        })
+    });
+    assert!(matches!(failed, Err(StoreError::Parquet { .. })));
+    assert_eq!(store.len().unwrap(), 0);
+
+    let mut seen = Vec::new();
+    let retried = store
+        .insert_group_then(&[&a], |results| {
+            seen.extend(results.iter().map(|r| *r.as_ref().unwrap()));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(seen, vec![2]);
+    assert_eq!(*retried[0].as_ref().unwrap(), 2);
+    let mut seen = Vec::new();
+    store
+        .insert_group_then(&[&a], |results| {
+            seen.extend(results.iter().map(|r| *r.as_ref().unwrap()));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(seen, vec![0], "a committed batch id is a duplicate");
+    assert_eq!(store.len().unwrap(), 2);
+}
+
 /// Reading a store that nobody else has open leaves nothing beside it,
 /// and a reader cannot write.
 #[test]
