@@ -281,19 +281,45 @@ def check_schema(spark, df, inputs):
             )
 
 
+def session(master):
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("cpt_aggregate").config(
+        "spark.ui.showConsoleProgress", "false"
+    )
+    if master:
+        builder = builder.master(master)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
 def main(argv):
+    # --batch FILE: one command line per line (a JSON list of arguments), all run in one
+    # Spark session (the agreement test runs its cases this way: one JVM start, not one
+    # per case).
+    if argv[:1] == ["--batch"] and len(argv) in (2, 4):
+        master = argv[3] if len(argv) == 4 and argv[2] == "--master" else None
+        with open(argv[1]) as f:
+            runs = [parse_args(json.loads(line)) for line in f if line.strip()]
+        spark = session(master)
+        for a in runs:
+            run(spark, a)
+        spark.stop()
+        return
     a = parse_args(argv)
+    spark = session(a.master)
+    run(spark, a)
+    spark.stop()
+
+
+def run(spark, a):
     import time
 
-    from pyspark.sql import SparkSession, Window
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql.utils import AnalysisException
 
-    builder = SparkSession.builder.appName("cpt_aggregate").config("spark.ui.showConsoleProgress", "false")
-    if a.master:
-        builder = builder.master(a.master)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
     timings = {}
     t0 = time.monotonic()
     try:
@@ -489,7 +515,6 @@ def main(argv):
     if a.timings:
         with open(a.timings, "w") as f:
             json.dump(timings, f)
-    spark.stop()
 
 
 if __name__ == "__main__":
