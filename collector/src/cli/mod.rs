@@ -5,6 +5,7 @@
 //! runtime inside their `run`); see `/work/notes/cli.md` for the convention.
 //! `src/bin/cpt.rs` only parses [`Cli`] and calls [`run`].
 
+pub mod export;
 pub mod force;
 #[cfg(feature = "server")]
 pub mod import;
@@ -43,6 +44,8 @@ pub enum Command {
     /// Run the collector (gRPC + HTTP ingest into a SQLite store, GET /profile).
     #[cfg(feature = "server")]
     Serve(serve::ServeArgs),
+    /// Write records (JSON Lines, a store) as Parquet files for Spark and other engines.
+    Export(export::ExportArgs),
     /// Load JSON Lines record files into a store.
     #[cfg(feature = "server")]
     Import(import::ImportArgs),
@@ -71,6 +74,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(a) => serve::run(a),
         #[cfg(feature = "server")]
         Command::Import(a) => import::run(a),
+        Command::Export(a) => export::run(a),
         Command::Traces(a) => traces::run(a),
         Command::Force(a) => force::run(a),
         Command::Show(a) => show::run(a),

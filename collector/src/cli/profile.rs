@@ -121,8 +121,9 @@ impl SelectArgs {
 /// Where records come from.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct SourceArgs {
-    /// JSON Lines record files (`-` = stdin; gzip is recognised by its content). Commands that
-    /// only draw an aggregate also take profiles cpt wrote (`.pb.gz`, `.pb`), merged in.
+    /// JSON Lines record files (`-` = stdin; gzip is recognised by its content), Parquet files
+    /// (`cpt export --parquet-dir`) or directories of them. Commands that only draw an
+    /// aggregate also take profiles cpt wrote (`.pb.gz`, `.pb`), merged in.
     #[arg(value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// Read records from this SQLite store (as `cpt serve` / `cpt import` write it).

@@ -27,6 +27,8 @@ use crate::ingest::LineError;
 pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 /// The first 16 bytes of every SQLite 3 database file.
 pub const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+/// The first 4 bytes of every Parquet file.
+pub const PARQUET_MAGIC: &[u8; 4] = b"PAR1";
 
 /// Why an input cannot be read (or, under `strict`, why it is rejected).
 ///
@@ -102,6 +104,73 @@ pub enum InputError {
         /// The decompressor's error.
         error: io::Error,
     },
+    /// A Parquet file was given where a JSON Lines or trace file was expected.
+    #[error(
+        "{} is a Parquet file, not a JSON Lines or trace file: cpt profile, flame, folded, \
+         histogram, diff, show and import read it (a file or a directory of them)",
+        path.display()
+    )]
+    IsParquet {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A Parquet input, but this cpt was built without the `parquet` feature.
+    #[error(
+        "{}: a Parquet file or directory, and this cpt was built without the `parquet` feature \
+         (rebuild with it, or give JSON Lines)",
+        path.display()
+    )]
+    NoParquet {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A directory given as input holds no Parquet file.
+    #[error(
+        "{} is a directory without record files (hidden, `_*` and `*.tmp` files are skipped): \
+         give the directory `cpt serve --parquet-dir` or `cpt export --parquet-dir` wrote, \
+         or JSON Lines files",
+        path.display()
+    )]
+    EmptyDir {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A file in a directory of Parquet files is not Parquet.
+    #[error(
+        "{} is not a Parquet file ({found}): a directory is read as Parquet files; move the \
+         file out, or give JSON Lines files by name",
+        path.display()
+    )]
+    NotParquet {
+        /// The file.
+        path: PathBuf,
+        /// What it looks like.
+        found: String,
+    },
+    /// A Parquet file of another schema.
+    #[error(
+        "{}: not a cpt records file ({found}, expected cpt.records.v1); write it with \
+         `cpt export --parquet-dir` (see docs/parquet.md)",
+        path.display()
+    )]
+    NotCptParquet {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead.
+        found: String,
+    },
+    /// A Parquet file that is truncated or corrupt.
+    #[error(
+        "{}: cannot read this Parquet file: {error}; nothing was read from it. Move it out of \
+         the directory (or restore it from where it came) and run again",
+        path.display()
+    )]
+    BadParquet {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        error: String,
+    },
     /// Reading failed (not a gzip problem: an I/O error).
     #[error("{}:{line}: cannot read: {error}", path.display())]
     Read {
@@ -170,6 +239,11 @@ pub fn open(path: &Path) -> Result<Opened, InputError> {
             path: path.to_path_buf(),
         });
     }
+    if first.starts_with(PARQUET_MAGIC) {
+        return Err(InputError::IsParquet {
+            path: path.to_path_buf(),
+        });
+    }
     let gzip = first.starts_with(&GZIP_MAGIC);
     let whole = io::Cursor::new(first).chain(raw);
     let reader: Box<dyn BufRead + Send> = if gzip {
@@ -185,6 +259,21 @@ pub fn open(path: &Path) -> Result<Opened, InputError> {
         gzip,
         path: path.to_path_buf(),
     })
+}
+
+/// A directory, or a file that starts with Parquet's magic.
+fn is_parquet_input(path: &Path) -> bool {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => true,
+        Ok(_) => {
+            let mut buf = [0u8; 4];
+            File::open(path)
+                .and_then(|mut f| f.read_exact(&mut buf))
+                .is_ok()
+                && &buf == PARQUET_MAGIC
+        }
+        Err(_) => false,
+    }
 }
 
 /// Check that `path`, given as a store, exists and is a SQLite database.
@@ -306,6 +395,8 @@ impl fmt::Display for Warning {
 /// [`ReadOptions::strict`] both are an [`InputError`] instead.
 pub struct RecordReader {
     input: Opened,
+    #[cfg(feature = "parquet")]
+    parquet: Option<super::parquet::ParquetRecords>,
     opts: ReadOptions,
     line: u64,
     done: bool,
@@ -323,13 +414,41 @@ impl fmt::Debug for RecordReader {
 }
 
 impl RecordReader {
-    /// [`open`] `path` and read it.
+    /// [`open`] `path` and read it; a Parquet file (recognised by its magic
+    /// `PAR1`) or a directory (read as Parquet files, recursively) is read
+    /// as Parquet records of schema `cpt.records.v1`.
     ///
     /// # Errors
     ///
-    /// As [`open`].
+    /// As [`open`], and for Parquet as
+    /// [`ParquetRecords::open`](super::parquet::ParquetRecords::open).
     pub fn open(path: &Path, opts: ReadOptions) -> Result<Self, InputError> {
+        if path != Path::new("-") && is_parquet_input(path) {
+            return Self::open_parquet(path, opts);
+        }
         Ok(Self::new(open(path)?, opts))
+    }
+
+    #[cfg(feature = "parquet")]
+    fn open_parquet(path: &Path, opts: ReadOptions) -> Result<Self, InputError> {
+        let records = super::parquet::ParquetRecords::open(path, opts.batch_lines)?;
+        let mut reader = Self::new(
+            Opened {
+                reader: Box::new(io::empty()),
+                gzip: false,
+                path: path.to_path_buf(),
+            },
+            opts,
+        );
+        reader.parquet = Some(records);
+        Ok(reader)
+    }
+
+    #[cfg(not(feature = "parquet"))]
+    fn open_parquet(path: &Path, _: ReadOptions) -> Result<Self, InputError> {
+        Err(InputError::NoParquet {
+            path: path.to_path_buf(),
+        })
     }
 
     /// Read an opened input.
@@ -343,6 +462,8 @@ impl RecordReader {
             line: 0,
             done: false,
             stats: ReadStats::default(),
+            #[cfg(feature = "parquet")]
+            parquet: None,
         }
     }
 
@@ -368,6 +489,14 @@ impl RecordReader {
         &mut self,
         warn: &mut dyn FnMut(Warning),
     ) -> Result<Option<Vec<Record>>, InputError> {
+        #[cfg(feature = "parquet")]
+        if let Some(p) = &mut self.parquet {
+            let batch = p.next_batch()?;
+            if let Some(b) = &batch {
+                self.stats.records += b.len() as u64;
+            }
+            return Ok(batch);
+        }
         if self.done {
             return Ok(None);
         }

@@ -13,6 +13,10 @@
 //! cut off keeps the records read before the cut and warns about the lost
 //! tail. With [`ReadOptions::strict`] both are errors instead.
 //!
+//! A `.parquet` file (recognised by its magic `PAR1`) or a directory of them
+//! is read as records of schema `cpt.records.v1` (feature `parquet`, see
+//! `parquet` and docs/parquet.md), by the same [`RecordReader`].
+//!
 //! [`EntryServices`] notices a selection that mixes several entry services,
 //! in particular records an internal service made of its own traffic.
 //!
@@ -23,6 +27,8 @@
 
 pub mod input;
 mod mix;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 pub mod selection;
 
 pub use input::{

@@ -412,3 +412,4 @@ fn profile_warns_when_entry_services_mix() {
 
 mod flows;
 mod operator;
+mod parquet;
