@@ -358,7 +358,7 @@ def run(spark, a):
         if a.until_ns is not None and a.until_ns <= I64_MAX:
             cond = cond & (start < a.until_ns)
     for k, v in a.labels:
-        cond = cond & (F.element_at(F.col("labels"), F.lit(k)) == v)
+        cond = cond & (F.col("labels").getItem(k) == v)
     segs = F.filter(F.col("path"), lambda s: s["ns"] > 0)
     sel = rec.where(cond).select(
         "*",
