@@ -285,3 +285,57 @@ fn spark_job_refuses_bad_input_with_a_clear_error() {
     );
     assert!(!dir.path().join("o").exists(), "nothing written");
 }
+
+/// The `--from-aggregate` side alone (no Spark): an aggregate file written
+/// from the same records draws `cpt profile`'s profile, and misuse is
+/// refused with a message that says what to do.
+#[test]
+fn from_aggregate_draws_cpt_profiles_profile_and_refuses_misuse() {
+    use cpt_collector::aggregate::Aggregate;
+    use cpt_collector::aggregate::file::to_jsonl;
+    use cpt_collector::selection::Selection;
+
+    let dir = tempfile::tempdir().unwrap();
+    let recs = records();
+    let jsonl = dir.path().join("records.jsonl");
+    let text: String = recs.iter().map(|r| r.to_json() + "\n").collect();
+    std::fs::write(&jsonl, text).unwrap();
+    let sel = Selection::from_query("service=A&percentile=p90-p100").unwrap();
+    let agg = Aggregate::from_records_with_histograms(&sel, &recs);
+    let with_hist = dir.path().join("agg.jsonl");
+    std::fs::write(&with_hist, to_jsonl(&agg, &sel, 0)).unwrap();
+    let plain = Aggregate::from_records(&sel, &recs);
+    let no_hist = dir.path().join("agg-no-hist.jsonl");
+    std::fs::write(&no_hist, to_jsonl(&plain, &sel, 0)).unwrap();
+
+    let (want, got) = (dir.path().join("want.pb.gz"), dir.path().join("got.pb.gz"));
+    ok(&[
+        "profile",
+        s(&jsonl),
+        "--service",
+        "A",
+        "--percentile",
+        "p90-p100",
+        "-o",
+        s(&want),
+    ]);
+    ok(&["profile", "--from-aggregate", s(&no_hist), "-o", s(&got)]);
+    assert_eq!(std::fs::read(&want).unwrap(), std::fs::read(&got).unwrap());
+
+    let out = s(&got);
+    #[rustfmt::skip]
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["profile", "--from-aggregate", s(&with_hist), "--service", "A", "-o", out],
+         "pass these flags to cpt_aggregate.py instead"),
+        (vec!["histogram", "--from-aggregate", s(&no_hist)], "computed without per-stack histograms"),
+        (vec!["diff", "--from-aggregate", s(&with_hist)], "give --base-aggregate FILE and --test-aggregate FILE"),
+        (vec!["profile", "--from-aggregate", s(&jsonl), "-o", out], "not a cpt.aggregate.v1 line"),
+        (vec!["profile", "--from-aggregate", s(&with_hist), s(&jsonl), "-o", out], "cannot be used with"),
+    ];
+    for (args, want) in cases {
+        let o = cpt(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: got {err:?}, want {want:?}");
+    }
+}
