@@ -133,6 +133,11 @@ pub struct SourceArgs {
     /// skipping it with a warning.
     #[arg(long)]
     pub strict: bool,
+    /// Draw from an aggregate computed elsewhere (the `cpt.aggregate.v1` file, or directory,
+    /// that `collector/spark/cpt_aggregate.py` writes) instead of folding records here. The
+    /// selection was applied by that job: give its flags there, not here.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["inputs", "store"])]
+    pub from_aggregate: Option<PathBuf>,
 }
 
 fn is_profile_path(p: &Path) -> bool {
@@ -294,6 +299,9 @@ fn load_store(
 /// Load, aggregate one selection, merge any profile inputs.
 fn aggregate(src: &SourceArgs, select: &SelectArgs, histograms: bool) -> anyhow::Result<Aggregate> {
     let sel = select.selection();
+    if let Some(path) = &src.from_aggregate {
+        return from_aggregate_file(path, &sel, histograms);
+    }
     let mut agg = Aggregator::new(sel.clone()).with_histograms(histograms);
     let mut profiles = Vec::new();
     let mut mix = EntryServices::default();
@@ -335,6 +343,44 @@ fn aggregate(src: &SourceArgs, select: &SelectArgs, histograms: bool) -> anyhow:
         eprintln!("cpt: warning: the selection is empty (check --service, --trigger, time range)");
     }
     Ok(out)
+}
+
+/// Read an aggregate file (`--from-aggregate`): the selection was the job's.
+fn from_aggregate_file(
+    path: &Path,
+    sel: &Selection,
+    histograms: bool,
+) -> anyhow::Result<Aggregate> {
+    if *sel != Selection::new() {
+        bail!(
+            "--from-aggregate {}: the selection was applied when the aggregate was computed \
+             ({sel} given here); pass these flags to cpt_aggregate.py instead and drop them here",
+            path.display()
+        );
+    }
+    let file = crate::profile::aggregate::file::read_path(path)?;
+    if histograms && !file.stack_histograms {
+        bail!(
+            "{}: computed without per-stack histograms (cpt_aggregate.py --no-histograms); \
+             re-run it without that flag for `cpt histogram`",
+            path.display()
+        );
+    }
+    eprintln!(
+        "cpt: {}: aggregate of {} ({} matched the selection{}), selection {}",
+        path.display(),
+        plural(file.aggregate.requests(), "request"),
+        file.matched,
+        match file.selection.percentile() {
+            Some(b) => format!(" before the percentile band p{}-p{}", b.lo(), b.hi()),
+            None => String::new(),
+        },
+        file.selection
+    );
+    if file.aggregate.requests() == 0 {
+        eprintln!("cpt: warning: the selection is empty (check --service, --trigger, time range)");
+    }
+    Ok(file.aggregate)
 }
 
 fn write_out(path: Option<&Path>, bytes: &[u8]) -> anyhow::Result<()> {
@@ -532,6 +578,13 @@ pub struct DiffArgs {
     /// Records for the test arm only (instead of INPUT...).
     #[arg(long = "test-input", value_name = "FILE")]
     test_inputs: Vec<PathBuf>,
+    /// The base arm as an aggregate file (`cpt_aggregate.py --output`); with --test-aggregate,
+    /// compares two aggregates computed elsewhere (e.g. on Spark).
+    #[arg(long, value_name = "FILE", requires = "test_aggregate", conflicts_with_all = ["inputs", "store", "base", "test", "base_inputs", "test_inputs", "from_aggregate"])]
+    base_aggregate: Option<PathBuf>,
+    /// The test arm as an aggregate file (see --base-aggregate).
+    #[arg(long, value_name = "FILE", requires = "base_aggregate")]
+    test_aggregate: Option<PathBuf>,
     /// Two-sided confidence level of the intervals.
     #[arg(long, value_name = "P", default_value_t = 0.95)]
     confidence: f64,
@@ -574,6 +627,9 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<()> {
     if args.format == Format::BucketsCsv {
         bail!("--format buckets-csv is for `cpt histogram`; use text or csv");
     }
+    if args.source.from_aggregate.is_some() {
+        bail!("a diff has two arms: give --base-aggregate FILE and --test-aggregate FILE");
+    }
     let common = args.select.selection();
     let arm = |pairs: &[String], name: &str| -> anyhow::Result<Selection> {
         let mut sel = common.clone();
@@ -584,47 +640,13 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<()> {
     };
     let base_sel = arm(&args.base, "base")?;
     let test_sel = arm(&args.test, "test")?;
-    if args.base_inputs.is_empty() && args.test_inputs.is_empty() && !disjoint(&base_sel, &test_sel)
-    {
-        bail!(
-            "{}base ({base_sel}) and test ({test_sel}) can select the same records; a diff \
-             compares two disjoint sets (its intervals assume independent samples). Make the arms \
-             exclusive, e.g. --base label=arm=a --test label=arm=b, --base until=T --test since=T, \
-             --base percentile=p0-p50 --test percentile=p50-p100, or give --base-input / \
-             --test-input",
-            if args.test.is_empty() || args.base.is_empty() {
-                "--base and --test each need a filter: without one an arm is every selected \
-                 record, the other arm's included. "
-            } else {
-                ""
-            }
-        );
-    }
-    let mut base = Aggregator::new(base_sel);
-    let mut test = Aggregator::new(test_sel);
-    let arm_source = |inputs: &[PathBuf]| SourceArgs {
-        inputs: inputs.to_vec(),
-        store: None,
-        strict: args.source.strict,
+    let (base, test) = match (&args.base_aggregate, &args.test_aggregate) {
+        (Some(b), Some(t)) => (
+            from_aggregate_file(b, &common, false)?,
+            from_aggregate_file(t, &common, false)?,
+        ),
+        _ => diff_arms(&args, base_sel, test_sel)?,
     };
-    match (args.base_inputs.is_empty(), args.test_inputs.is_empty()) {
-        (true, true) => {
-            load(&args.source, &mut [&mut base, &mut test], None, None)?;
-        }
-        (false, false) => {
-            load(&arm_source(&args.base_inputs), &mut [&mut base], None, None)?;
-            load(&arm_source(&args.test_inputs), &mut [&mut test], None, None)?;
-        }
-        (false, true) => {
-            load(&arm_source(&args.base_inputs), &mut [&mut base], None, None)?;
-            load(&args.source, &mut [&mut test], None, None)?;
-        }
-        (true, false) => {
-            load(&args.source, &mut [&mut base], None, None)?;
-            load(&arm_source(&args.test_inputs), &mut [&mut test], None, None)?;
-        }
-    }
-    let (base, test) = (base.finish(), test.finish());
     let opts = DiffOptions {
         confidence: args.confidence,
         min_change: args.min_change,
@@ -655,6 +677,56 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<()> {
         _ => report.to_text(args.top, args.all),
     };
     write_out(None, text.as_bytes())
+}
+
+/// Fold the two arms of a diff from records.
+fn diff_arms(
+    args: &DiffArgs,
+    base_sel: Selection,
+    test_sel: Selection,
+) -> anyhow::Result<(Aggregate, Aggregate)> {
+    if args.base_inputs.is_empty() && args.test_inputs.is_empty() && !disjoint(&base_sel, &test_sel)
+    {
+        bail!(
+            "{}base ({base_sel}) and test ({test_sel}) can select the same records; a diff \
+             compares two disjoint sets (its intervals assume independent samples). Make the arms \
+             exclusive, e.g. --base label=arm=a --test label=arm=b, --base until=T --test since=T, \
+             --base percentile=p0-p50 --test percentile=p50-p100, or give --base-input / \
+             --test-input",
+            if args.test.is_empty() || args.base.is_empty() {
+                "--base and --test each need a filter: without one an arm is every selected \
+                 record, the other arm's included. "
+            } else {
+                ""
+            }
+        );
+    }
+    let mut base = Aggregator::new(base_sel);
+    let mut test = Aggregator::new(test_sel);
+    let arm_source = |inputs: &[PathBuf]| SourceArgs {
+        inputs: inputs.to_vec(),
+        store: None,
+        strict: args.source.strict,
+        from_aggregate: None,
+    };
+    match (args.base_inputs.is_empty(), args.test_inputs.is_empty()) {
+        (true, true) => {
+            load(&args.source, &mut [&mut base, &mut test], None, None)?;
+        }
+        (false, false) => {
+            load(&arm_source(&args.base_inputs), &mut [&mut base], None, None)?;
+            load(&arm_source(&args.test_inputs), &mut [&mut test], None, None)?;
+        }
+        (false, true) => {
+            load(&arm_source(&args.base_inputs), &mut [&mut base], None, None)?;
+            load(&args.source, &mut [&mut test], None, None)?;
+        }
+        (true, false) => {
+            load(&args.source, &mut [&mut base], None, None)?;
+            load(&arm_source(&args.test_inputs), &mut [&mut test], None, None)?;
+        }
+    }
+    Ok((base.finish(), test.finish()))
 }
 
 /// Whether no record can be in both selections (provably, from the filters):

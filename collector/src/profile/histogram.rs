@@ -53,6 +53,71 @@ impl Histogram {
         (lo, hi)
     }
 
+    /// A histogram from its non-empty buckets (`(bucket index, count)`, see
+    /// [`Histogram::bucket_of`]) and the smallest and largest value counted,
+    /// as another process computed them (the aggregate file, see
+    /// [`crate::profile::aggregate::file`]).
+    ///
+    /// # Errors
+    ///
+    /// A bucket index beyond the last bucket (495), a zero count, `min >
+    /// max`, or a `min` / `max` outside the buckets that have counts.
+    pub fn from_buckets(
+        buckets: impl IntoIterator<Item = (usize, u64)>,
+        min: u64,
+        max: u64,
+    ) -> Result<Histogram, String> {
+        let last = Self::bucket_of(u64::MAX);
+        let mut h = Histogram::new();
+        for (b, c) in buckets {
+            if b > last {
+                return Err(format!("bucket {b} is beyond the last bucket ({last})"));
+            }
+            if c == 0 {
+                return Err(format!(
+                    "bucket {b} has count 0 (list only non-empty buckets)"
+                ));
+            }
+            if b >= h.counts.len() {
+                h.counts.resize(b + 1, 0);
+            }
+            h.counts[b] = h.counts[b]
+                .checked_add(c)
+                .ok_or_else(|| format!("bucket {b}: count overflows"))?;
+            h.count = h
+                .count
+                .checked_add(c)
+                .ok_or_else(|| "total count overflows".to_owned())?;
+        }
+        if h.count == 0 {
+            return Ok(h);
+        }
+        if min > max {
+            return Err(format!("min {min} > max {max}"));
+        }
+        let first = h.counts.iter().position(|&c| c > 0).unwrap_or(0);
+        if Self::bucket_of(min) != first || Self::bucket_of(max) != h.counts.len() - 1 {
+            return Err(format!(
+                "min {min} / max {max} do not fall in the first / last non-empty bucket \
+                 ({first} / {})",
+                h.counts.len() - 1
+            ));
+        }
+        h.min = min;
+        h.max = max;
+        Ok(h)
+    }
+
+    /// The non-empty buckets as `(bucket index, count)`, ascending (the
+    /// inverse of [`Histogram::from_buckets`]).
+    pub fn bucket_counts(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, &c)| (i, c))
+    }
+
     /// Count one value.
     pub fn record(&mut self, v: u64) {
         let b = Self::bucket_of(v);

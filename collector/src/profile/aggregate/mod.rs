@@ -56,6 +56,7 @@ use rustc_hash::FxBuildHasher;
 use super::histogram::Histogram;
 use crate::records::selection::Selection;
 
+pub mod file;
 mod fold;
 mod intern;
 

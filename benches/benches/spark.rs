@@ -1,0 +1,380 @@
+//! `cpt profile` (one process) against the Spark job
+//! `collector/spark/cpt_aggregate.py` in `local[2]` mode, on the same
+//! Parquet directory (issue 15, point 4).
+//!
+//! Generates `CPT_BENCH_RECORDS` (default 10⁶; 10⁷ for the issue's number)
+//! Figure-1-shaped records of 25–35 segments (services A–F, ~200 stacks of
+//! depth 2–7, some network / queueing / unattributed / blind-spot time,
+//! labels `arm=a|b`, 5 % forced), writes them with the collector's Parquet
+//! writer, then times and measures (peak RSS: of `cpt`; of the Python
+//! driver plus its JVM for Spark):
+//!
+//! 1. `cpt profile DIR --label arm=b --percentile p0-p99 -o cpt.pb.gz`
+//! 2. `cpt_aggregate.py DIR --label arm=b --percentile p0-p99 --master local[2]`, then
+//!    `cpt profile --from-aggregate` (the profiles must be byte-identical);
+//!
+//! and splits the Spark job's time by stage from its event log: task time
+//! (executorRunTime, summed over tasks), and inside the stage that reads the
+//! Parquet files, Spark's own "scan time" metric versus the rest (explode,
+//! the stack keys and the map-side aggregation), shuffle bytes and write
+//! time. A cluster of N executors divides the task time of each stage by
+//! about N (the stages are embarrassingly parallel up to the number of input
+//! splits); the driver's fixed cost (JVM start, planning, the band's two
+//! small jobs) does not shrink.
+//!
+//! `CPT_SPARK_PYTHON` names the Python with pyspark (default
+//! `.venv-spark/bin/python`), `CPT_BENCH_DIR` keeps the Parquet directory
+//! (otherwise a temporary one). Run:
+//! `cargo bench -p cpt-benches --bench spark`
+//! (`CPT_BENCH_RECORDS=10000000` for 10⁷; needs ~1.5 GB of disk per 10⁶ records).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use clap::Parser as _;
+use cpt_collector::records::parquet::PartitionedWriter;
+use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
+use cpt_sdk::record::Record;
+use cpt_sdk::testing::SplitMix64 as Rng;
+use cpt_sdk::trigger::Trigger;
+
+/// ~200 distinct frame stacks over services A–F, depth 2–7 (as the
+/// aggregate bench's).
+fn stack_pool(rng: &mut Rng) -> Vec<Vec<Frame>> {
+    let services = ["A", "B", "C", "D", "E", "F"];
+    let root = Frame::new("A", "A1").with_location("a/src/main.rs", 40);
+    (0..200u64)
+        .map(|i| {
+            let depth = 2 + rng.below(6) as usize;
+            let mut stack = vec![root.clone()];
+            for d in 1..depth {
+                let svc = services[rng.below(services.len() as u64) as usize];
+                let mut f = Frame::new(svc, format!("{svc}{}_{}", d, (i + d as u64) % 13));
+                if ((i + d as u64) % 13) % 2 == 0 {
+                    f = f.with_location(
+                        format!("{}/src/handler.rs", svc.to_lowercase()),
+                        d as u32 * 10,
+                    );
+                }
+                stack.push(f);
+            }
+            stack
+        })
+        .collect()
+}
+
+fn record(rng: &mut Rng, stacks: &[Vec<Frame>], i: u64) -> Record {
+    let mut p = CriticalPath::new();
+    for s in 0..25 + rng.below(11) {
+        let stack = &stacks[rng.below(stacks.len() as u64) as usize];
+        let kind = match rng.below(20) {
+            0 => SegmentKind::Network,
+            1 => SegmentKind::Unattributed,
+            2 if s % 7 == 0 => SegmentKind::BlindSpot,
+            3 => SegmentKind::Queueing,
+            _ => SegmentKind::Busy,
+        };
+        p.push_frames(
+            stack.iter().cloned(),
+            Duration::from_micros(10 + rng.below(2_000)),
+            kind,
+        );
+    }
+    let trigger = if rng.below(20) == 0 {
+        Trigger::Forced
+    } else {
+        Trigger::Sampled
+    };
+    let mut r = Record::new("A", trigger, p);
+    r.endpoint = Some("/frontend".into());
+    r.request_id = Some(format!("req-{i}"));
+    // 10⁶ records a second apart: a dozen hourly partitions per 10⁶.
+    r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i * 3_600_000_000_000 / 300_000);
+    r.labels.insert(
+        "arm".into(),
+        if rng.below(2) == 0 { "a" } else { "b" }.into(),
+    );
+    r
+}
+
+fn generate(dir: &Path, n: u64) -> u64 {
+    let mut rng = Rng::new(42);
+    let stacks = stack_pool(&mut rng);
+    let mut w = PartitionedWriter::new(dir).expect("parquet dir");
+    let mut batch = Vec::with_capacity(10_000);
+    for i in 0..n {
+        batch.push(record(&mut rng, &stacks, i));
+        if batch.len() == 10_000 {
+            w.write(&batch).expect("write parquet");
+            batch.clear();
+        }
+    }
+    w.write(&batch).expect("write parquet");
+    w.finish().expect("finish parquet");
+    dir_bytes(dir)
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        total += if p.is_dir() {
+            dir_bytes(&p)
+        } else {
+            e.metadata().map_or(0, |m| m.len())
+        };
+    }
+    total
+}
+
+/// VmRSS (kB) of `pid` and all its descendants.
+fn tree_rss_kb(pid: u32) -> u64 {
+    let mut parent: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut rss: BTreeMap<u32, u64> = BTreeMap::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        for line in status.lines() {
+            let num = |l: &str| -> u64 {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            };
+            if line.starts_with("PPid:") {
+                parent.insert(p, num(line) as u32);
+            } else if line.starts_with("VmRSS:") {
+                rss.insert(p, num(line));
+            }
+        }
+    }
+    let in_tree = |mut p: u32| loop {
+        if p == pid {
+            return true;
+        }
+        match parent.get(&p) {
+            Some(&q) if q != 0 && q != p => p = q,
+            _ => return false,
+        }
+    };
+    rss.iter()
+        .filter(|(p, _)| in_tree(**p))
+        .map(|(_, r)| r)
+        .sum()
+}
+
+/// Run a command, sampling the RSS of its process tree every 50 ms:
+/// (wall time, peak kB, stderr).
+fn measure(mut cmd: Command) -> (Duration, u64, String) {
+    let t = Instant::now();
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
+    let mut peak = 0;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let stderr = reader.join().unwrap();
+            assert!(status.success(), "{cmd:?} failed: {stderr}");
+            return (t.elapsed(), peak, stderr);
+        }
+        peak = peak.max(tree_rss_kb(pid));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Per-stage totals from a Spark event log.
+#[derive(Default, Debug)]
+struct Stage {
+    name: String,
+    tasks: u64,
+    wall_ms: u64,
+    metrics: BTreeMap<String, u64>,
+}
+
+fn event_log_stages(dir: &Path) -> Vec<(u64, Stage)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if v["Event"] != "SparkListenerStageCompleted" {
+                continue;
+            }
+            let si = &v["Stage Info"];
+            let mut st = Stage {
+                name: si["Stage Name"].as_str().unwrap_or("").to_owned(),
+                tasks: si["Number of Tasks"].as_u64().unwrap_or(0),
+                wall_ms: si["Completion Time"]
+                    .as_u64()
+                    .unwrap_or(0)
+                    .saturating_sub(si["Submission Time"].as_u64().unwrap_or(0)),
+                ..Stage::default()
+            };
+            for acc in si["Accumulables"].as_array().into_iter().flatten() {
+                let name = acc["Name"].as_str().unwrap_or("");
+                let val = acc["Value"]
+                    .as_u64()
+                    .or_else(|| acc["Value"].as_str().and_then(|s| s.parse().ok()));
+                if let Some(val) = val {
+                    *st.metrics.entry(name.to_owned()).or_default() += val;
+                }
+            }
+            out.push((si["Stage ID"].as_u64().unwrap_or(0), st));
+        }
+    }
+    out.sort_by_key(|(id, _)| *id);
+    out
+}
+
+fn python() -> PathBuf {
+    std::env::var_os("CPT_SPARK_PYTHON").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv-spark/bin/python"),
+        PathBuf::from,
+    )
+}
+
+fn mb(kb: u64) -> String {
+    format!("{:.0} MB", kb as f64 / 1024.0)
+}
+
+fn main() {
+    // Child mode: this binary runs `cpt` itself, so the bench needs no
+    // separately built binary and measures only the command.
+    if std::env::var_os("CPT_BENCH_CPT_CHILD").is_some() {
+        let args = std::env::args().skip_while(|a| a != "--").skip(1);
+        let cli =
+            cpt_collector::cli::Cli::parse_from(std::iter::once("cpt".to_owned()).chain(args));
+        cpt_collector::cli::run(cli).expect("cpt");
+        return;
+    }
+    let n: u64 = std::env::var("CPT_BENCH_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let tmp = tempfile::tempdir().unwrap();
+    let work =
+        std::env::var_os("CPT_BENCH_DIR").map_or_else(|| tmp.path().to_owned(), PathBuf::from);
+    let pq = work.join("parquet");
+    let t = Instant::now();
+    let bytes = if pq.exists() {
+        println!("reusing {}", pq.display());
+        dir_bytes(&pq)
+    } else {
+        generate(&pq, n)
+    };
+    println!(
+        "records: {n} as Parquet in {:.1?}: {:.1} MB, {:.0} bytes/record",
+        t.elapsed(),
+        bytes as f64 / 1e6,
+        bytes as f64 / n as f64
+    );
+    let sel = ["--label", "arm=b", "--percentile", "p0-p99"];
+    let (want, got) = (work.join("cpt.pb.gz"), work.join("spark.pb.gz"));
+
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.env("CPT_BENCH_CPT_CHILD", "1")
+        .arg("--")
+        .arg("profile")
+        .arg(&pq)
+        .args(sel)
+        .arg("-o")
+        .arg(&want);
+    let (cpt_time, cpt_rss, _) = measure(cmd);
+    println!(
+        "cpt profile (one process, all cores): {cpt_time:.2?}, peak RSS {}",
+        mb(cpt_rss)
+    );
+
+    let py = python();
+    let events = work.join("spark-events");
+    let _ = std::fs::remove_dir_all(&events);
+    std::fs::create_dir_all(&events).unwrap();
+    let agg = work.join("spark-agg");
+    let timings = work.join("spark-timings.json");
+    let mut cmd = Command::new(&py);
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/spark/cpt_aggregate.py"))
+        .arg(&pq)
+        .args(sel)
+        .args(["--master", "local[2]", "--output"])
+        .arg(&agg)
+        .arg("--timings")
+        .arg(&timings)
+        .env(
+            "PYSPARK_SUBMIT_ARGS",
+            format!(
+                "--driver-memory {} --conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{} pyspark-shell",
+                std::env::var("CPT_BENCH_SPARK_MEMORY").unwrap_or_else(|_| "4g".into()),
+                events.display()
+            ),
+        );
+    let (spark_time, spark_rss, _) = measure(cmd);
+    println!(
+        "Spark local[2] (python driver + JVM): {spark_time:.2?}, peak RSS {}; phases {}",
+        mb(spark_rss),
+        std::fs::read_to_string(&timings).unwrap_or_default()
+    );
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.env("CPT_BENCH_CPT_CHILD", "1")
+        .arg("--")
+        .arg("profile")
+        .arg("--from-aggregate")
+        .arg(&agg)
+        .arg("-o")
+        .arg(&got);
+    let (from_time, _, _) = measure(cmd);
+    let same = std::fs::read(&want).unwrap() == std::fs::read(&got).unwrap();
+    println!("cpt profile --from-aggregate: {from_time:.2?}; profiles identical: {same}");
+    assert!(same, "the Spark profile differs from cpt profile's");
+
+    println!("\nSpark stages (event log): task time = executorRunTime summed over tasks");
+    println!(
+        "{:>5} {:>6} {:>9} {:>10} {:>10} {:>11} {:>11} {:>10}  name",
+        "stage", "tasks", "wall ms", "task ms", "scan ms", "input MB", "shuffle MB", "shufw ms"
+    );
+    let mut totals = (0u64, 0u64, 0u64, 0u64);
+    for (id, st) in event_log_stages(&events) {
+        let m = |k: &str| st.metrics.get(k).copied().unwrap_or(0);
+        let task = m("internal.metrics.executorRunTime");
+        let scan = m("scan time");
+        let shuffle = m("internal.metrics.shuffle.write.bytesWritten");
+        let shufw = m("internal.metrics.shuffle.write.writeTime") / 1_000_000;
+        let input = m("internal.metrics.input.bytesRead");
+        totals.0 += task;
+        totals.1 += scan;
+        totals.2 += shuffle;
+        if input > 0 {
+            totals.3 += task;
+        }
+        println!(
+            "{id:>5} {:>6} {:>9} {task:>10} {scan:>10} {:>11.1} {:>11.1} {shufw:>10}  {}",
+            st.tasks,
+            st.wall_ms,
+            input as f64 / 1e6,
+            shuffle as f64 / 1e6,
+            st.name.chars().take(60).collect::<String>()
+        );
+    }
+    println!(
+        "task time {} ms in all: {} ms in stages reading Parquet (of which scan {} ms; the \
+         rest is explode, stack keys, map-side aggregation), {} ms after a shuffle; {:.1} MB \
+         shuffled",
+        totals.0,
+        totals.3,
+        totals.1,
+        totals.0 - totals.3,
+        totals.2 as f64 / 1e6
+    );
+}

@@ -1,0 +1,538 @@
+#!/usr/bin/env python3
+"""cpt_aggregate.py: fold cpt records (Parquet, schema cpt.records.v1) on Apache Spark.
+
+The same selection and the same fold as `cpt profile`, so
+
+    spark-submit collector/spark/cpt_aggregate.py s3a://bucket/cpt-records \
+        --service A --label arm=b --percentile p95-p100 --output s3a://bucket/agg/a-slow
+    cpt profile --from-aggregate agg/a-slow -o a-slow.pb.gz
+
+writes the profile `cpt profile --service A --label arm=b --percentile p95-p100
+s3a://bucket/cpt-records` would (the agreement test in tests/tests/spark.rs checks
+that they are byte for byte the same). Without spark-submit, `python cpt_aggregate.py
+...` runs Spark in local[*] mode (pip install pyspark).
+
+Selection (as `cpt profile`, see collector/src/records/selection.rs): --service,
+--endpoint, --since/--until (on the request's start; Unix ns, a number with unit
+s/ms/us/ns, or RFC 3339), --label K=V (repeatable, all must match), --trigger
+(sampled by default: forced traces are not a random sample; `all` when --request-id or
+--trace-id is given), --request-id, --trace-id, and --percentile pLO-pHI, the latency
+band over the records every other filter keeps. The band is exact: records are ranked
+by (path latency, input order) with a distributed range sort, and ranks
+[round(n*lo/100), round(n*hi/100)) are kept (at least one), exactly as `cpt profile`
+does; input order is (file path by component, row in file), the order in which `cpt
+profile` reads a Parquet directory.
+
+The fold (collector/src/profile/aggregate): every segment with a positive duration
+contributes its nanoseconds to its sample stack: the segment's frames, plus a synthetic
+leaf `[queueing]`, `[unattributed]`, `[network]` or `[blind spot]` (service "") for a
+non-busy kind, or `[no frames]` when that leaves nothing. Per request the stack's time
+is summed; per stack the job keeps the sum, the number of requests it is on, the sum of
+squares of the per-request time and its log-linear histogram (what `cpt diff` and `cpt
+histogram` need); overall the request count, latency sum, sum of squares and histogram,
+the accounting sums and the start-time range.
+
+Output: one JSON Lines file `cpt.aggregate.v1` (format in
+collector/src/profile/aggregate/file.rs), written by Spark as a directory `--output`
+holding a single part file; `cpt profile --from-aggregate DIR` reads it.
+"""
+
+import argparse
+import json
+import math
+import re
+import sys
+from datetime import datetime, timezone
+
+FORMAT = "cpt.aggregate.v1"
+SCHEMA = "cpt.records.v1"
+I64_MAX = 2**63 - 1
+KIND_FRAMES = {
+    "queueing": "[queueing]",
+    "unattributed": "[unattributed]",
+    "network": "[network]",
+    "blind_spot": "[blind spot]",
+}
+NO_FRAMES = "[no frames]"
+ACCOUNTING = [
+    "network_ns",
+    "overcount_ns",
+    "blind_spot_ns",
+    "unattributed_ns",
+    "queueing_ns",
+    "truncated_ns",
+    "clock_skew_ns",
+]
+REQUIRED_COLUMNS = [
+    "service",
+    "endpoint",
+    "trigger",
+    "latency_ns",
+    "start_unix_nanos",
+    "request_id",
+    "trace_id",
+    "labels",
+    "path",
+] + ACCOUNTING
+
+
+class UsageError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- selection parsing
+
+
+def parse_time(s):
+    """collector/src/records/selection.rs parse_time: Unix ns, N{s,ms,us,ns}, RFC 3339."""
+    t = s.strip()
+    m = re.fullmatch(r"(\d+)(ns|us|ms|s)?", t)
+    if m:
+        mult = {None: 1, "ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}[m.group(2)]
+        v = int(m.group(1)) * mult
+        if v > 2**64 - 1:
+            raise UsageError(f"time {s!r}: out of range")
+        return v
+    m = re.fullmatch(
+        r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})?",
+        t,
+    )
+    if not m:
+        raise UsageError(
+            f"time {s!r}: expected Unix nanoseconds, a number with unit s/ms/us/ns, "
+            "or RFC 3339 like 2026-11-21T22:00:00Z"
+        )
+    y, mo, d, h, mi, sec = (int(x) for x in m.groups()[:6])
+    frac = (m.group(7) or "").ljust(9, "0")
+    tz = m.group(8)
+    offset = 0
+    if tz and tz not in ("Z", "z"):
+        sign = 1 if tz[0] == "+" else -1
+        offset = sign * (int(tz[1:3]) * 3600 + int(tz[4:6]) * 60)
+    try:
+        base = datetime(y, mo, d, h, mi, sec, tzinfo=timezone.utc)
+    except ValueError as e:
+        raise UsageError(f"time {s!r}: {e}") from None
+    secs = int(base.timestamp()) - offset
+    if secs < 0:
+        raise UsageError(f"time {s!r}: before 1970")
+    return secs * 1_000_000_000 + int(frac)
+
+
+def parse_band(s):
+    """PercentileBand::parse: both bounds, `p95-p100`, `95-100`, `p99.9-p100`."""
+
+    def num(t):
+        t = t.strip()
+        if t[:1] in ("p", "P"):
+            t = t[1:]
+        try:
+            v = float(t)
+        except ValueError:
+            raise UsageError(
+                f'percentile band {s!r}: {t!r} is not a number (expected e.g. "p95-p100" or "p0-p50")'
+            ) from None
+        if not math.isfinite(v):
+            raise UsageError(f"percentile band {s!r}: {t!r} is not a number")
+        return v
+
+    if "-" not in s:
+        v = num(s)
+        raise UsageError(
+            f'percentile band {s!r}: give both bounds, e.g. "p{v:g}-p100" for the slowest '
+            f'{100 - v:g}% or "p0-p{v:g}" for the rest'
+        )
+    a, b = s.split("-", 1)
+    lo, hi = num(a), num(b)
+    if not (0 <= lo <= 100 and 0 <= hi <= 100):
+        raise UsageError(f"percentile band {s}: bounds must be within 0..=100")
+    if lo >= hi:
+        raise UsageError(f"percentile band {s}: the lower bound must be below the upper")
+    return lo, hi
+
+
+def round_half_away(x):
+    """Rust's f64::round for x >= 0 (Python's round() rounds half to even)."""
+    i = math.floor(x)
+    return i + 1 if x - i >= 0.5 else i
+
+
+def band_ranks(lo, hi, n):
+    """PercentileBand::ranks: the 0-based ranks [lo, hi) kept out of n."""
+    if n == 0:
+        return 0, 0
+    at = lambda p: round_half_away(float(n) * p / 100.0)
+    r_lo = min(at(lo), n - 1)
+    r_hi = min(max(at(hi), r_lo + 1), n)
+    return r_lo, r_hi
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="cpt_aggregate.py",
+        description="Fold cpt records (Parquet) into a cpt.aggregate.v1 file for "
+        "`cpt profile --from-aggregate`, with cpt profile's selection.",
+    )
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="Parquet files or directories (cpt export / cpt serve --parquet-dir)")
+    p.add_argument("-o", "--output", required=True, help="output directory (one part file, JSON Lines)")
+    p.add_argument("--service")
+    p.add_argument("--endpoint")
+    p.add_argument("--since")
+    p.add_argument("--until")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--percentile", metavar="BAND")
+    p.add_argument("--trigger", choices=["sampled", "forced", "all"])
+    p.add_argument("--request-id")
+    p.add_argument("--trace-id")
+    p.add_argument("--no-histograms", action="store_true", help="skip per-stack histograms (cpt histogram then refuses the file)")
+    p.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
+    p.add_argument("--timings", metavar="FILE", help="write the wall time of each phase as JSON (for the benchmark)")
+    a = p.parse_args(argv)
+    sel = {"pairs": []}
+    try:
+        for key in ("service", "endpoint", "request_id", "trace_id"):
+            v = getattr(a, key)
+            if v is not None and v == "":
+                raise UsageError(f"{key.replace('_', '-')}: empty value")
+        if a.trace_id:
+            a.trace_id = a.trace_id.lower()
+        a.since_ns = parse_time(a.since) if a.since is not None else None
+        a.until_ns = parse_time(a.until) if a.until is not None else None
+        a.labels = []
+        for lv in a.label:
+            if "=" not in lv or lv.split("=", 1)[0] == "":
+                raise UsageError(f"--label {lv!r}: expected KEY=VALUE, e.g. arm=b")
+            a.labels.append(tuple(lv.split("=", 1)))
+        a.band = parse_band(a.percentile) if a.percentile is not None else None
+    except UsageError as e:
+        p.error(str(e))
+    if a.trigger is None:
+        a.trigger = "all" if (a.request_id or a.trace_id) else "sampled"
+    # The selection as Selection::set_pair pairs (the header's "selection").
+    pairs = []
+    if a.service is not None:
+        pairs.append(f"service={a.service}")
+    if a.endpoint is not None:
+        pairs.append(f"endpoint={a.endpoint}")
+    if a.since_ns is not None:
+        pairs.append(f"since={a.since_ns}")
+    if a.until_ns is not None:
+        pairs.append(f"until={a.until_ns}")
+    for k, v in a.labels:
+        pairs.append(f"label={k}={v}")
+    if a.percentile is not None:
+        pairs.append(f"percentile={a.percentile.strip()}")
+    if a.request_id is not None:
+        pairs.append(f"request_id={a.request_id}")
+    if a.trace_id is not None:
+        pairs.append(f"trace_id={a.trace_id}")
+    pairs.append(f"trigger={a.trigger}")
+    a.pairs = pairs
+    return a
+
+
+# ---------------------------------------------------------------- the job
+
+BUCKET_SQL = (
+    "CASE WHEN {v} < 16 THEN {v} "
+    "ELSE 16 + (length(bin({v})) - 5) * 8 + (shiftright({v}, length(bin({v})) - 4) & 7) END"
+)
+
+
+def fail(msg):
+    print(f"cpt_aggregate.py: error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def check_schema(spark, df, inputs):
+    from pyspark.sql import types as T
+
+    cols = {f.name: f.dataType for f in df.schema.fields}
+    missing = [c for c in REQUIRED_COLUMNS if c not in cols]
+    if missing:
+        fail(
+            f"{', '.join(inputs)}: not cpt records (schema {SCHEMA}): no column(s) "
+            f"{', '.join(missing)}; write them with `cpt export --parquet-dir`"
+        )
+    if not isinstance(cols["path"], T.ArrayType) or not isinstance(cols["labels"], T.MapType):
+        fail(f"{', '.join(inputs)}: columns path / labels are not a list / map: not {SCHEMA} records")
+    # The footer's key-value metadata names the schema (checked on the first file: a
+    # driver-side footer read per file would not scale to a fleet's files).
+    files = sorted(df.inputFiles())
+    if files:
+        jvm = spark._jvm
+        conf = spark._jsc.hadoopConfiguration()
+        try:
+            hin = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
+                jvm.org.apache.hadoop.fs.Path(files[0]), conf
+            )
+            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(hin)
+            try:
+                kv = reader.getFooter().getFileMetaData().getKeyValueMetaData()
+                got = kv.get("cpt.schema")
+            finally:
+                reader.close()
+        except Exception as e:  # noqa: BLE001 (a py4j error; report it plainly)
+            fail(f"{files[0]}: cannot read the Parquet footer: {e}")
+        if got != SCHEMA:
+            fail(
+                f"{files[0]}: not a cpt records file (schema {got}, expected {SCHEMA}); "
+                "write it with `cpt export`"
+            )
+
+
+def session(master):
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("cpt_aggregate").config(
+        "spark.ui.showConsoleProgress", "false"
+    )
+    if master:
+        builder = builder.master(master)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def main(argv):
+    # --batch FILE: one command line per line (a JSON list of arguments), all run in one
+    # Spark session (the agreement test runs its cases this way: one JVM start, not one
+    # per case).
+    if argv[:1] == ["--batch"] and len(argv) in (2, 4):
+        master = argv[3] if len(argv) == 4 and argv[2] == "--master" else None
+        with open(argv[1]) as f:
+            runs = [parse_args(json.loads(line)) for line in f if line.strip()]
+        spark = session(master)
+        for a in runs:
+            run(spark, a)
+        spark.stop()
+        return
+    a = parse_args(argv)
+    spark = session(a.master)
+    run(spark, a)
+    spark.stop()
+
+
+def run(spark, a):
+    import time
+
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql.utils import AnalysisException
+
+    timings = {}
+    t0 = time.monotonic()
+    try:
+        raw = spark.read.option("recursiveFileLookup", "false").parquet(*a.inputs)
+    except AnalysisException as e:
+        msg = str(e).splitlines()[0]
+        if "Unable to infer schema" in msg:
+            fail(f"{', '.join(a.inputs)}: no Parquet files (an empty directory?); give a "
+                 "directory `cpt export --parquet-dir` or `cpt serve --parquet-dir` wrote")
+        fail(f"{', '.join(a.inputs)}: {msg}")
+    check_schema(spark, raw, a.inputs)
+
+    rec = raw.select(
+        "service", "endpoint", "trigger", "start_unix_nanos", "request_id", "trace_id",
+        "labels", "path", *ACCOUNTING,
+        F.split(F.col("_metadata.file_path"), "/").alias("_file"),
+        F.col("_metadata.row_index").alias("_row"),
+    )
+    # ---- the selection (Selection::matches)
+    cond = F.lit(True)
+    if a.trigger != "all":
+        cond = cond & (F.col("trigger") == a.trigger)
+    if a.request_id is not None:
+        cond = cond & (F.col("request_id") == a.request_id)
+    if a.trace_id is not None:
+        cond = cond & (F.lower(F.col("trace_id")) == a.trace_id)
+    if a.service is not None:
+        cond = cond & (F.col("service") == a.service)
+    if a.endpoint is not None:
+        cond = cond & (F.col("endpoint") == a.endpoint)
+    if a.since_ns is not None or a.until_ns is not None:
+        start = F.col("start_unix_nanos")
+        cond = cond & start.isNotNull()
+        if a.since_ns is not None:
+            cond = cond & (start >= a.since_ns) if a.since_ns <= I64_MAX else F.lit(False)
+        if a.until_ns is not None and a.until_ns <= I64_MAX:
+            cond = cond & (start < a.until_ns)
+    for k, v in a.labels:
+        cond = cond & (F.col("labels").getItem(k) == v)
+    segs = F.filter(F.col("path"), lambda s: s["ns"] > 0)
+    sel = rec.where(cond).select(
+        "*",
+        F.aggregate(segs, F.lit(0).cast("long"), lambda acc, s: acc + s["ns"]).alias("latency"),
+    )
+
+    # ---- the percentile band: exact, by rank over (latency, file, row)
+    matched = None
+    if a.band is not None:
+        keys = sel.select("latency", "_file", "_row")
+        parts = max(1, spark.sparkContext.defaultParallelism)
+        ordered = (
+            keys.repartitionByRange(parts, "latency", "_file", "_row")
+            .withColumn("_pid", F.spark_partition_id())
+            .persist()
+        )
+        counts = {r["_pid"]: r["count"] for r in ordered.groupBy("_pid").count().collect()}
+        matched = sum(counts.values())
+        r_lo, r_hi = band_ranks(a.band[0], a.band[1], matched)
+        if r_lo < r_hi:
+            offset, acc = {}, 0
+            for pid in sorted(counts):
+                offset[pid] = acc
+                acc += counts[pid]
+            off = F.create_map(*[x for pid in sorted(offset) for x in (F.lit(pid), F.lit(offset[pid]))])
+            w = Window.partitionBy("_pid").orderBy("latency", "_file", "_row")
+            ranked = ordered.withColumn(
+                "_rank", F.row_number().over(w) - 1 + F.element_at(off, F.col("_pid"))
+            )
+            ends = {
+                r["_rank"]: r
+                for r in ranked.where(F.col("_rank").isin(r_lo, r_hi - 1)).collect()
+            }
+            lo, hi = ends[r_lo], ends[r_hi - 1]
+
+            def ge(k):
+                return (F.col("latency") > k["latency"]) | (
+                    (F.col("latency") == k["latency"])
+                    & ((F.col("_file") > F.lit(k["_file"])) | ((F.col("_file") == F.lit(k["_file"])) & (F.col("_row") >= k["_row"])))
+                )
+
+            def le(k):
+                return (F.col("latency") < k["latency"]) | (
+                    (F.col("latency") == k["latency"])
+                    & ((F.col("_file") < F.lit(k["_file"])) | ((F.col("_file") == F.lit(k["_file"])) & (F.col("_row") <= k["_row"])))
+                )
+
+            sel = sel.where(ge(lo) & le(hi))
+        else:
+            sel = sel.where(F.lit(False))
+        ordered.unpersist()
+        timings["band_s"] = time.monotonic() - t0
+
+    # ---- the fold
+    def frame(service, name):
+        return F.struct(
+            F.lit(service).alias("service"), F.lit(name).alias("name"),
+            F.lit(None).cast("string").alias("file"), F.lit(None).cast("long").alias("line"),
+        )
+
+    kind = F.col("seg.kind")
+    kind_frame = None
+    for k, name in KIND_FRAMES.items():
+        w = kind_frame.when if kind_frame is not None else F.when
+        kind_frame = w(kind == k, frame("", name))
+    kind_frame = kind_frame.otherwise(F.raise_error(F.concat(F.lit("unknown segment kind "), kind)))
+    frames = F.transform(
+        F.col("seg.stack"),
+        lambda f: F.struct(
+            f["service"].alias("service"), f["name"].alias("name"), f["file"].alias("file"),
+            F.when(f["file"].isNull(), F.lit(None).cast("long"))
+            .otherwise(F.coalesce(f["line"].cast("long"), F.lit(0).cast("long"))).alias("line"),
+        ),
+    )
+    key = F.when(kind == "busy", frames).otherwise(F.concat(frames, F.array(kind_frame)))
+    key = F.when(F.size(key) == 0, F.array(frame("", NO_FRAMES))).otherwise(key)
+    # One row per (request, segment). The sample stack travels as a 64-bit hash
+    # through the shuffle that sums a stack's time per request (an array of frame
+    # structs per row would multiply the shuffled bytes ~6x); the stacks themselves
+    # come from a second, map-side-collapsed aggregation by hash, which also proves
+    # that no two stacks share a hash.
+    seg_rows = (
+        # The request id first, in its own projection: in the same select as the
+        # generator it would be evaluated per exploded row.
+        sel.select(F.monotonically_increasing_id().alias("_rid"), segs.alias("_segs"))
+        .select("_rid", F.explode("_segs").alias("seg"))
+        .select("_rid", key.alias("key"), F.col("seg.ns").alias("ns"))
+        .withColumn("h", F.xxhash64("key"))
+    )
+    per_req = seg_rows.groupBy("_rid", "h").agg(F.sum("ns").alias("v"))
+    keys = seg_rows.groupBy("h").agg(F.min("key").alias("key"), F.max("key").alias("key_max"))
+    dec = lambda c: F.col(c).cast("decimal(38,0)")
+    bucket = lambda c: F.expr(BUCKET_SQL.format(v=c))
+    by_bucket = per_req.groupBy("h", bucket("v").alias("b")).agg(
+        F.count(F.lit(1)).alias("c"), F.sum("v").alias("s"),
+        F.sum(dec("v") * dec("v")).alias("sq"), F.min("v").alias("mn"), F.max("v").alias("mx"),
+    )
+    stacks = (
+        by_bucket.groupBy("h")
+        .agg(
+            F.sum("s").alias("sum_ns"), F.sum("c").alias("requests"), F.sum("sq").alias("sq"),
+            F.min("mn").alias("mn"), F.max("mx").alias("mx"),
+            F.collect_list(F.struct(F.col("b").alias("b"), F.col("c").alias("c"))).alias("buckets"),
+        )
+        .join(F.broadcast(keys), "h")
+        # Keeps every row, or fails the job if two stacks share a hash.
+        .where(
+            F.when(
+                F.col("key") != F.col("key_max"),
+                F.raise_error(F.lit("two sample stacks share a 64-bit hash (vanishingly rare); report it")),
+            ).isNull()
+        )
+    )
+    fields = [
+        F.lit("stack").alias("kind"), F.col("key").alias("frames"), "sum_ns", "requests",
+        F.col("sq").cast("string").alias("sum_sq"),
+    ]
+    if not a.no_histograms:
+        fields.append(F.struct("buckets", F.col("mn").alias("min"), F.col("mx").alias("max")).alias("hist"))
+    stack_lines = stacks.select(F.to_json(F.struct(*fields)).alias("value"))
+
+    # ---- the totals (one small job: per latency bucket, then summed here)
+    tot = (
+        sel.groupBy(bucket("latency").alias("b"))
+        .agg(
+            F.count(F.lit(1)).alias("c"), F.sum("latency").alias("s"),
+            F.sum(dec("latency") * dec("latency")).cast("string").alias("sq"),
+            F.min("latency").alias("mn"), F.max("latency").alias("mx"),
+            F.min("start_unix_nanos").alias("first"), F.max("start_unix_nanos").alias("last"),
+            *[F.sum(c).alias(c) for c in ACCOUNTING],
+        )
+        .collect()
+    )
+    timings["totals_s"] = time.monotonic() - t0
+    requests = sum(r["c"] for r in tot)
+    if matched is None:
+        matched = requests
+    firsts = [r["first"] for r in tot if r["first"] is not None]
+    lasts = [r["last"] for r in tot if r["last"] is not None]
+    sq = sum(int(r["sq"]) for r in tot if r["sq"] is not None)
+    if any(r["sq"] is None for r in tot):
+        fail("the latency sum of squares overflowed decimal(38,0)")
+    header = {
+        "kind": "header",
+        "format": FORMAT,
+        "selection": a.pairs,
+        "requests": requests,
+        "matched": matched,
+        "latency_sum_ns": sum(r["s"] for r in tot),
+        "latency_sum_sq": str(sq),
+        "latency_hist": {
+            "buckets": [{"b": r["b"], "c": r["c"]} for r in sorted(tot, key=lambda r: r["b"])],
+            "min": min((r["mn"] for r in tot), default=0),
+            "max": max((r["mx"] for r in tot), default=0),
+        },
+        "start_first": min(firsts) if firsts else None,
+        "start_last": max(lasts) if lasts else None,
+        "accounting": {c: sum(r[c] or 0 for r in tot) for c in ACCOUNTING},
+        "stack_histograms": not a.no_histograms,
+        "source": {"inputs": a.inputs, "spark": spark.version},
+    }
+    head = spark.createDataFrame([(json.dumps(header),)], "value string")
+    head.unionByName(stack_lines).coalesce(1).write.mode("overwrite").text(a.output)
+    timings["total_s"] = time.monotonic() - t0
+    print(
+        f"cpt_aggregate.py: {requests} requests aggregated ({matched} matched the selection"
+        + (f" before the band {a.percentile}" if a.band else "")
+        + f"); wrote {a.output}",
+        file=sys.stderr,
+    )
+    if a.timings:
+        with open(a.timings, "w") as f:
+            json.dump(timings, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
