@@ -28,37 +28,14 @@ use std::time::{Duration, Instant};
 use cpt_collector::aggregate::{Aggregate, stack_label};
 use cpt_collector::profile::encode_gzip;
 use cpt_collector::selection::{PercentileBand, Selection};
-use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
+#[path = "support/records.rs"]
+mod records;
+use cpt_sdk::path::{Frame, SegmentKind};
 use cpt_sdk::record::Record;
 use cpt_sdk::testing::SplitMix64 as Rng;
 use cpt_sdk::trigger::Trigger;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-
-/// ~200 distinct frame stacks over services A–F, depth 2–7.
-fn stack_pool(rng: &mut Rng) -> Vec<Vec<Frame>> {
-    let services = ["A", "B", "C", "D", "E", "F"];
-    let root = Frame::new("A", "A1").with_location("a/src/main.rs", 40);
-    let mut pool = Vec::new();
-    for i in 0..200u64 {
-        let depth = 2 + rng.below(6) as usize;
-        let mut stack = vec![root.clone()];
-        for d in 1..depth {
-            let svc = services[(rng.below(services.len() as u64)) as usize];
-            let name = format!("{svc}{}_{}", d, (i + d as u64) % 13);
-            let mut f = Frame::new(svc, name);
-            // Location is a function of the name: one frame, one location.
-            if ((i + d as u64) % 13) % 2 == 0 {
-                f = f.with_location(
-                    format!("{}/src/handler.rs", svc.to_lowercase()),
-                    d as u32 * 10,
-                );
-            }
-            stack.push(f);
-        }
-        pool.push(stack);
-    }
-    pool
-}
+use records::{figure1_path, stack_pool};
 
 fn fresh(f: &Frame) -> Frame {
     let mut g = Frame::new(&*f.service, &*f.name);
@@ -73,22 +50,9 @@ fn records(distinct: usize) -> Vec<Record> {
     let stacks = stack_pool(&mut rng);
     (0..distinct)
         .map(|i| {
-            let mut p = CriticalPath::new();
-            let segments = 25 + rng.below(11); // 25..=35, mean 30
-            for s in 0..segments {
-                let stack = &stacks[rng.below(stacks.len() as u64) as usize];
-                let kind = match rng.below(20) {
-                    0 => SegmentKind::Network,
-                    1 => SegmentKind::Unattributed,
-                    2 if s % 7 == 0 => SegmentKind::BlindSpot,
-                    3 => SegmentKind::Queueing,
-                    _ => SegmentKind::Busy,
-                };
-                let us = 10 + rng.below(2_000);
-                // Fresh strings per record, as records decoded from the wire
-                // or from JSON have: no Arc sharing across records.
-                p.push_frames(stack.iter().map(fresh), Duration::from_micros(us), kind);
-            }
+            // Fresh strings per record, as records decoded from the wire
+            // or from JSON have: no Arc sharing across records.
+            let p = figure1_path(&mut rng, &stacks, fresh);
             let mut r = Record::new("A", Trigger::Sampled, p);
             r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i as u64 * 1_000_000);
             r

@@ -35,53 +35,16 @@ use std::time::{Duration, Instant};
 
 use clap::Parser as _;
 use cpt_collector::records::parquet::PartitionedWriter;
-use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
+#[path = "support/records.rs"]
+mod records;
+use cpt_sdk::path::Frame;
 use cpt_sdk::record::Record;
 use cpt_sdk::testing::SplitMix64 as Rng;
 use cpt_sdk::trigger::Trigger;
-
-/// ~200 distinct frame stacks over services A–F, depth 2–7 (as the
-/// aggregate bench's).
-fn stack_pool(rng: &mut Rng) -> Vec<Vec<Frame>> {
-    let services = ["A", "B", "C", "D", "E", "F"];
-    let root = Frame::new("A", "A1").with_location("a/src/main.rs", 40);
-    (0..200u64)
-        .map(|i| {
-            let depth = 2 + rng.below(6) as usize;
-            let mut stack = vec![root.clone()];
-            for d in 1..depth {
-                let svc = services[rng.below(services.len() as u64) as usize];
-                let mut f = Frame::new(svc, format!("{svc}{}_{}", d, (i + d as u64) % 13));
-                if ((i + d as u64) % 13) % 2 == 0 {
-                    f = f.with_location(
-                        format!("{}/src/handler.rs", svc.to_lowercase()),
-                        d as u32 * 10,
-                    );
-                }
-                stack.push(f);
-            }
-            stack
-        })
-        .collect()
-}
+use records::{figure1_path, stack_pool};
 
 fn record(rng: &mut Rng, stacks: &[Vec<Frame>], i: u64) -> Record {
-    let mut p = CriticalPath::new();
-    for s in 0..25 + rng.below(11) {
-        let stack = &stacks[rng.below(stacks.len() as u64) as usize];
-        let kind = match rng.below(20) {
-            0 => SegmentKind::Network,
-            1 => SegmentKind::Unattributed,
-            2 if s % 7 == 0 => SegmentKind::BlindSpot,
-            3 => SegmentKind::Queueing,
-            _ => SegmentKind::Busy,
-        };
-        p.push_frames(
-            stack.iter().cloned(),
-            Duration::from_micros(10 + rng.below(2_000)),
-            kind,
-        );
-    }
+    let p = figure1_path(rng, stacks, Frame::clone);
     let trigger = if rng.below(20) == 0 {
         Trigger::Forced
     } else {

@@ -1,13 +1,9 @@
 //! Durability: a batch acknowledged by `cpt serve` survives `kill -9` of the
 //! collector, and no batch is ever half-stored.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use crate::support::*;
 use cpt_collector::ingest::{CONTENT_TYPE_JSON_LINES, CONTENT_TYPE_PROTOBUF, proto};
@@ -111,58 +107,7 @@ fn ingest_kill_9_under_load_keeps_acked_batches_whole() {
     let store = dir.path().join("store.db");
     let served = serve(&store);
     let addr = served.http;
-    let acked = Arc::new(Mutex::new(BTreeSet::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let senders: Vec<_> = (0..4)
-        .map(|t| {
-            let (acked, stop) = (acked.clone(), stop.clone());
-            std::thread::spawn(move || {
-                for seq in 0.. {
-                    if stop.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    let name = format!("t{t}-{seq}");
-                    let body = json_lines(&records(&name, BATCH));
-                    match http(addr, "POST", "/v1/records", CONTENT_TYPE_JSON_LINES, &body) {
-                        Ok(r) if r.status == 200 => {
-                            acked.lock().unwrap().insert(name);
-                        }
-                        Ok(r) if r.status == 429 => {}
-                        Ok(r) => panic!("unexpected {}: {}", r.status, r.text()),
-                        Err(_) => return, // the collector is gone
-                    }
-                }
-            })
-        })
-        .collect();
-    let t0 = Instant::now();
-    while acked.lock().unwrap().len() < 20 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "too few acknowledgements"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    kill_9(served);
-    stop.store(true, Ordering::Relaxed);
-    for s in senders {
-        s.join().unwrap();
-    }
-
-    let mut per_batch: BTreeMap<String, usize> = BTreeMap::new();
-    for r in stored(&store) {
-        *per_batch.entry(r.labels["batch"].clone()).or_default() += 1;
-    }
-    let acked = acked.lock().unwrap();
-    for name in acked.iter() {
-        assert_eq!(
-            per_batch.get(name),
-            Some(&BATCH),
-            "acknowledged batch {name} lost or partial"
-        );
-    }
-    for (name, n) in &per_batch {
-        assert_eq!(*n, BATCH, "batch {name} is half-stored");
-    }
+    let acked = load_until_killed(addr, BATCH, 20, || kill_9(served));
+    let per_batch = assert_batches_whole(&acked, stored(&store), BATCH, "the store");
     assert!(per_batch.len() >= acked.len());
 }

@@ -240,3 +240,86 @@ pub(crate) async fn grpc_export(
         .await
         .map(tonic::Response::into_inner)
 }
+
+/// The load of the `kill -9` tests: four threads POST batches of `batch`
+/// records (labelled `batch=t{thread}-{seq}`) over HTTP to `addr` until the
+/// collector is gone; once `min_acked` batches are acknowledged, `kill`
+/// runs. Returns the names of the batches acknowledged.
+pub(crate) fn load_until_killed(
+    addr: SocketAddr,
+    batch: usize,
+    min_acked: usize,
+    kill: impl FnOnce(),
+) -> std::collections::BTreeSet<String> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let acked = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let senders: Vec<_> = (0..4)
+        .map(|t| {
+            let (acked, stop) = (acked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for seq in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let name = format!("t{t}-{seq}");
+                    let body = json_lines(&records(&name, batch));
+                    let json = cpt_collector::ingest::CONTENT_TYPE_JSON_LINES;
+                    match http(addr, "POST", "/v1/records", json, &body) {
+                        Ok(r) if r.status == 200 => {
+                            acked.lock().unwrap().insert(name);
+                        }
+                        Ok(r) if r.status == 429 => {}
+                        Ok(r) => panic!("unexpected {}: {}", r.status, r.text()),
+                        Err(_) => return, // the collector is gone
+                    }
+                }
+            })
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    while acked.lock().unwrap().len() < min_acked {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "too few acknowledgements"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    kill();
+    stop.store(true, Ordering::Relaxed);
+    for s in senders {
+        s.join().unwrap();
+    }
+    let acked = acked.lock().unwrap();
+    acked.clone()
+}
+
+/// After a `kill -9`: every acknowledged batch is whole in `found` (where
+/// the records survived: `place`), and every batch there is whole (all or
+/// nothing, and only once). Returns the records per batch found.
+pub(crate) fn assert_batches_whole(
+    acked: &std::collections::BTreeSet<String>,
+    found: impl IntoIterator<Item = Record>,
+    batch: usize,
+    place: &str,
+) -> std::collections::BTreeMap<String, usize> {
+    let mut per_batch = std::collections::BTreeMap::<String, usize>::new();
+    for r in found {
+        *per_batch.entry(r.labels["batch"].clone()).or_default() += 1;
+    }
+    for name in acked {
+        assert_eq!(
+            per_batch.get(name),
+            Some(&batch),
+            "acknowledged batch {name} lost or partial in {place}"
+        );
+    }
+    for (name, n) in &per_batch {
+        assert_eq!(
+            *n, batch,
+            "batch {name} is half-written or duplicated in {place}"
+        );
+    }
+    per_batch
+}
