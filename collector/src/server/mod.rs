@@ -28,15 +28,16 @@
 //!    [`ServeConfig::max_group_records`] records) and commits them in one
 //!    transaction with a savepoint per batch ([`Store::insert_group`]): one
 //!    fsync for many batches, each still all-or-nothing.
-//!    With [`ServeConfig::parquet_dir`], the committed batches of the group
-//!    are then written as Parquet: one file per hour partition per group
-//!    (split past [`ServeConfig::parquet_max_file_bytes`]), each finished
-//!    (footer, fsync, rename from a hidden `.tmp`, fsync of the directory)
-//!    before the acknowledgement; if that fails the batches are answered
-//!    with the error (the sender retries) and the group's files are deleted.
-//!    Store first, Parquet second: a batch is in Parquet at least once (a
-//!    retry after an ack lost on the way may write it twice; `request_id`
-//!    tells them apart), never acknowledged without its file.
+//!    With [`ServeConfig::parquet_dir`], the group's new batches (not those
+//!    whose batch id was committed before) are written as Parquet inside
+//!    that transaction, before it commits ([`Store::insert_group_then`]):
+//!    one file per hour partition per group (split past
+//!    [`ServeConfig::parquet_max_file_bytes`]), each finished (footer,
+//!    fsync, rename from a hidden `.tmp`, fsync of the directory). If that
+//!    fails the group's files are deleted and the transaction rolls back,
+//!    batch ids included (the senders retry). Only a failed commit after
+//!    finished files leaves a batch in Parquet alone, so Parquet may hold a
+//!    duplicate (`request_id` tells them apart); the store never does.
 //! 4. **Acknowledgement.** Only after the commit returns does the request
 //!    answer 200 / `OK`. With [`Durability::Full`] the WAL was fsynced, so
 //!    an acknowledged batch survives `kill -9` and power loss.

@@ -361,31 +361,9 @@ pub fn pearson(pts: impl Iterator<Item = (f64, f64)>) -> Option<f64> {
 /// critical span, its last-finishing child, then the child that finished
 /// last before that one started, and so on.
 pub fn crisp_critical(req: &Request) -> Vec<bool> {
-    let n = req.spans.len();
-    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, s) in req.spans.iter().enumerate() {
-        if let Some(p) = s.parent {
-            children[p as usize].push(i);
-        }
-    }
-    let mut crit = vec![false; n];
-    let mut stack = vec![0usize];
-    crit[0] = true;
-    while let Some(p) = stack.pop() {
-        let mut boundary = req.spans[p].end;
-        loop {
-            let next = children[p]
-                .iter()
-                .copied()
-                .filter(|&c| !crit[c] && req.spans[c].end <= boundary)
-                .max_by_key(|&c| (req.spans[c].end, std::cmp::Reverse(c)));
-            let Some(c) = next else { break };
-            crit[c] = true;
-            stack.push(c);
-            boundary = req.spans[c].start;
-        }
-    }
-    crit
+    // A span is on the walk exactly when its start event is.
+    let (on, _) = super::versus::crisp_chain(req);
+    on.chunks(2).map(|start_end| start_end[0]).collect()
 }
 
 /// How the model's critical path compares with CRISP's walk over many
