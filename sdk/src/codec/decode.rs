@@ -252,8 +252,16 @@ fn validate(msg: &PathIn, limits: &DecodeLimits) -> Result<Vec<usize>, Kind> {
         });
     }
     too_many("strings", msg.strings.len(), limits.max_strings)?;
-    too_many("tree entries", msg.tree_parent.len(), limits.max_tree_entries)?;
-    too_many("segments", msg.segment_entry_kind.len(), limits.max_segments)?;
+    too_many(
+        "tree entries",
+        msg.tree_parent.len(),
+        limits.max_tree_entries,
+    )?;
+    too_many(
+        "segments",
+        msg.segment_entry_kind.len(),
+        limits.max_segments,
+    )?;
     check_tree_columns(msg)?;
     check_segment_columns(msg)?;
     let depths = tree_depths(msg, limits)?;

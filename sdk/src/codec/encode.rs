@@ -5,8 +5,8 @@ use std::collections::hash_map::Entry;
 use rustc_hash::FxHashMap as HashMap;
 
 use super::proto::{AccountingProto, PathOut};
-use super::strings::StringTable;
 use super::split::{SplitPath, fingerprint};
+use super::strings::StringTable;
 use super::{DecodeLimits, EncodeOptions, MIN_MAX_BYTES, SINGLE_VERSION, VERSION, kind};
 use crate::path::{Accounting, Cause, CriticalPath, FrameId};
 
@@ -210,8 +210,7 @@ fn build_and_encode(
         }
     }
     let mut msg = fallback(path, total);
-    encode_msg(&mut msg, form, usize::MAX)
-        .expect("no size limit on the fallback; this is a bug")
+    encode_msg(&mut msg, form, usize::MAX).expect("no size limit on the fallback; this is a bug")
 }
 
 /// A frame whose strings are not in the table yet.

@@ -132,7 +132,11 @@ pub fn decode_frames(bytes: &[u8], limits: &DecodeLimits) -> Result<FrameDiction
         return Err(misplaced("a dictionary fingerprint").into());
     }
     too_many("strings", msg.strings.len(), limits.max_strings)?;
-    too_many("tree entries", msg.tree_parent.len(), limits.max_tree_entries)?;
+    too_many(
+        "tree entries",
+        msg.tree_parent.len(),
+        limits.max_tree_entries,
+    )?;
     check_tree_columns(&msg)?;
     let depths = tree_depths(&msg, limits)?;
     let deepest = depths
@@ -208,12 +212,17 @@ pub fn decode_split(
         .into());
     }
     let msg = read_message(segments)?;
-    let result = check_segments_message(dict, &msg, limits).map(|()| build(dict, &msg, &dict.depths));
+    let result =
+        check_segments_message(dict, &msg, limits).map(|()| build(dict, &msg, &dict.depths));
     give_back(msg);
     Ok(result?)
 }
 
-fn check_segments_message(dict: &Dictionary, msg: &PathIn, limits: &DecodeLimits) -> Result<(), Kind> {
+fn check_segments_message(
+    dict: &Dictionary,
+    msg: &PathIn,
+    limits: &DecodeLimits,
+) -> Result<(), Kind> {
     check_version(msg)?;
     let misplaced = |what| Kind::Misplaced {
         part: "segments",
@@ -241,7 +250,11 @@ fn check_segments_message(dict: &Dictionary, msg: &PathIn, limits: &DecodeLimits
         }
         Some(_) => {}
     }
-    too_many("segments", msg.segment_entry_kind.len(), limits.max_segments)?;
+    too_many(
+        "segments",
+        msg.segment_entry_kind.len(),
+        limits.max_segments,
+    )?;
     check_segment_columns(msg)?;
     check_segments(msg, &dict.depths, limits)
 }

@@ -716,6 +716,7 @@ proptest! {
 }
 
 mod golden;
+mod split;
 
 /// `encode` reuses its buffers from one path to the next on a thread: what
 /// one path left in them (a larger, coarsened path's tree entries, columns
