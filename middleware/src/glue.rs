@@ -225,6 +225,12 @@ thread_local! {
 
 /// The header value of an encoded frame dictionary: the one sent last
 /// time for the same bytes, else a new one (kept for next time).
+///
+/// A dictionary seen again is not sensitive: it comes back response after
+/// response, and HPACK's dynamic table is what makes it cheap. The first
+/// time a thread sends one it is marked sensitive, so that dictionaries of
+/// one-off shapes never take room in the table (each would evict other
+/// headers' entries); from the second time on HPACK indexes it.
 fn frames_value(frames: Vec<u8>) -> Option<HeaderValue> {
     let cached = SENT
         .try_with(|c| c.borrow_mut().get(&frames))
@@ -233,11 +239,11 @@ fn frames_value(frames: Vec<u8>) -> Option<HeaderValue> {
     if cached.is_some() {
         return cached;
     }
-    // Not sensitive: the same dictionary comes back response after
-    // response, and HPACK's dynamic table is what makes it cheap.
     let value = base64_value(&frames)?;
-    let _ = SENT.try_with(|c| c.borrow_mut().insert(frames, value.clone()));
-    Some(value)
+    let mut first = value.clone();
+    first.set_sensitive(true);
+    let _ = SENT.try_with(|c| c.borrow_mut().insert(frames, value));
+    Some(first)
 }
 
 /// Encode a path for the response headers, in `version` (see

@@ -8,7 +8,7 @@
 //! | [`FORCE`] `x-cpt-force` | request, operator → entry service | credential forcing a trace: hex HMAC-SHA256 of the request id, or a configured token |
 //! | [`REQUEST_ID`] `x-request-id` | request | the request's id (the MAC input of [`FORCE`]); generated when absent |
 //! | [`PATH`] `x-cpt-path-bin` | response headers (unary, trailers-only) or trailers (streaming) | the callee's critical path in the codec's wire form, base64 (gRPC binary metadata): the whole path (version 1), or its segments (version 2); marked sensitive (never HPACK-indexed) |
-//! | [`FRAMES`] `x-cpt-frames-bin` | next to [`PATH`], version 2 only | the path's frame dictionary (codec split form), base64; the same bytes for every path over the same frames, so HTTP/2's HPACK indexes it |
+//! | [`FRAMES`] `x-cpt-frames-bin` | next to [`PATH`], version 2 only | the path's frame dictionary (codec split form), base64; the same bytes for every path over the same frames, so HTTP/2's HPACK indexes it (from its second sighting on a thread: the first is marked sensitive) |
 //! | [`TRACEPARENT`] `traceparent` | request | W3C trace context; its trace id goes into the record |
 //!
 //! Binary gRPC metadata keys must end in `-bin`; tonic base64-encodes their
