@@ -15,7 +15,9 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use cpt_sdk::codec::{DecodeLimits, EncodeOptions, decode, encode};
+use cpt_sdk::codec::{
+    DecodeLimits, EncodeOptions, decode, decode_frames, decode_split, encode, encode_split,
+};
 use cpt_sdk::{CriticalPath, Frame, SegmentKind};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use prost::Message;
@@ -250,6 +252,12 @@ fn codec(c: &mut Criterion) {
         let n = path.segments().len();
         let ours = encode(&path, &unlimited);
         let naive = naive_encode(&path);
+        let split = encode_split(&path, &unlimited);
+        let dictionary = decode_frames(&split.frames, &limits).unwrap();
+        assert_eq!(
+            decode_split(&dictionary, &split.segments, &limits).unwrap(),
+            decode(&ours, &limits).unwrap()
+        );
         assert_eq!(decode(&ours, &limits).unwrap().total(), path.total());
         assert_eq!(naive_decode(&naive).total(), path.total());
         sizes.push((
@@ -258,6 +266,7 @@ fn codec(c: &mut Criterion) {
             path.frames().len(),
             ours.len(),
             naive.len(),
+            (split.frames.len(), split.segments.len()),
         ));
 
         let mut group = c.benchmark_group(format!("codec/{name}"));
@@ -273,6 +282,14 @@ fn codec(c: &mut Criterion) {
         });
         group.bench_function(BenchmarkId::new("decode", "naive"), |b| {
             b.iter(|| naive_decode(black_box(&naive)))
+        });
+        // The split form (codec version 2): what a hop pays once the
+        // dictionary is known (the middleware keeps the decoded one).
+        group.bench_function(BenchmarkId::new("encode", "split"), |b| {
+            b.iter(|| encode_split(black_box(&path), &unlimited))
+        });
+        group.bench_function(BenchmarkId::new("decode", "split_known_dictionary"), |b| {
+            b.iter(|| decode_split(&dictionary, black_box(&split.segments), &limits).unwrap())
         });
         if n == 1000 {
             // The default 4 KiB limit: coarsening until it fits.
@@ -295,10 +312,15 @@ fn codec(c: &mut Criterion) {
     }
 
     println!("\nwire bytes, ours vs naive list of stacks (target ratio <= 0.25):");
-    println!("path                depth  frames   ours  naive  ratio");
-    for (name, depth, frames, ours, naive) in sizes {
+    println!(
+        "(split: the version 2 form's dictionary + segments; only the segments change per request)"
+    );
+    println!("path                depth  frames   ours  naive  ratio  split");
+    for (name, depth, frames, ours, naive, (dict, segs)) in sizes {
         let ratio = ours as f64 / naive as f64;
-        println!("{name:<18} {depth:>6} {frames:>7} {ours:>6} {naive:>6}  {ratio:.3}");
+        println!(
+            "{name:<18} {depth:>6} {frames:>7} {ours:>6} {naive:>6}  {ratio:.3}  {dict} + {segs}"
+        );
         assert!(
             ratio <= 0.25,
             "{name}: ratio {ratio:.3} above the 0.25 target"

@@ -4,6 +4,7 @@
 //! `-bin` metadata). Where an SDK call needs no adapting, the layers call
 //! `cpt_sdk::request` directly.
 
+use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -14,11 +15,13 @@ use base64::Engine as _;
 use base64::engine::DecodePaddingMode;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use bytes::Bytes;
-use cpt_sdk::codec::{self, DecodeLimits, EncodeOptions};
+use cpt_sdk::codec::{self, DecodeLimits, EncodeOptions, FrameDictionary};
 use cpt_sdk::request::{self, RequestOptions};
 use cpt_sdk::trigger::{Sampler, SamplingContext};
 use cpt_sdk::{CalleeOutcome, CriticalPath, Labels, Trigger};
-use http::HeaderValue;
+use http::{HeaderMap, HeaderValue};
+
+use crate::header;
 
 /// Default size limit of a returned path, in wire bytes (before base64): the
 /// codec's default, about 5.5 KiB of metadata after base64.
@@ -103,32 +106,175 @@ pub(crate) fn set_callee(rpc: &tracing::Span, callee: &str, outcome: Option<Crit
     request::set_callee(rpc, outcome);
 }
 
-/// `x-cpt-want-path`'s value: the codec version this side reads.
+/// `x-cpt-want-path`'s value: the highest codec version this side reads.
 pub(crate) fn codec_version_header() -> HeaderValue {
     HeaderValue::from(codec::VERSION)
 }
 
-/// Encode a path for [`header::PATH`](crate::header::PATH).
-///
-/// The base64 is written once, into the buffer the header value then owns
-/// (no intermediate `String`, no copy into the `HeaderValue`).
-pub(crate) fn encode_header(path: &CriticalPath, max_bytes: usize) -> Option<HeaderValue> {
-    let bytes = codec::encode(path, &EncodeOptions::new().with_max_bytes(max_bytes));
-    let mut text = vec![0; base64::encoded_len(bytes.len(), false)?];
-    let written = BASE64.encode_slice(&bytes, &mut text).ok()?;
-    text.truncate(written);
-    let mut value = HeaderValue::from_maybe_shared(Bytes::from(text)).ok()?;
-    // A path is large and different every time: HPACK must not put it in its
-    // dynamic table (it would evict every other header's entry).
-    value.set_sensitive(true);
-    Some(value)
+/// The codec version to answer a caller's `x-cpt-want-path` in: the highest
+/// both sides read. A value that is not a number (an older or foreign
+/// caller) gets the single form, which every reader reads.
+pub(crate) fn answer_version(want: Option<&HeaderValue>) -> u32 {
+    match want
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<u32>().ok())
+    {
+        Some(v) if v >= codec::VERSION => codec::VERSION,
+        _ => codec::SINGLE_VERSION,
+    }
 }
 
-/// Why a callee's path header was not used.
+/// A path's response headers: [`header::PATH`] alone (version 1), or with
+/// its frame dictionary in [`header::FRAMES`] (version 2).
+#[derive(Debug)]
+pub(crate) struct PathHeaders {
+    pub(crate) frames: Option<HeaderValue>,
+    pub(crate) path: HeaderValue,
+}
+
+impl PathHeaders {
+    /// Add them to a response's headers or trailers.
+    pub(crate) fn insert_into(self, headers: &mut HeaderMap) {
+        if let Some(frames) = self.frames {
+            headers.insert(header::FRAMES, frames);
+        }
+        headers.insert(header::PATH, self.path);
+    }
+
+    /// Take them out of a response's headers or trailers (the application
+    /// does not see them); `None` without [`header::PATH`].
+    pub(crate) fn take_from(headers: &mut HeaderMap) -> Option<Self> {
+        let frames = headers.remove(header::FRAMES);
+        let path = headers.remove(header::PATH)?;
+        Some(PathHeaders { frames, path })
+    }
+}
+
+/// Base64 of `bytes` in a header value, written once into the buffer the
+/// value then owns (no intermediate `String`, no copy).
+fn base64_value(bytes: &[u8]) -> Option<HeaderValue> {
+    let mut text = vec![0; base64::encoded_len(bytes.len(), false)?];
+    let written = BASE64.encode_slice(bytes, &mut text).ok()?;
+    text.truncate(written);
+    HeaderValue::from_maybe_shared(Bytes::from(text)).ok()
+}
+
+/// How many recent dictionaries each thread keeps, on either side.
+const DICTIONARY_CACHE: usize = 8;
+
+/// Dictionaries longer than this (in wire bytes) are not kept: HPACK does
+/// not index a header over 3/4 of its 4 KiB table anyway, and one unusual
+/// path must not pin its memory in every thread.
+const MAX_CACHED_DICTIONARY: usize = 2048;
+
+/// A small most-recently-used list: a hit moves to the front, a new entry
+/// pushes out the last. Linear search over a few entries (a length check
+/// and a `memcmp` each) is cheaper than hashing a dictionary.
+#[derive(Debug)]
+pub(crate) struct Recent<K, V> {
+    entries: Vec<(K, V)>,
+}
+
+impl<K: AsRef<[u8]>, V: Clone> Recent<K, V> {
+    const fn new() -> Self {
+        Recent {
+            entries: Vec::new(),
+        }
+    }
+
+    fn get(&mut self, key: &[u8]) -> Option<V> {
+        let i = self.entries.iter().position(|(k, _)| k.as_ref() == key)?;
+        self.entries[..=i].rotate_right(1);
+        Some(self.entries[0].1.clone())
+    }
+
+    fn insert(&mut self, key: K, value: V) {
+        if key.as_ref().len() > MAX_CACHED_DICTIONARY {
+            return;
+        }
+        if self.entries.len() == DICTIONARY_CACHE {
+            self.entries.pop();
+        }
+        self.entries.insert(0, (key, value));
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// A header value's bytes, as a cache key.
+#[derive(Debug)]
+struct ValueKey(HeaderValue);
+
+impl AsRef<[u8]> for ValueKey {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+thread_local! {
+    /// Callee side: encoded dictionaries and the header values (base64)
+    /// last sent for them. The same value again is the same HPACK entry.
+    static SENT: RefCell<Recent<Vec<u8>, HeaderValue>> = const { RefCell::new(Recent::new()) };
+    /// Caller side: dictionary header values (base64, as received) and what
+    /// they decoded to.
+    static RECEIVED: RefCell<Recent<ValueKey, FrameDictionary>> = const { RefCell::new(Recent::new()) };
+}
+
+/// The header value of an encoded frame dictionary: the one sent last
+/// time for the same bytes, else a new one (kept for next time).
+///
+/// A dictionary seen again is not sensitive: it comes back response after
+/// response, and HPACK's dynamic table is what makes it cheap. The first
+/// time a thread sends one it is marked sensitive, so that dictionaries of
+/// one-off shapes never take room in the table (each would evict other
+/// headers' entries); from the second time on HPACK indexes it.
+fn frames_value(frames: Vec<u8>) -> Option<HeaderValue> {
+    let cached = SENT
+        .try_with(|c| c.borrow_mut().get(&frames))
+        .ok()
+        .flatten();
+    if cached.is_some() {
+        return cached;
+    }
+    let value = base64_value(&frames)?;
+    let mut first = value.clone();
+    first.set_sensitive(true);
+    let _ = SENT.try_with(|c| c.borrow_mut().insert(frames, value));
+    Some(first)
+}
+
+/// Encode a path for the response headers, in `version` (see
+/// [`answer_version`]).
+pub(crate) fn encode_header(
+    path: &CriticalPath,
+    max_bytes: usize,
+    version: u32,
+) -> Option<PathHeaders> {
+    let options = EncodeOptions::new().with_max_bytes(max_bytes);
+    let (frames, path_bytes) = if version >= codec::VERSION {
+        let split = codec::encode_split(path, &options);
+        (Some(frames_value(split.frames)?), split.segments)
+    } else {
+        (None, codec::encode(path, &options))
+    };
+    let mut value = base64_value(&path_bytes)?;
+    // The segments are different every time: HPACK must not put them in its
+    // dynamic table (they would evict every other header's entry).
+    value.set_sensitive(true);
+    Some(PathHeaders {
+        frames,
+        path: value,
+    })
+}
+
+/// Why a callee's path headers were not used.
 #[derive(Debug)]
 pub(crate) enum PathError {
     Oversize { len: usize, max: usize },
-    Base64(base64::DecodeError),
+    Base64(&'static str, base64::DecodeError),
     Codec(codec::DecodeError),
 }
 
@@ -144,41 +290,81 @@ impl std::fmt::Display for PathError {
             PathError::Oversize { len, max } => {
                 write!(
                     f,
-                    "x-cpt-path-bin of about {len} bytes, over the limit of {max}"
+                    "x-cpt-path-bin (with x-cpt-frames-bin) of about {len} bytes, over the limit of {max}"
                 )
             }
-            PathError::Base64(e) => write!(f, "x-cpt-path-bin is not base64: {e}"),
+            PathError::Base64(name, e) => write!(f, "{name} is not base64: {e}"),
             PathError::Codec(e) => write!(f, "{e}"),
         }
     }
 }
 
-/// Decode [`header::PATH`](crate::header::PATH), rejecting oversize values
-/// before decoding them.
+/// Decode a callee's path headers, rejecting oversize values before
+/// decoding them. A dictionary seen recently on this thread is not decoded
+/// again.
 pub(crate) fn decode_header(
-    value: &HeaderValue,
+    headers: &PathHeaders,
     max_bytes: usize,
 ) -> Result<CriticalPath, PathError> {
-    let text = value.as_bytes();
     // base64 of n bytes is at least 4n/3 characters.
-    let len = text.len() / 4 * 3;
+    let frames_text = headers
+        .frames
+        .as_ref()
+        .map_or(&[][..], HeaderValue::as_bytes);
+    let len = frames_text.len() / 4 * 3 + headers.path.as_bytes().len() / 4 * 3;
     if len > max_bytes {
         return Err(PathError::Oversize {
             len,
             max: max_bytes,
         });
     }
-    let bytes = BASE64.decode(text).map_err(PathError::Base64)?;
-    codec::decode(&bytes, &DecodeLimits::new().with_max_bytes(max_bytes)).map_err(|e| {
-        if bytes.len() > max_bytes {
+    let limits = DecodeLimits::new().with_max_bytes(max_bytes);
+    let oversize = |len: usize, e: codec::DecodeError| {
+        if len > max_bytes {
             PathError::Oversize {
-                len: bytes.len(),
+                len,
                 max: max_bytes,
             }
         } else {
             PathError::Codec(e)
         }
-    })
+    };
+    let Some(frames_value) = &headers.frames else {
+        let bytes = BASE64
+            .decode(headers.path.as_bytes())
+            .map_err(|e| PathError::Base64("x-cpt-path-bin", e))?;
+        return codec::decode(&bytes, &limits).map_err(|e| oversize(bytes.len(), e));
+    };
+    let dictionary = received_dictionary(frames_value, &limits, &oversize)?;
+    let bytes = BASE64
+        .decode(headers.path.as_bytes())
+        .map_err(|e| PathError::Base64("x-cpt-path-bin", e))?;
+    codec::decode_split(&dictionary, &bytes, &limits)
+        .map_err(|e| oversize(dictionary.encoded_len() + bytes.len(), e))
+}
+
+/// The decoded dictionary of a received `x-cpt-frames-bin` value.
+fn received_dictionary(
+    value: &HeaderValue,
+    limits: &DecodeLimits,
+    oversize: &dyn Fn(usize, codec::DecodeError) -> PathError,
+) -> Result<FrameDictionary, PathError> {
+    if let Some(hit) = RECEIVED
+        .try_with(|c| c.borrow_mut().get(value.as_bytes()))
+        .ok()
+        .flatten()
+    {
+        return Ok(hit);
+    }
+    let bytes = BASE64
+        .decode(value.as_bytes())
+        .map_err(|e| PathError::Base64("x-cpt-frames-bin", e))?;
+    let dictionary = codec::decode_frames(&bytes, limits).map_err(|e| oversize(bytes.len(), e))?;
+    let _ = RECEIVED.try_with(|c| {
+        c.borrow_mut()
+            .insert(ValueKey(value.clone()), dictionary.clone())
+    });
+    Ok(dictionary)
 }
 
 /// A process-unique request id: a random per-process prefix and a counter.
@@ -187,4 +373,87 @@ pub(crate) fn new_request_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let prefix = *PREFIX.get_or_init(|| RandomState::new().hash_one(std::process::id()));
     format!("{prefix:016x}{:016x}", NEXT.fetch_add(1, Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use cpt_sdk::{Frame, SegmentKind};
+
+    use super::*;
+
+    fn path(name: &str, nanos: u64) -> CriticalPath {
+        let mut p = CriticalPath::new();
+        p.push_frames(
+            [Frame::new("S", "/pkg.S/M"), Frame::new("S", name)],
+            Duration::from_nanos(nanos),
+            SegmentKind::Busy,
+        );
+        p
+    }
+
+    fn sent_len() -> usize {
+        SENT.with(|c| c.borrow().len())
+    }
+
+    fn received_len() -> usize {
+        RECEIVED.with(|c| c.borrow().len())
+    }
+
+    #[test]
+    fn dictionary_caches_are_bounded_on_both_sides() {
+        // A hostile or just varied peer: every path over other frames.
+        for i in 0..3 * DICTIONARY_CACHE {
+            let p = path(&format!("step_{i}"), 10 + i as u64);
+            let headers = encode_header(&p, 4096, codec::VERSION).unwrap();
+            assert!(headers.frames.is_some());
+            assert_eq!(decode_header(&headers, 4096).unwrap(), p);
+            assert!(sent_len() <= DICTIONARY_CACHE);
+            assert!(received_len() <= DICTIONARY_CACHE);
+        }
+        assert_eq!(sent_len(), DICTIONARY_CACHE);
+        assert_eq!(received_len(), DICTIONARY_CACHE);
+        // A dictionary over MAX_CACHED_DICTIONARY is used, not kept.
+        SENT.with(|c| c.borrow_mut().entries.clear());
+        RECEIVED.with(|c| c.borrow_mut().entries.clear());
+        let long = path(&"x".repeat(MAX_CACHED_DICTIONARY + 1), 5);
+        let headers = encode_header(&long, 1 << 20, codec::VERSION).unwrap();
+        assert_eq!(decode_header(&headers, 1 << 20).unwrap(), long);
+        assert_eq!((sent_len(), received_len()), (0, 0));
+    }
+
+    #[test]
+    fn a_repeated_dictionary_is_one_header_value_and_one_decode() {
+        let a = encode_header(&path("work", 1), 4096, codec::VERSION).unwrap();
+        let b = encode_header(&path("work", 2), 4096, codec::VERSION).unwrap();
+        let (fa, fb) = (a.frames.as_ref().unwrap(), b.frames.as_ref().unwrap());
+        assert_eq!(
+            fa.as_bytes().as_ptr(),
+            fb.as_bytes().as_ptr(),
+            "base64 written once"
+        );
+        assert_ne!(a.path, b.path);
+        assert_eq!(decode_header(&a, 4096).unwrap(), path("work", 1));
+        let cached = received_len();
+        assert_eq!(decode_header(&b, 4096).unwrap(), path("work", 2));
+        assert_eq!(received_len(), cached, "the second use is a cache hit");
+        // A cached dictionary still answers to the limits of each use.
+        let err = decode_header(&b, 16).unwrap_err();
+        assert!(err.is_oversize(), "{err}");
+    }
+
+    #[test]
+    fn version_answered_is_the_highest_both_read() {
+        let v = |s: &'static str| answer_version(Some(&HeaderValue::from_static(s)));
+        assert_eq!(v("1"), 1);
+        assert_eq!(v("2"), 2);
+        assert_eq!(v("17"), codec::VERSION);
+        assert_eq!(v("yes"), codec::SINGLE_VERSION);
+        assert_eq!(v("0"), codec::SINGLE_VERSION);
+        assert_eq!(answer_version(None), codec::SINGLE_VERSION);
+        let one = encode_header(&path("work", 1), 4096, 1).unwrap();
+        assert!(one.frames.is_none());
+        assert_eq!(decode_header(&one, 4096).unwrap(), path("work", 1));
+    }
 }

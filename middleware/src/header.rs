@@ -7,7 +7,8 @@
 //! | [`CALLER_AUTH`] `x-cpt-caller-auth` | request, caller → callee | shared secret proving the caller is trusted ([`SharedSecret`](crate::SharedSecret)) |
 //! | [`FORCE`] `x-cpt-force` | request, operator → entry service | credential forcing a trace: hex HMAC-SHA256 of the request id, or a configured token |
 //! | [`REQUEST_ID`] `x-request-id` | request | the request's id (the MAC input of [`FORCE`]); generated when absent |
-//! | [`PATH`] `x-cpt-path-bin` | response headers (unary, trailers-only) or trailers (streaming) | the callee's critical path in the codec's wire form, base64 (gRPC binary metadata) |
+//! | [`PATH`] `x-cpt-path-bin` | response headers (unary, trailers-only) or trailers (streaming) | the callee's critical path in the codec's wire form, base64 (gRPC binary metadata): the whole path (version 1), or its segments (version 2); marked sensitive (never HPACK-indexed) |
+//! | [`FRAMES`] `x-cpt-frames-bin` | next to [`PATH`], version 2 only | the path's frame dictionary (codec split form), base64; the same bytes for every path over the same frames, so HTTP/2's HPACK indexes it (from its second sighting on a thread: the first is marked sensitive) |
 //! | [`TRACEPARENT`] `traceparent` | request | W3C trace context; its trace id goes into the record |
 //!
 //! Binary gRPC metadata keys must end in `-bin`; tonic base64-encodes their
@@ -35,6 +36,10 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// `x-cpt-path-bin`: the callee's critical path (codec wire form, base64).
 pub const PATH: HeaderName = HeaderName::from_static("x-cpt-path-bin");
+
+/// `x-cpt-frames-bin`: the frame dictionary of the path in [`PATH`] (codec
+/// version 2, base64), when the caller reads version 2.
+pub const FRAMES: HeaderName = HeaderName::from_static("x-cpt-frames-bin");
 
 /// `traceparent`: W3C trace context.
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");

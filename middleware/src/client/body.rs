@@ -8,13 +8,12 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::PendingCallee;
-use crate::header;
 
 /// Resolves the RPC node when the body ends, fails or is dropped.
 pub(super) struct Resolver(Option<Box<PendingCallee>>);
 
 impl Resolver {
-    fn resolve(&mut self, trailer_path: Option<http::HeaderValue>) {
+    fn resolve(&mut self, trailer_path: Option<crate::glue::PathHeaders>) {
         if let Some(pending) = self.0.take() {
             pending.resolve(trailer_path);
         }
@@ -82,7 +81,8 @@ impl<B: Body> Body for ResponseBody<B> {
                 let mut trailers = frame
                     .into_trailers()
                     .unwrap_or_else(|_| unreachable!("checked is_trailers"));
-                this.pending.resolve(trailers.remove(header::PATH));
+                this.pending
+                    .resolve(crate::glue::PathHeaders::take_from(&mut trailers));
                 Poll::Ready(Some(Ok(Frame::trailers(trailers))))
             }
             other => {

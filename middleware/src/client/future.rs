@@ -8,7 +8,6 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use super::{PendingCallee, ResponseBody};
-use crate::header;
 
 pin_project! {
     /// Response future of a [`Client`](super::Client).
@@ -64,7 +63,7 @@ where
         match res {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
-                pending.header_path = parts.headers.remove(header::PATH);
+                pending.header_path = crate::glue::PathHeaders::take_from(&mut parts.headers);
                 Poll::Ready(Ok(Response::from_parts(
                     parts,
                     ResponseBody::new(body, Some(pending)),

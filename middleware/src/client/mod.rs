@@ -320,7 +320,7 @@ where
 pub(crate) struct PendingCallee {
     rpc: tracing::Span,
     config: Arc<ClientConfig>,
-    header_path: Option<HeaderValue>,
+    header_path: Option<glue::PathHeaders>,
 }
 
 impl PendingCallee {
@@ -330,7 +330,7 @@ impl PendingCallee {
 
     /// Attach what the callee returned (the trailer's path, else the
     /// header's, else a blind spot) and end the RPC node.
-    fn resolve(self, trailer_path: Option<HeaderValue>) {
+    fn resolve(self, trailer_path: Option<glue::PathHeaders>) {
         let config = &self.config;
         let value = trailer_path.or(self.header_path);
         let outcome = match value {

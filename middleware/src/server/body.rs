@@ -12,7 +12,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::Ending;
-use crate::header;
+use crate::glue::PathHeaders;
 
 pin_project! {
     /// Response body of a [`Server`](super::Server).
@@ -32,7 +32,7 @@ pin_project! {
         buffered: VecDeque<Frame<B::Data>>,
         buffered_err: Option<B::Error>,
         ending: Option<Box<Ending>>,
-        ready_path: Option<http::HeaderValue>,
+        ready_path: Option<PathHeaders>,
         // The inner body already ended (seen while polling ahead): replay the
         // buffered frames and never poll it again.
         inner_done: bool,
@@ -68,7 +68,7 @@ impl<B: Body> ResponseBody<B> {
         buffered: VecDeque<Frame<B::Data>>,
         buffered_err: Option<B::Error>,
         ending: Option<Box<Ending>>,
-        ready_path: Option<http::HeaderValue>,
+        ready_path: Option<PathHeaders>,
         inner_done: bool,
     ) -> Self {
         ResponseBody {
@@ -147,7 +147,7 @@ impl<B: Body> Body for ResponseBody<B> {
                     .into_trailers()
                     .unwrap_or_else(|_| unreachable!("checked is_trailers"));
                 if let Some(value) = take_path(this.ending, this.ready_path) {
-                    trailers.insert(header::PATH, value);
+                    value.insert_into(&mut trailers);
                 }
                 *this.done = true;
                 Poll::Ready(Some(Ok(Frame::trailers(trailers))))
@@ -160,8 +160,8 @@ impl<B: Body> Body for ResponseBody<B> {
                 *this.done = true;
                 match take_path(this.ending, this.ready_path) {
                     Some(value) => {
-                        let mut trailers = HeaderMap::with_capacity(1);
-                        trailers.insert(header::PATH, value);
+                        let mut trailers = HeaderMap::with_capacity(2);
+                        value.insert_into(&mut trailers);
                         Poll::Ready(Some(Ok(Frame::trailers(trailers))))
                     }
                     None => Poll::Ready(None),
@@ -213,7 +213,7 @@ impl<B: Body> std::fmt::Debug for ResponseBody<B> {
 /// ends the root; its path waits for the trailers.
 fn first_message<D>(
     ending: &mut Option<Box<Ending>>,
-    ready_path: &mut Option<http::HeaderValue>,
+    ready_path: &mut Option<PathHeaders>,
     frame: &Frame<D>,
 ) {
     if frame.is_data() && ending.as_ref().is_some_and(|e| e.at_first_message()) {
@@ -223,8 +223,8 @@ fn first_message<D>(
 
 fn take_path(
     ending: &mut Option<Box<Ending>>,
-    ready_path: &mut Option<http::HeaderValue>,
-) -> Option<http::HeaderValue> {
+    ready_path: &mut Option<PathHeaders>,
+) -> Option<PathHeaders> {
     match ending.take() {
         Some(e) => e.finish(),
         None => ready_path.take(),

@@ -10,7 +10,6 @@ use http_body::{Body, Frame};
 use pin_project_lite::pin_project;
 
 use super::{EAGER_FRAMES, Ending, ResponseBody};
-use crate::header;
 
 pin_project! {
     /// Response future of a [`Server`](super::Server).
@@ -83,7 +82,7 @@ where
         let (mut parts, body) = response.into_parts();
         if body.is_end_stream() {
             if let Some(value) = ending.finish() {
-                parts.headers.insert(header::PATH, value);
+                value.insert_into(&mut parts.headers);
             }
             return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::plain(body))));
         }
@@ -119,7 +118,7 @@ where
         drop(entered);
         let body = if complete {
             if let Some(value) = ending.finish() {
-                parts.headers.insert(header::PATH, value);
+                value.insert_into(&mut parts.headers);
             }
             ResponseBody::replay(body, buffered, buffered_err, None, None, true)
         } else {

@@ -41,7 +41,7 @@ use std::task::{Context, Poll};
 use cpt_sdk::env::{CptEnv, EnvError};
 use cpt_sdk::trigger::Sampler;
 use cpt_sdk::{Labels, Trigger};
-use http::{HeaderValue, Request, Response};
+use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -469,6 +469,7 @@ where
                 root,
                 config: config.clone(),
                 return_path: decision.return_path,
+                path_version: decision.path_version,
             }),
         )
     }
@@ -477,6 +478,8 @@ where
 struct Decision {
     trigger: Trigger,
     return_path: bool,
+    /// The codec version to return the path in.
+    path_version: u32,
     /// This service started the trace (its sampler or a force), rather than
     /// continuing a trusted caller's.
     started_here: bool,
@@ -500,10 +503,11 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
         if let Some(value) = propagated {
             let trigger = value.to_str().ok().and_then(Trigger::parse);
             if trigger.is_some() && config.trust.is_trusted(&caller_of(req)) {
-                let wants = headers.contains_key(header::WANT_PATH);
+                let want = headers.get(header::WANT_PATH);
                 return trigger.map(|trigger| Decision {
                     trigger,
-                    return_path: wants,
+                    return_path: want.is_some(),
+                    path_version: glue::answer_version(want),
                     started_here: false,
                 });
             }
@@ -522,6 +526,7 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
                 return Some(Decision {
                     trigger: Trigger::Forced,
                     return_path: false,
+                    path_version: codec_single(),
                     started_here: true,
                 });
             }
@@ -534,6 +539,7 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
     glue::sample(&config.sampler, req.uri().path()).map(|trigger| Decision {
         trigger,
         return_path: false,
+        path_version: codec_single(),
         started_here: true,
     })
 }
@@ -543,6 +549,12 @@ pub(crate) struct Ending {
     root: tracing::Span,
     config: Arc<ServerConfig>,
     return_path: bool,
+    path_version: u32,
+}
+
+/// The version of a decision that returns no path (never read).
+fn codec_single() -> u32 {
+    cpt_sdk::codec::SINGLE_VERSION
 }
 
 impl Ending {
@@ -559,14 +571,14 @@ impl Ending {
     /// When no path is returned (this service is the entry point), the path
     /// is computed and the record emitted in the background: the response
     /// does not wait for either.
-    fn finish(self) -> Option<HeaderValue> {
+    fn finish(self) -> Option<glue::PathHeaders> {
         if !self.return_path {
             cpt_sdk::request::finish_detached(&self.root);
             return None;
         }
         // The SDK emits the record when this service is the entry point.
         let path = cpt_sdk::request::finish(&self.root)?.path;
-        let value = glue::encode_header(&path, self.config.max_path_bytes);
+        let value = glue::encode_header(&path, self.config.max_path_bytes, self.path_version);
         if value.is_some() {
             Counters::bump(&self.config.counters.paths_returned);
         }

@@ -32,7 +32,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::proto::{AccountingProto, PathIn};
-use super::{DecodeLimits, VERSION, kind};
+use super::{DecodeLimits, SINGLE_VERSION, kind};
 use crate::path::{Accounting, CriticalPath, Frame, FrameId, Location, STACK_INLINE, Stack};
 
 /// Why bytes could not be read as a critical path.
@@ -51,8 +51,22 @@ pub(super) enum Kind {
     TooLarge { len: usize, max: usize },
     #[error("not a critical path message: {0}")]
     Protobuf(#[source] prost::DecodeError),
-    #[error("wire format version {found}, this decoder reads version {VERSION}")]
-    Version { found: u32 },
+    #[error("wire format version {found}, this decoder reads version {reads}")]
+    Version { found: u32, reads: u32 },
+    #[error("the {part} carries {what}, which belong in the {other}: not a matching split path")]
+    Misplaced {
+        part: &'static str,
+        what: &'static str,
+        other: &'static str,
+    },
+    #[error(
+        "the segments carry no frame dictionary fingerprint: not a split path (version 1 paths come in one message)"
+    )]
+    NoFingerprint,
+    #[error(
+        "the segments were written for frame dictionary {expected:016x}, not the one given ({found:016x}): the two headers are from different responses"
+    )]
+    FramesMismatch { expected: u64, found: u64 },
     #[error("{count} {what}, over the limit of {max}")]
     TooMany {
         what: &'static str,
@@ -145,6 +159,9 @@ impl DecodeError {
             Kind::SegmentCode { .. } => "SegmentCode",
             Kind::ZeroDuration { .. } => "ZeroDuration",
             Kind::DurationOverflow => "DurationOverflow",
+            Kind::Misplaced { .. } => "Misplaced",
+            Kind::NoFingerprint => "NoFingerprint",
+            Kind::FramesMismatch { .. } => "FramesMismatch",
             Kind::TooManyStackFrames { .. } => "TooManyStackFrames",
         }
     }
@@ -159,7 +176,7 @@ impl DecodeError {
 /// # Errors
 ///
 /// A [`DecodeError`] naming what was wrong when the input is longer than
-/// `limits.max_bytes`, is not a valid message, has another [`VERSION`],
+/// `limits.max_bytes`, is not a valid message, has another version than [`SINGLE_VERSION`](super::SINGLE_VERSION),
 /// exceeds a count in `limits`, refers to a string, tree entry or parent out
 /// of range, nests deeper than `limits.max_depth`, has a zero-length
 /// segment or an unknown kind, or its durations sum past `u64::MAX`
@@ -175,16 +192,26 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<CriticalPath, Decod
     // Every hop decodes its callee's path on the response path: the
     // message's columns are taken from this thread's last decode and given
     // back (emptied), instead of allocated and freed each time.
-    let scratch = SCRATCH.try_with(Cell::take).unwrap_or_default();
-    let mut msg = PathIn::decode_into(bytes, scratch).map_err(Kind::Protobuf)?;
+    let msg = read_message(bytes)?;
     let depths = validate(&msg, limits)?;
-    let path = build(&msg, &depths);
+    let path = build(&msg, &msg, &depths);
+    give_back(msg);
+    Ok(path)
+}
+
+/// Read `bytes` into this thread's scratch columns (see [`give_back`]).
+pub(super) fn read_message(bytes: &[u8]) -> Result<PathIn, Kind> {
+    let scratch = SCRATCH.try_with(Cell::take).unwrap_or_default();
+    PathIn::decode_into(bytes, scratch).map_err(Kind::Protobuf)
+}
+
+/// Keep `msg`'s columns for this thread's next decode, unless large.
+pub(super) fn give_back(mut msg: PathIn) {
     msg.clear();
     if msg.capacity() <= MAX_KEPT {
         // Fails only while the thread is exiting: the columns are dropped.
         let _ = SCRATCH.try_with(|s| s.set(msg));
     }
-    Ok(path)
 }
 
 thread_local! {
@@ -196,7 +223,7 @@ thread_local! {
 /// path must not pin its memory in every thread that decoded one.
 const MAX_KEPT: usize = 4096;
 
-fn too_many(what: &'static str, count: usize, max: usize) -> Result<(), Kind> {
+pub(super) fn too_many(what: &'static str, count: usize, max: usize) -> Result<(), Kind> {
     if count > max {
         Err(Kind::TooMany { what, count, max })
     } else {
@@ -204,7 +231,7 @@ fn too_many(what: &'static str, count: usize, max: usize) -> Result<(), Kind> {
     }
 }
 
-fn same_len(what: &'static str, found: usize, expected: usize) -> Result<(), Kind> {
+pub(super) fn same_len(what: &'static str, found: usize, expected: usize) -> Result<(), Kind> {
     if found != expected {
         Err(Kind::ColumnLength {
             what,
@@ -218,15 +245,34 @@ fn same_len(what: &'static str, found: usize, expected: usize) -> Result<(), Kin
 
 /// Check everything `build` relies on; return each tree entry's depth.
 fn validate(msg: &PathIn, limits: &DecodeLimits) -> Result<Vec<usize>, Kind> {
-    if msg.version != VERSION {
-        return Err(Kind::Version { found: msg.version });
+    if msg.version != SINGLE_VERSION {
+        return Err(Kind::Version {
+            found: msg.version,
+            reads: SINGLE_VERSION,
+        });
     }
-    let strings = msg.strings.len();
+    too_many("strings", msg.strings.len(), limits.max_strings)?;
+    too_many(
+        "tree entries",
+        msg.tree_parent.len(),
+        limits.max_tree_entries,
+    )?;
+    too_many(
+        "segments",
+        msg.segment_entry_kind.len(),
+        limits.max_segments,
+    )?;
+    check_tree_columns(msg)?;
+    check_segment_columns(msg)?;
+    let depths = tree_depths(msg, limits)?;
+    check_segments(msg, &depths, limits)?;
+    Ok(depths)
+}
+
+/// The tree columns are as long as `tree_parent` (the locations' may both
+/// be empty).
+pub(super) fn check_tree_columns(msg: &PathIn) -> Result<(), Kind> {
     let entries = msg.tree_parent.len();
-    let segments = msg.segment_entry_kind.len();
-    too_many("strings", strings, limits.max_strings)?;
-    too_many("tree entries", entries, limits.max_tree_entries)?;
-    too_many("segments", segments, limits.max_segments)?;
     same_len("tree_service", msg.tree_service.len(), entries)?;
     same_len("tree_name", msg.tree_name.len(), entries)?;
     let has_locations = !(msg.tree_file.is_empty() && msg.tree_line.is_empty());
@@ -234,12 +280,24 @@ fn validate(msg: &PathIn, limits: &DecodeLimits) -> Result<Vec<usize>, Kind> {
         same_len("tree_file", msg.tree_file.len(), entries)?;
         same_len("tree_line", msg.tree_line.len(), entries)?;
     }
+    Ok(())
+}
+
+/// The durations column is as long as the entry column.
+pub(super) fn check_segment_columns(msg: &PathIn) -> Result<(), Kind> {
     same_len(
         "segment_duration_nanos",
         msg.segment_duration_nanos.len(),
-        segments,
-    )?;
+        msg.segment_entry_kind.len(),
+    )
+}
 
+/// Check the frame tree (string indices, parents, depths); return each
+/// entry's depth. The columns are checked already.
+pub(super) fn tree_depths(msg: &PathIn, limits: &DecodeLimits) -> Result<Vec<usize>, Kind> {
+    let strings = msg.strings.len();
+    let entries = msg.tree_parent.len();
+    let has_locations = !(msg.tree_file.is_empty() && msg.tree_line.is_empty());
     let string = |entry: usize, what: &'static str, index: u32| {
         if (index as usize) < strings {
             Ok(())
@@ -287,7 +345,17 @@ fn validate(msg: &PathIn, limits: &DecodeLimits) -> Result<Vec<usize>, Kind> {
             }
         }
     }
+    Ok(depths)
+}
 
+/// Check the segments against a tree of `depths.len()` entries of these
+/// depths. The columns are checked already.
+pub(super) fn check_segments(
+    msg: &PathIn,
+    depths: &[usize],
+    limits: &DecodeLimits,
+) -> Result<(), Kind> {
+    let entries = depths.len();
     let mut total: u64 = 0;
     let mut stack_frames: usize = 0;
     for (s, (&code, &nanos)) in msg
@@ -324,19 +392,51 @@ fn validate(msg: &PathIn, limits: &DecodeLimits) -> Result<Vec<usize>, Kind> {
             max: limits.max_stack_frames,
         });
     }
-    Ok(depths)
+    Ok(())
+}
+
+/// A frame tree the segments refer to: a whole version 1 message, or a
+/// decoded frame dictionary.
+pub(super) trait Tree {
+    /// Entry `e`'s distance back to its parent (0 for a root).
+    fn parent(&self, e: usize) -> u32;
+    /// Entry `e`'s frame.
+    fn frame(&self, e: usize) -> Frame;
+}
+
+impl Tree for PathIn {
+    fn parent(&self, e: usize) -> u32 {
+        self.tree_parent[e]
+    }
+
+    fn frame(&self, e: usize) -> Frame {
+        let (file, line) = if self.tree_file.is_empty() {
+            (0, 0)
+        } else {
+            (self.tree_file[e], self.tree_line[e])
+        };
+        let string = |i: u32| self.strings[i as usize].clone();
+        Frame {
+            service: string(self.tree_service[e]),
+            name: string(self.tree_name[e]),
+            location: (file != 0).then(|| Location {
+                file: string(file - 1),
+                line,
+            }),
+        }
+    }
 }
 
 /// A tree entry whose frame id is not known yet.
 const UNSEEN: u32 = u32::MAX;
 
-/// Build the path from a validated message.
-fn build(msg: &PathIn, depths: &[usize]) -> CriticalPath {
+/// Build the path from validated segments (`msg`) over a validated tree
+/// of `depths.len()` entries.
+pub(super) fn build<T: Tree>(tree: &T, msg: &PathIn, depths: &[usize]) -> CriticalPath {
     let mut frames = Frames {
-        msg,
-        has_locations: !msg.tree_file.is_empty(),
+        tree,
         path: CriticalPath::new(),
-        frame_of: vec![UNSEEN; msg.tree_parent.len()],
+        frame_of: vec![UNSEEN; depths.len()],
         chain: Vec::new(),
     };
     frames.path.reserve(msg.segment_entry_kind.len());
@@ -360,9 +460,8 @@ fn build(msg: &PathIn, depths: &[usize]) -> CriticalPath {
 }
 
 /// The path being built and the frame id of each tree entry.
-struct Frames<'m> {
-    msg: &'m PathIn,
-    has_locations: bool,
+struct Frames<'m, T> {
+    tree: &'m T,
     path: CriticalPath,
     /// Tree entry -> frame id, or [`UNSEEN`]. An entry is given its id only
     /// after its parent, so a seen entry's ancestors are all seen.
@@ -371,7 +470,7 @@ struct Frames<'m> {
     chain: Vec<usize>,
 }
 
-impl Frames<'_> {
+impl<T: Tree> Frames<'_, T> {
     /// The stack of tree entry `leaf`, `depth` frames deep.
     fn stack(&mut self, leaf: usize, depth: usize) -> Stack {
         if self.frame_of[leaf] == UNSEEN {
@@ -382,7 +481,7 @@ impl Frames<'_> {
             let mut e = leaf;
             for slot in slots.iter_mut().rev() {
                 *slot = FrameId(self.frame_of[e]);
-                e -= self.msg.tree_parent[e] as usize;
+                e -= self.tree.parent(e) as usize;
             }
         };
         if depth <= STACK_INLINE {
@@ -400,32 +499,19 @@ impl Frames<'_> {
     /// frame table is in first-use order (what `CriticalPath::compact`
     /// produces).
     fn see(&mut self, leaf: usize) {
-        let msg = self.msg;
+        let tree = self.tree;
         let mut chain = std::mem::take(&mut self.chain);
         chain.clear();
         let mut e = leaf;
         while self.frame_of[e] == UNSEEN {
             chain.push(e);
-            match msg.tree_parent[e] {
+            match tree.parent(e) {
                 0 => break,
                 back => e -= back as usize,
             }
         }
         for &e in chain.iter().rev() {
-            let (file, line) = if self.has_locations {
-                (msg.tree_file[e], msg.tree_line[e])
-            } else {
-                (0, 0)
-            };
-            let string = |i: u32| msg.strings[i as usize].clone();
-            let id = self.path.intern(Frame {
-                service: string(msg.tree_service[e]),
-                name: string(msg.tree_name[e]),
-                location: (file != 0).then(|| Location {
-                    file: string(file - 1),
-                    line,
-                }),
-            });
+            let id = self.path.intern(tree.frame(e));
             self.frame_of[e] = id.0;
         }
         self.chain = chain;

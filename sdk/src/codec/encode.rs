@@ -5,8 +5,9 @@ use std::collections::hash_map::Entry;
 use rustc_hash::FxHashMap as HashMap;
 
 use super::proto::{AccountingProto, PathOut};
+use super::split::{SplitPath, fingerprint};
 use super::strings::StringTable;
-use super::{DecodeLimits, EncodeOptions, MIN_MAX_BYTES, VERSION, kind};
+use super::{DecodeLimits, EncodeOptions, MIN_MAX_BYTES, SINGLE_VERSION, VERSION, kind};
 use crate::path::{Accounting, Cause, CriticalPath, FrameId};
 
 /// Tree entries beyond this make a depth "not fit" outright: entry refs must
@@ -48,11 +49,72 @@ const MAX_ENCODE_ENTRIES: usize = 1 << 24;
 /// # Ok::<(), cpt_sdk::codec::DecodeError>(())
 /// ```
 pub fn encode(path: &CriticalPath, options: &EncodeOptions) -> Vec<u8> {
+    match encode_form(path, options, Form::Single) {
+        Encoded::Single(bytes) => bytes,
+        Encoded::Split(_) => unreachable!("asked for the single form; this is a bug"),
+    }
+}
+
+/// Encode `path` in the split form (version [`VERSION`]): a frame
+/// dictionary and the segments that refer to it, as the
+/// [module docs](super) describe.
+///
+/// Everything [`encode`] promises holds for the pair: the two parts
+/// together are at most `options.max_bytes` bytes (coarsened as `encode`
+/// does until they are), and [`decode_frames`](super::decode_frames) +
+/// [`decode_split`](super::decode_split) with `options.decode_limits`
+/// accept them. Paths over the same frames (the same stacks, whatever
+/// their durations, kinds and accounting) have byte-identical
+/// dictionaries.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use cpt_sdk::{CriticalPath, Frame, SegmentKind};
+/// use cpt_sdk::codec::{decode_frames, decode_split, encode_split, DecodeLimits, EncodeOptions};
+///
+/// let path = |ms| {
+///     let mut p = CriticalPath::new();
+///     p.push_frames([Frame::new("B", "B1")], Duration::from_millis(ms), SegmentKind::Busy);
+///     p
+/// };
+/// let (one, two) = (path(4), path(9));
+/// let a = encode_split(&one, &EncodeOptions::default());
+/// let b = encode_split(&two, &EncodeOptions::default());
+/// assert_eq!(a.frames, b.frames);
+/// let limits = DecodeLimits::default();
+/// let frames = decode_frames(&a.frames, &limits)?;
+/// assert_eq!(decode_split(&frames, &b.segments, &limits)?, two);
+/// # Ok::<(), cpt_sdk::codec::DecodeError>(())
+/// ```
+pub fn encode_split(path: &CriticalPath, options: &EncodeOptions) -> SplitPath {
+    match encode_form(path, options, Form::Split) {
+        Encoded::Split(split) => split,
+        Encoded::Single(_) => unreachable!("asked for the split form; this is a bug"),
+    }
+}
+
+/// Which wire form to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// One message, version [`SINGLE_VERSION`].
+    Single,
+    /// A dictionary and a segments message, version [`VERSION`].
+    Split,
+}
+
+enum Encoded {
+    Single(Vec<u8>),
+    Split(SplitPath),
+}
+
+fn encode_form(path: &CriticalPath, options: &EncodeOptions, form: Form) -> Encoded {
     // Every hop encodes a path on its response path: the builder's tables
     // and columns are taken from this thread's last encode and given back,
     // instead of allocated and freed each time (ten allocations a path).
     let scratch = SCRATCH.try_with(|s| s.take()).unwrap_or_default();
-    let (bytes, scratch) = encode_with(path, options, scratch);
+    let (bytes, scratch) = encode_with(path, options, form, scratch);
     if scratch.worth_keeping() {
         // Fails only while the thread is exiting: the buffers are dropped.
         let _ = SCRATCH.try_with(|s| s.set(scratch));
@@ -93,18 +155,42 @@ impl Scratch {
 fn encode_with(
     path: &CriticalPath,
     options: &EncodeOptions,
+    form: Form,
     scratch: Scratch,
-) -> (Vec<u8>, Scratch) {
+) -> (Encoded, Scratch) {
     let mut builder = Builder::new(path, scratch);
-    let bytes = build_and_encode(&mut builder, path, options);
+    let bytes = build_and_encode(&mut builder, path, options, form);
     (bytes, builder.into_scratch())
+}
+
+/// The message's encoding in `form`, or `None` when it is over `max` bytes
+/// (both parts together, in the split form).
+fn encode_msg(msg: &mut PathOut<'_>, form: Form, max: usize) -> Option<Encoded> {
+    match form {
+        Form::Single => {
+            msg.version = SINGLE_VERSION;
+            let sizes = msg.sizes();
+            (sizes.total <= max).then(|| Encoded::Single(msg.encode(&sizes)))
+        }
+        Form::Split => {
+            msg.version = VERSION;
+            let sizes = msg.sizes();
+            if sizes.split_total() > max {
+                return None;
+            }
+            let frames = msg.encode_frames(&sizes);
+            let segments = msg.encode_segments(&sizes, fingerprint(&frames));
+            Some(Encoded::Split(SplitPath { frames, segments }))
+        }
+    }
 }
 
 fn build_and_encode(
     builder: &mut Builder<'_>,
     path: &CriticalPath,
     options: &EncodeOptions,
-) -> Vec<u8> {
+    form: Form,
+) -> Encoded {
     let limits = &options.decode_limits;
     let max = options.max_bytes.min(limits.max_bytes).max(MIN_MAX_BYTES);
     let total = path
@@ -117,15 +203,14 @@ fn build_and_encode(
         let deepest = path.depth().min(max / 3).min(limits.max_depth);
         for depth in (0..=deepest).rev() {
             if builder.build(depth, total, max, limits) {
-                let sizes = builder.msg.sizes();
-                if sizes.total <= max {
-                    return builder.msg.encode(&sizes);
+                if let Some(encoded) = encode_msg(&mut builder.msg, form, max) {
+                    return encoded;
                 }
             }
         }
     }
-    let msg = fallback(path, total);
-    msg.encode(&msg.sizes())
+    let mut msg = fallback(path, total);
+    encode_msg(&mut msg, form, usize::MAX).expect("no size limit on the fallback; this is a bug")
 }
 
 /// A frame whose strings are not in the table yet.
@@ -250,7 +335,6 @@ impl<'a> Builder<'a> {
         self.prev.clear();
         let msg = &mut self.msg;
         msg.clear();
-        msg.version = VERSION;
         let mut any_location = false;
         // Consecutive segments share most of their prefix: the entries of
         // the previous segment's stack skip most lookups.
@@ -371,7 +455,6 @@ fn fallback(path: &CriticalPath, total: u128) -> PathOut<'static> {
         (vec![kind::to_wire(crate::SegmentKind::Busy)], vec![total])
     };
     PathOut {
-        version: VERSION,
         segment_entry_kind: codes,
         segment_duration_nanos: durations,
         accounting: (accounting != AccountingProto::default()).then_some(accounting),

@@ -1,10 +1,11 @@
 //! The wire form of a [`CriticalPath`]: what a callee returns to its caller
-//! in response metadata (`x-cpt-path-bin`, base64 by the transport).
+//! in response metadata (`x-cpt-frames-bin` + `x-cpt-path-bin`, or
+//! `x-cpt-path-bin` alone for a version 1 caller; base64 by the transport).
 //!
 //! # Format
 //!
 //! A protobuf message (hand-written prost structs, see the `.proto` in
-//! `codec/proto.rs`), version [`VERSION`], laid out as columns:
+//! `codec/proto.rs`), laid out as columns:
 //!
 //! - a **string table**: every service, frame name and file once;
 //! - a **frame tree**: one entry per distinct stack prefix, parents before
@@ -19,6 +20,28 @@
 //! about 3 bytes plus its strings once. CPT ("Operational costs") notes that
 //! a list of stacks costs O(N·M) for N segments of M frames; this graph form
 //! is O(N + M) (the `codec` bench measures the ratio).
+//!
+//! # Two forms: single (version 1) and split (version 2)
+//!
+//! [`encode`] / [`decode`] write and read the whole message at once,
+//! version [`SINGLE_VERSION`]. [`encode_split`] writes the same fields as
+//! two messages, version [`VERSION`]:
+//!
+//! - the **frame dictionary**: the version, the string table and the frame
+//!   tree (fields 1–7). It depends only on which stacks the path has, in a
+//!   deterministic order, so requests of the same shape send byte-identical
+//!   dictionaries: a transport can cache them (HTTP/2's HPACK indexes an
+//!   unchanging header after its first use on a connection, and sends
+//!   one or two bytes after that), and a reader decodes each distinct
+//!   dictionary once ([`decode_frames`], then keep the
+//!   [`FrameDictionary`]);
+//! - the **segments**: the version, the segment columns, the accounting,
+//!   and the dictionary's 64-bit fingerprint (fields 1, 8–11), read with
+//!   [`decode_split`] over the decoded dictionary. Segments never read
+//!   against another dictionary than the one they were written with.
+//!
+//! A reader announces the highest version it reads; a writer answers in
+//! the highest version both know (the middleware's `x-cpt-want-path`).
 //!
 //! # Size limit and coarsening
 //!
@@ -37,7 +60,10 @@
 //!
 //! # Decoding untrusted bytes
 //!
-//! [`decode`] returns a [`DecodeError`] for anything it cannot read: input
+//! [`decode`] (and [`decode_frames`] + [`decode_split`], the same checks
+//! split between them, with the byte limit on both parts together, plus a
+//! wrong or missing dictionary fingerprint and fields in the wrong part)
+//! returns a [`DecodeError`] for anything it cannot read: input
 //! longer than [`DecodeLimits::max_bytes`] (checked first, so every later
 //! allocation is bounded by it), malformed protobuf, another version, counts
 //! above the limits, a string or tree index out of range, a parent that is
@@ -65,19 +91,26 @@
 mod decode;
 mod encode;
 mod proto;
+mod split;
 mod strings;
 
 pub use decode::{DecodeError, decode};
-pub use encode::encode;
+pub use encode::{encode, encode_split};
+pub use split::{FrameDictionary, SplitPath, decode_frames, decode_split};
 
 #[cfg(doc)]
 use crate::CriticalPath;
 
-/// The wire format version this crate writes and reads.
+/// The highest wire format version this crate writes and reads: the split
+/// form ([`encode_split`], [`decode_frames`], [`decode_split`]).
 ///
-/// A decoder rejects any other version with a [`DecodeError`]; the caller
-/// then treats the call as a blind spot.
-pub const VERSION: u32 = 1;
+/// A decoder rejects any other version than its own with a
+/// [`DecodeError`]; the caller then treats the call as a blind spot.
+pub const VERSION: u32 = 2;
+
+/// The version of the single-message form ([`encode`], [`decode`]), which
+/// every reader since the first reads.
+pub const SINGLE_VERSION: u32 = 1;
 
 /// The smallest [`EncodeOptions::max_bytes`] honoured: the single-segment
 /// fallback always fits in it.

@@ -6,7 +6,7 @@
 //! package cpt.path.v1;
 //!
 //! message Path {
-//!   uint32 version = 1;                    // codec::VERSION
+//!   uint32 version = 1;                    // codec::SINGLE_VERSION, or VERSION (2) when split
 //!   repeated string strings = 2;           // string table
 //!   // Frame tree, one entry per distinct stack prefix, parents first.
 //!   repeated uint32 tree_parent = 3;       // 0: a root; d >= 1: entry i - d
@@ -18,6 +18,9 @@
 //!   repeated uint32 segment_entry_kind = 8; // (entry ref << 3) | kind; ref 0: empty stack, else entry + 1
 //!   repeated uint64 segment_duration_nanos = 9;
 //!   Accounting accounting = 10;
+//!   // Split form (version 2) only, in the segments message: the
+//!   // fingerprint of the frame dictionary it refers to.
+//!   fixed64 frames_fingerprint = 11;
 //! }
 //!
 //! message Accounting {
@@ -35,6 +38,9 @@
 //! tag and one length, not one per element. `tree_file` and `tree_line` are
 //! either both empty (no entry has a location) or as long as `tree_parent`.
 //!
+//! The split form (version 2) writes the same message as two: the frame
+//! dictionary (fields 1–7) and the segments (fields 1 and 8–11).
+//!
 //! `PathProto` is the message as prost derives it (the tests build hostile
 //! messages with it). The codec itself reads into [`PathIn`] and writes from
 //! [`PathOut`]: the same fields with the same protobuf semantics, but strings
@@ -49,8 +55,8 @@ use std::time::Duration;
 use prost::DecodeError;
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{
-    DecodeContext, WireType, check_wire_type, decode_key, encoded_len_varint, key_len, message,
-    skip_field, string, uint32, uint64,
+    DecodeContext, WireType, check_wire_type, decode_key, encoded_len_varint, fixed64, key_len,
+    message, skip_field, string, uint32, uint64,
 };
 
 /// One critical path on the wire. The codec reads [`PathIn`] and writes
@@ -58,7 +64,7 @@ use prost::encoding::{
 #[cfg(test)]
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct PathProto {
-    /// Must equal [`super::VERSION`].
+    /// `super::SINGLE_VERSION`, or `super::VERSION` in the split form.
     #[prost(uint32, tag = "1")]
     pub(crate) version: u32,
     /// The string table.
@@ -88,6 +94,9 @@ pub(crate) struct PathProto {
     /// The path's accounting.
     #[prost(message, optional, tag = "10")]
     pub(crate) accounting: Option<AccountingProto>,
+    /// Split form only: the fingerprint of the frame dictionary.
+    #[prost(fixed64, optional, tag = "11")]
+    pub(crate) frames_fingerprint: Option<u64>,
 }
 
 use crate::path::{Accounting, Cause};
@@ -196,6 +205,7 @@ pub(crate) struct PathIn {
     pub(crate) segment_entry_kind: Vec<u32>,
     pub(crate) segment_duration_nanos: Vec<u64>,
     pub(crate) accounting: Option<AccountingProto>,
+    pub(crate) frames_fingerprint: Option<u64>,
 }
 
 impl PathIn {
@@ -229,6 +239,7 @@ impl PathIn {
         }
         self.segment_duration_nanos.clear();
         self.accounting = None;
+        self.frames_fingerprint = None;
     }
 
     /// The largest capacity of its columns.
@@ -298,6 +309,15 @@ impl PathIn {
                 ctx,
             )
             .map_err(field("accounting")),
+            // Read only in its own wire type: version 1 knew no field 11 and
+            // skipped it whatever its type, and still does.
+            11 if wire_type == WireType::SixtyFourBit => fixed64::merge(
+                wire_type,
+                self.frames_fingerprint.get_or_insert(0),
+                buf,
+                ctx,
+            )
+            .map_err(field("frames_fingerprint")),
             _ => skip_field(wire_type, tag, buf, ctx),
         }
     }
@@ -429,6 +449,21 @@ pub(crate) struct Sizes {
     columns: [usize; 7],
     /// The whole message.
     pub(crate) total: usize,
+    /// Its version field.
+    version: usize,
+    /// Its fields 1–7: the split form's frame dictionary.
+    frames: usize,
+}
+
+/// The split form's `frames_fingerprint` field: a key and 8 bytes.
+const FINGERPRINT_LEN: usize = 9;
+
+impl Sizes {
+    /// Both messages of the split form: the fields of the single message,
+    /// plus the segments message's version and fingerprint.
+    pub(crate) fn split_total(&self) -> usize {
+        self.total + self.version + FINGERPRINT_LEN
+    }
 }
 
 impl PathOut<'_> {
@@ -483,12 +518,17 @@ impl PathOut<'_> {
         if self.version != 0 {
             total += key_len(1) + encoded_len_varint(u64::from(self.version));
         }
+        let version = total;
         total += self
             .strings
             .iter()
             .map(|s| key_len(2) + encoded_len_varint(s.len() as u64) + s.len())
             .sum::<usize>();
+        let mut frames = 0;
         for (size, tag) in columns.iter().zip(3..) {
+            if tag == 8 {
+                frames = total;
+            }
             if *size > 0 {
                 total += key_len(tag) + encoded_len_varint(*size as u64) + size;
             }
@@ -496,34 +536,80 @@ impl PathOut<'_> {
         if let Some(accounting) = &self.accounting {
             total += message::encoded_len(10, accounting);
         }
-        Sizes { columns, total }
+        Sizes {
+            columns,
+            total,
+            version,
+            frames,
+        }
     }
 
-    /// The encoding, `sizes` being [`PathOut::sizes`] of `self`.
-    pub(crate) fn encode(&self, sizes: &Sizes) -> Vec<u8> {
-        let mut buf = Vec::with_capacity(sizes.total);
+    /// The split form's frame dictionary: fields 1–7.
+    pub(crate) fn encode_frames(&self, sizes: &Sizes) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(sizes.frames);
+        self.encode_version(&mut buf);
+        self.encode_dictionary_fields(&mut buf, sizes);
+        debug_assert_eq!(buf.len(), sizes.frames);
+        buf
+    }
+
+    /// The split form's segments: fields 1 and 8–11.
+    pub(crate) fn encode_segments(&self, sizes: &Sizes, fingerprint: u64) -> Vec<u8> {
+        let len = sizes.total - sizes.frames + sizes.version + FINGERPRINT_LEN;
+        let mut buf = Vec::with_capacity(len);
+        self.encode_version(&mut buf);
+        self.encode_segment_fields(&mut buf, sizes);
+        key(&mut buf, 11, WireType::SixtyFourBit);
+        buf.extend_from_slice(&fingerprint.to_le_bytes());
+        debug_assert_eq!(buf.len(), len);
+        buf
+    }
+
+    fn encode_version(&self, buf: &mut Vec<u8>) {
         if self.version != 0 {
-            key(&mut buf, 1, WireType::Varint);
-            varint(&mut buf, u64::from(self.version));
+            key(buf, 1, WireType::Varint);
+            varint(buf, u64::from(self.version));
         }
+    }
+
+    /// Fields 2–7.
+    fn encode_dictionary_fields(&self, buf: &mut Vec<u8>, sizes: &Sizes) {
         for s in &self.strings {
-            key(&mut buf, 2, WireType::LengthDelimited);
-            varint(&mut buf, s.len() as u64);
+            key(buf, 2, WireType::LengthDelimited);
+            varint(buf, s.len() as u64);
             buf.extend_from_slice(s.as_bytes());
         }
         let columns = self.u32_columns();
-        for ((column, size), tag) in columns.iter().zip(&sizes.columns).zip(3..) {
-            packed(&mut buf, tag, *size, column.iter().map(|v| u64::from(*v)));
+        for ((column, size), tag) in columns.iter().zip(&sizes.columns).zip(3..8) {
+            packed(buf, tag, *size, column.iter().map(|v| u64::from(*v)));
         }
+    }
+
+    /// Fields 8–10.
+    fn encode_segment_fields(&self, buf: &mut Vec<u8>, sizes: &Sizes) {
         packed(
-            &mut buf,
+            buf,
+            8,
+            sizes.columns[5],
+            self.segment_entry_kind.iter().map(|v| u64::from(*v)),
+        );
+        packed(
+            buf,
             9,
             sizes.columns[6],
             self.segment_duration_nanos.iter().copied(),
         );
         if let Some(accounting) = &self.accounting {
-            message::encode(10, accounting, &mut buf);
+            message::encode(10, accounting, buf);
         }
+    }
+
+    /// The encoding, `sizes` being [`PathOut::sizes`] of `self`.
+    pub(crate) fn encode(&self, sizes: &Sizes) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(sizes.total);
+        self.encode_version(&mut buf);
+        self.encode_dictionary_fields(&mut buf, sizes);
+        self.encode_segment_fields(&mut buf, sizes);
         debug_assert_eq!(buf.len(), sizes.total);
         buf
     }

@@ -297,7 +297,7 @@ fn total_past_u64_nanos_is_clamped() {
 /// A valid message: A1 → B1 (with a location), two segments, accounting.
 fn valid() -> PathProto {
     PathProto {
-        version: VERSION,
+        version: SINGLE_VERSION,
         strings: vec![
             "A".into(),
             "A1".into(),
@@ -316,6 +316,7 @@ fn valid() -> PathProto {
             network: Duration::from_nanos(20),
             ..Accounting::default()
         })),
+        frames_fingerprint: None,
     }
 }
 
@@ -426,7 +427,7 @@ fn unknown_fields_are_skipped() {
 fn absurd_depth_is_rejected_before_building() {
     let n = 100_000;
     let m = PathProto {
-        version: VERSION,
+        version: SINGLE_VERSION,
         strings: vec!["s".into()],
         tree_parent: std::iter::once(0)
             .chain(std::iter::repeat_n(1, n - 1))
@@ -451,7 +452,7 @@ fn amplification_is_bounded_by_max_stack_frames() {
     let depth = 128;
     let segs = 20_000;
     let m = PathProto {
-        version: VERSION,
+        version: SINGLE_VERSION,
         strings: vec!["s".into()],
         tree_parent: std::iter::once(0)
             .chain(std::iter::repeat_n(1, depth - 1))
@@ -715,6 +716,7 @@ proptest! {
 }
 
 mod golden;
+mod split;
 
 /// `encode` reuses its buffers from one path to the next on a thread: what
 /// one path left in them (a larger, coarsened path's tree entries, columns

@@ -145,3 +145,65 @@ fn http_client_layer_merges_callee_path() {
         assert_eq!(layer.stats().callee_path_merged, 1);
     });
 }
+
+fn unbase64(value: &http::HeaderValue) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(value.as_bytes())
+        .unwrap()
+}
+
+/// The distinct stacks of a path, by frame name, in first-use order: what
+/// its frame dictionary encodes.
+fn stacks(path: &CriticalPath) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = Vec::new();
+    for s in path.segments() {
+        let names = s
+            .stack
+            .iter()
+            .map(|f| path.frames()[f.0 as usize].name.to_string())
+            .collect();
+        if !out.contains(&names) {
+            out.push(names);
+        }
+    }
+    out
+}
+
+#[test]
+fn http_server_answers_a_version_2_caller_with_the_frame_dictionary() {
+    run(|_recorder| async move {
+        let addr = serve_h().await;
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let mut answers = Vec::new();
+        for want in ["2", "2", "1"] {
+            let req = http::Request::get(format!("http://{addr}/items/42"))
+                .header(header::TRIGGER, "sampled")
+                .header(header::WANT_PATH, want)
+                .header(header::CALLER_AUTH, SECRET)
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let resp = client.request(req).await.unwrap();
+            let h = resp.headers().clone();
+            resp.into_body().collect().await.unwrap();
+            let segments = h.get(header::PATH).expect("path in headers");
+            let Some(frames) = h.get(header::FRAMES) else {
+                assert_eq!(want, "1", "a version 2 caller gets the dictionary");
+                decode(segments);
+                continue;
+            };
+            assert_eq!(want, "2", "a version 1 caller gets one header");
+            let limits = Default::default();
+            let dictionary = cpt_sdk::codec::decode_frames(&unbase64(frames), &limits).unwrap();
+            let path =
+                cpt_sdk::codec::decode_split(&dictionary, &unbase64(segments), &limits).unwrap();
+            assert!(path.frames().iter().any(|f| &*f.name == "H1"), "{path:?}");
+            answers.push((frames.clone(), stacks(&path)));
+        }
+        // Over the same stacks (the usual case), the same dictionary bytes.
+        assert_eq!(
+            answers[0].0 == answers[1].0,
+            answers[0].1 == answers[1].1,
+            "{answers:?}"
+        );
+    });
+}

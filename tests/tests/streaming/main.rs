@@ -204,3 +204,44 @@ fn streaming_path_is_merged_into_the_caller() {
         );
     });
 }
+
+#[test]
+fn streaming_path_of_a_version_2_caller_arrives_in_trailers_with_its_dictionary() {
+    run(|_recorder| async move {
+        let addr = serve_grpc(c_layer(), c_service()).await;
+        let mut req = Request::new(ScanRequest { key: 0, items: 2 });
+        asking(req.metadata_mut());
+        req.metadata_mut().insert(
+            AsciiMetadataKey::from_bytes(header::WANT_PATH.as_str().as_bytes()).unwrap(),
+            MetadataValue::try_from("2").unwrap(),
+        );
+        let mut grpc = tonic::client::Grpc::new(channel(addr));
+        grpc.ready().await.unwrap();
+        let resp = grpc
+            .server_streaming(
+                req,
+                http::uri::PathAndQuery::from_static(method::C_SCAN),
+                Codec::<ScanRequest, ScanItem>::default(),
+            )
+            .await
+            .unwrap();
+        let headers = resp.metadata().clone();
+        let mut stream = resp.into_inner();
+        while stream.message().await.unwrap().is_some() {}
+        let trailers = stream.trailers().await.unwrap().expect("gRPC trailers");
+        assert!(headers.get_bin(header::FRAMES.as_str()).is_none());
+        assert!(headers.get_bin(header::PATH.as_str()).is_none());
+        let bin = |name: &http::HeaderName| {
+            trailers
+                .get_bin(name.as_str())
+                .unwrap_or_else(|| panic!("{name} in the trailers"))
+                .to_bytes()
+                .unwrap()
+        };
+        let limits = Default::default();
+        let dictionary = cpt_sdk::codec::decode_frames(&bin(&header::FRAMES), &limits).unwrap();
+        let path = cpt_sdk::codec::decode_split(&dictionary, &bin(&header::PATH), &limits).unwrap();
+        assert!(path.total() >= 2 * ITEM, "{path:?}");
+        assert!(path.frames().iter().any(|f| &*f.name == "C2"), "{path:?}");
+    });
+}
