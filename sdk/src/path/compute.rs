@@ -46,6 +46,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use super::merge::{self, Callee};
+use super::table::FrameTable;
 use super::{CriticalPath, Frame, FrameId, SegmentKind};
 
 // The graph the walk reads; re-exported here, where these types lived
@@ -66,9 +67,77 @@ pub const MAX_STACK_DEPTH: usize = 128;
 /// The segments sum exactly to `end - root.created` (zero if `end` is before
 /// the root's creation, or if `root` is not in the graph).
 pub fn compute(graph: &Graph, root: NodeId, end: Duration) -> CriticalPath {
-    let Some(root_node) = graph.get(root) else {
+    compute_from(graph, root, end)
+}
+
+/// One node as the walk reads it: what a [`Node`] holds, borrowed, so that
+/// the tracing layer can hand its own node table to the walk without first
+/// building a [`Graph`] (one `Vec` of intervals per node, moved and freed).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NodeView<'a> {
+    pub(crate) parent: Option<NodeId>,
+    pub(crate) frame: FrameRef,
+    pub(crate) created: Duration,
+    pub(crate) first_poll: Option<Duration>,
+    pub(crate) end: Option<Duration>,
+    pub(crate) end_seq: u64,
+    pub(crate) busy: &'a [Busy],
+    /// One more busy interval (an enter still open when the request ended).
+    pub(crate) open: Option<Busy>,
+    pub(crate) resumptions: &'a [Resumption],
+    pub(crate) runnable: &'a [(Duration, Duration)],
+    pub(crate) callee: Option<&'a CalleeOutcome>,
+}
+
+impl NodeView<'_> {
+    fn busy(&self) -> impl Iterator<Item = &Busy> + '_ {
+        self.busy.iter().chain(self.open.as_ref())
+    }
+}
+
+/// What [`compute_from`] reads: a request's nodes and the frames they name.
+pub(crate) trait Source {
+    /// Number of nodes.
+    fn len(&self) -> usize;
+    /// Node `i` (`i < len()`).
+    fn node(&self, i: usize) -> NodeView<'_>;
+    /// The frames [`NodeView::frame`] refers to.
+    fn frames(&self) -> &FrameTable;
+}
+
+impl Source for Graph {
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn node(&self, i: usize) -> NodeView<'_> {
+        let n = &self.nodes[i];
+        NodeView {
+            parent: n.parent,
+            frame: n.frame,
+            created: n.created,
+            first_poll: n.first_poll,
+            end: n.end,
+            end_seq: n.end_seq,
+            busy: &n.busy,
+            open: None,
+            resumptions: &n.resumptions,
+            runnable: &n.runnable,
+            callee: n.callee.as_ref(),
+        }
+    }
+
+    fn frames(&self) -> &FrameTable {
+        &self.frames
+    }
+}
+
+/// [`compute`] over any [`Source`].
+pub(crate) fn compute_from<S: Source>(graph: &S, root: NodeId, end: Duration) -> CriticalPath {
+    if root.index() >= graph.len() {
         return CriticalPath::new();
-    };
+    }
+    let root_node = graph.node(root.index());
     let end_ns = ns(end);
     let start_ns = ns(root_node.created).min(end_ns);
     let path = Scratch::with(|sc| {
@@ -243,9 +312,9 @@ fn group<T: Ord + Copy>(
 }
 
 #[inline(never)]
-fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared) {
+fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Prepared) {
     let clamp = |d: Duration| ns(d).clamp(start, stop);
-    let n = graph.nodes.len();
+    let n = graph.len();
     let Prepared {
         nodes,
         own,
@@ -264,7 +333,8 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
     explicit_pairs.clear();
     ends_pairs.clear();
     nested_pairs.clear();
-    for (i, node) in graph.nodes.iter().enumerate() {
+    for i in 0..n {
+        let node = graph.node(i);
         let created = clamp(node.created);
         let (end, ended) = match node.end {
             Some(e) if i != root => (clamp(e).max(created), true),
@@ -277,7 +347,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
             .parent
             .map(NodeId::index)
             .filter(|&p| p < n && p != i && i != root);
-        for r in &node.resumptions {
+        for r in node.resumptions {
             if let Some(b) = r.blocker.map(NodeId::index).filter(|&b| b < n && b != i) {
                 explicit_pairs.push((i, (clamp(r.at), b)));
             }
@@ -287,7 +357,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
             if ended {
                 ends_pairs.push((p, (end, node.end_seq, i)));
             }
-            for iv in node.busy.iter().filter(|iv| iv.nested) {
+            for iv in node.busy().filter(|iv| iv.nested) {
                 let (s, e) = (clamp(iv.start).max(first_poll), clamp(iv.end).min(end));
                 if s < e {
                     nested_pairs.push((p, (s, e, i)));
@@ -322,7 +392,8 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
 
     runnable.clear();
     own.clear();
-    for (i, node) in graph.nodes.iter().enumerate() {
+    for i in 0..n {
+        let node = graph.node(i);
         let (fp, end) = (nodes[i].first_poll, nodes[i].end);
         // Ready-but-not-running stretches, clipped.
         let from = runnable.len();
@@ -337,8 +408,7 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
 
         // Own busy time: entered intervals (clipped, merged) minus nested ones.
         busy.clear();
-        busy.reserve(node.busy.len());
-        for iv in &node.busy {
+        for iv in node.busy() {
             let (s, e) = (clamp(iv.start).max(fp), clamp(iv.end).min(end));
             if s < e {
                 busy.push((s, e));

@@ -17,6 +17,7 @@ pub mod compute;
 pub mod graph;
 pub mod merge;
 mod table;
+pub(crate) use table::FrameTable;
 
 use std::fmt;
 use std::sync::Arc;
@@ -25,7 +26,6 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 pub use accounting::{Accounting, Cause};
-use table::FrameTable;
 
 /// Where a node's code lives, when the instrumentation knows it
 /// (`tracing::Metadata::file` / `line`).

@@ -7,19 +7,19 @@ use super::*;
 /// Turn pieces (latest first) into the path, resolving stacks and splicing
 /// callees.
 #[inline(never)]
-pub(super) fn emit(
-    graph: &Graph,
+pub(super) fn emit<S: Source>(
+    graph: &S,
     prep: &[Prep],
     root: usize,
     pieces: &[Piece],
     stacks: &mut Stacks,
 ) -> CriticalPath {
-    stacks.reset(prep.len(), graph.frames.len());
+    stacks.reset(prep.len(), graph.frames().len());
     // Size the path once: what the walk found plus what the callees bring.
-    let (mut frames, mut segments) = (prep.len().min(graph.frames.len()), pieces.len());
+    let (mut frames, mut segments) = (prep.len().min(graph.frames().len()), pieces.len());
     for piece in pieces {
         if let Piece::Splice { node, .. } = *piece {
-            match &graph.nodes[node].callee {
+            match graph.node(node).callee {
                 Some(CalleeOutcome::Path(p)) => {
                     frames += p.frames().len();
                     segments += p.segments().len() + 1;
@@ -57,7 +57,7 @@ pub(super) fn emit(
                 if deep {
                     path.accounting.truncated = path.accounting.truncated.saturating_add(d);
                 }
-                let callee = match &graph.nodes[node].callee {
+                let callee = match graph.node(node).callee {
                     Some(CalleeOutcome::Path(p)) => Callee::Path(p),
                     Some(CalleeOutcome::BlindSpot { callee }) => Callee::BlindSpot { callee },
                     None => {
@@ -102,9 +102,9 @@ impl Stacks {
         self.frames.resize(frames, None);
     }
 
-    pub(super) fn get(
+    pub(super) fn get<S: Source>(
         &mut self,
-        graph: &Graph,
+        graph: &S,
         prep: &[Prep],
         root: usize,
         node: usize,
@@ -159,20 +159,18 @@ impl Stacks {
         (start as usize..(start + len) as usize, deep)
     }
 
-    pub(super) fn frame_id(
+    pub(super) fn frame_id<S: Source>(
         &mut self,
-        graph: &Graph,
+        graph: &S,
         node: usize,
         path: &mut CriticalPath,
     ) -> FrameId {
-        let r = graph.nodes[node].frame;
+        let r = graph.node(node).frame;
         match self.frames.get(r.0 as usize) {
             Some(Some(id)) => *id,
             Some(None) => {
-                let id = path.intern_hashed(
-                    &graph.frames.frames()[r.0 as usize],
-                    graph.frames.hash_of(r.0),
-                );
+                let frames = graph.frames();
+                let id = path.intern_hashed(&frames.frames()[r.0 as usize], frames.hash_of(r.0));
                 self.frames[r.0 as usize] = Some(id);
                 id
             }
