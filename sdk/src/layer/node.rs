@@ -493,11 +493,11 @@ impl compute::Source for LiveGraph<'_> {
         self.nodes.len()
     }
 
+    #[inline]
     fn node(&self, i: usize) -> NodeView<'_> {
         let n = &self.nodes[i];
         NodeView {
             parent: n.parent,
-            frame: self.refs[i],
             created: n.created,
             first_poll: n.first_poll,
             end: if i == 0 || n.cancelled {
@@ -516,6 +516,14 @@ impl compute::Source for LiveGraph<'_> {
             runnable: &n.runnable,
             callee: n.callee.as_deref(),
         }
+    }
+
+    fn frame(&self, i: usize) -> FrameRef {
+        self.refs[i]
+    }
+
+    fn callee(&self, i: usize) -> Option<&CalleeOutcome> {
+        self.nodes[i].callee.as_deref()
     }
 
     fn frames(&self) -> &FrameTable {

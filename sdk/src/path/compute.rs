@@ -76,7 +76,6 @@ pub fn compute(graph: &Graph, root: NodeId, end: Duration) -> CriticalPath {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct NodeView<'a> {
     pub(crate) parent: Option<NodeId>,
-    pub(crate) frame: FrameRef,
     pub(crate) created: Duration,
     pub(crate) first_poll: Option<Duration>,
     pub(crate) end: Option<Duration>,
@@ -101,6 +100,10 @@ pub(crate) trait Source {
     fn len(&self) -> usize;
     /// Node `i` (`i < len()`).
     fn node(&self, i: usize) -> NodeView<'_>;
+    /// Node `i`'s frame (what `node(i).frame` says, without the rest).
+    fn frame(&self, i: usize) -> FrameRef;
+    /// Node `i`'s callee outcome (what `node(i).callee` says).
+    fn callee(&self, i: usize) -> Option<&CalleeOutcome>;
     /// The frames [`NodeView::frame`] refers to.
     fn frames(&self) -> &FrameTable;
 }
@@ -110,11 +113,11 @@ impl Source for Graph {
         self.nodes.len()
     }
 
+    #[inline]
     fn node(&self, i: usize) -> NodeView<'_> {
         let n = &self.nodes[i];
         NodeView {
             parent: n.parent,
-            frame: n.frame,
             created: n.created,
             first_poll: n.first_poll,
             end: n.end,
@@ -125,6 +128,14 @@ impl Source for Graph {
             runnable: &n.runnable,
             callee: n.callee.as_ref(),
         }
+    }
+
+    fn frame(&self, i: usize) -> FrameRef {
+        self.nodes[i].frame
+    }
+
+    fn callee(&self, i: usize) -> Option<&CalleeOutcome> {
+        self.nodes[i].callee.as_ref()
     }
 
     fn frames(&self) -> &FrameTable {
@@ -330,9 +341,13 @@ fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Pr
         carve,
     } = pr;
     nodes.clear();
+    nodes.reserve(n);
     explicit_pairs.clear();
     ends_pairs.clear();
     nested_pairs.clear();
+    runnable.clear();
+    busy.clear();
+    // One pass over the nodes: everything after it reads flat arrays.
     for i in 0..n {
         let node = graph.node(i);
         let created = clamp(node.created);
@@ -352,19 +367,37 @@ fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Pr
                 explicit_pairs.push((i, (clamp(r.at), b)));
             }
         }
+        if let Some(p) = parent
+            && ended
+        {
+            ends_pairs.push((p, (end, node.end_seq, i)));
+        }
+        // Entered intervals, clipped to the node's run (from its first
+        // poll to its end); the nested ones also go to the parent.
         let mut polled_by_parent = false;
-        if let Some(p) = parent {
-            if ended {
-                ends_pairs.push((p, (end, node.end_seq, i)));
-            }
-            for iv in node.busy().filter(|iv| iv.nested) {
-                let (s, e) = (clamp(iv.start).max(first_poll), clamp(iv.end).min(end));
-                if s < e {
+        let from = busy.len();
+        for iv in node.busy() {
+            let (s, e) = (clamp(iv.start).max(first_poll), clamp(iv.end).min(end));
+            if s < e {
+                busy.push((s, e));
+                if iv.nested
+                    && let Some(p) = parent
+                {
                     nested_pairs.push((p, (s, e, i)));
                     polled_by_parent = true;
                 }
             }
         }
+        let entered = from..busy.len();
+        // Ready-but-not-running stretches, clipped.
+        let from = runnable.len();
+        runnable.extend(
+            node.runnable
+                .iter()
+                .map(|&(w, r)| (clamp(w).max(first_poll), clamp(r).min(end)))
+                .filter(|(w, r)| w < r),
+        );
+        sort(&mut runnable[from..]);
         nodes.push(Prep {
             created,
             first_poll,
@@ -373,6 +406,9 @@ fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Pr
             parent,
             callee: node.callee.is_some(),
             polled_by_parent,
+            // Until the own time is computed below: the entered intervals.
+            own: entered,
+            runnable: from..runnable.len(),
             ..Prep::default()
         });
     }
@@ -390,42 +426,24 @@ fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Pr
         }
     }
 
-    runnable.clear();
+    // Own busy time: entered intervals (merged) minus nested ones.
     own.clear();
-    for i in 0..n {
-        let node = graph.node(i);
-        let (fp, end) = (nodes[i].first_poll, nodes[i].end);
-        // Ready-but-not-running stretches, clipped.
-        let from = runnable.len();
-        runnable.extend(
-            node.runnable
-                .iter()
-                .map(|&(w, r)| (clamp(w).max(fp), clamp(r).min(end)))
-                .filter(|(w, r)| w < r),
-        );
-        sort(&mut runnable[from..]);
-        nodes[i].runnable = from..runnable.len();
-
-        // Own busy time: entered intervals (clipped, merged) minus nested ones.
-        busy.clear();
-        for iv in node.busy() {
-            let (s, e) = (clamp(iv.start).max(fp), clamp(iv.end).min(end));
-            if s < e {
-                busy.push((s, e));
-            }
-        }
-        sort(busy);
-        union_in_place(busy);
-        carve.clear();
-        carve.extend(
-            nested[nodes[i].nested.clone()]
-                .iter()
-                .map(|&(s, e, _)| (s, e)),
-        );
-        union_in_place(carve);
+    for p in nodes.iter_mut() {
+        let entered = &mut busy[p.own.clone()];
+        sort(entered);
+        let len = union_slice(entered);
+        let entered = &entered[..len];
         let from = own.len();
-        subtract_into(busy, carve, own);
-        nodes[i].own = from..own.len();
+        let kids = &nested[p.nested.clone()];
+        if kids.is_empty() {
+            own.extend_from_slice(entered);
+        } else {
+            carve.clear();
+            carve.extend(kids.iter().map(|&(s, e, _)| (s, e)));
+            let len = union_slice(carve);
+            subtract_into(entered, &carve[..len], own);
+        }
+        p.own = from..own.len();
     }
 }
 
@@ -438,8 +456,9 @@ fn sort<T: Ord>(v: &mut [T]) {
     }
 }
 
-/// Merge overlapping sorted intervals.
-fn union_in_place(v: &mut Vec<(u64, u64)>) {
+/// Merge overlapping sorted intervals to the front of `v`; returns how
+/// many there are.
+fn union_slice(v: &mut [(u64, u64)]) -> usize {
     let mut w = 0;
     for r in 0..v.len() {
         let (s, e) = v[r];
@@ -450,7 +469,7 @@ fn union_in_place(v: &mut Vec<(u64, u64)>) {
             w += 1;
         }
     }
-    v.truncate(w);
+    w
 }
 
 /// Append `a` minus `b` (both sorted and disjoint) to `out`.

@@ -309,6 +309,34 @@ impl CriticalPath {
         );
     }
 
+    /// [`push_ids`](Self::push_ids) of a borrowed stack of ids from this
+    /// path's table (checked in debug builds only): compared and copied as
+    /// a slice, not element by element.
+    pub(crate) fn push_id_slice(&mut self, ids: &[FrameId], duration: Duration, kind: SegmentKind) {
+        if duration.is_zero() {
+            return;
+        }
+        if let Some(last) = self.segments.last_mut()
+            && last.kind == kind
+            && last.stack[..] == *ids
+        {
+            last.duration = last.duration.saturating_add(duration);
+            return;
+        }
+        self.segments.push(Segment {
+            stack: Stack::new(),
+            duration,
+            kind,
+        });
+        let last = self.segments.last_mut().expect("just pushed");
+        last.stack.extend_from_slice(ids);
+        debug_assert!(
+            last.stack
+                .iter()
+                .all(|f| (f.0 as usize) < self.frames.len())
+        );
+    }
+
     /// True when nothing is left to append: `duration` is zero, or the
     /// previous segment has the same stack and kind and now includes it.
     fn merge_last(&mut self, stack: &[FrameId], duration: Duration, kind: SegmentKind) -> bool {

@@ -19,7 +19,7 @@ pub(super) fn emit<S: Source>(
     let (mut frames, mut segments) = (prep.len().min(graph.frames().len()), pieces.len());
     for piece in pieces {
         if let Piece::Splice { node, .. } = *piece {
-            match graph.node(node).callee {
+            match graph.callee(node) {
                 Some(CalleeOutcome::Path(p)) => {
                     frames += p.frames().len();
                     segments += p.segments().len() + 1;
@@ -48,7 +48,7 @@ pub(super) fn emit<S: Source>(
                     path.accounting.truncated = path.accounting.truncated.saturating_add(d);
                 }
                 let stack = &stacks.arena[stack];
-                path.push_ids(stack.iter().copied(), stack.len(), d, kind);
+                path.push_id_slice(stack, d, kind);
             }
             Piece::Splice { node, observed } => {
                 let (prefix, deep) = stacks.get(graph, prep, root, node, &mut path);
@@ -57,7 +57,7 @@ pub(super) fn emit<S: Source>(
                 if deep {
                     path.accounting.truncated = path.accounting.truncated.saturating_add(d);
                 }
-                let callee = match graph.node(node).callee {
+                let callee = match graph.callee(node) {
                     Some(CalleeOutcome::Path(p)) => Callee::Path(p),
                     Some(CalleeOutcome::BlindSpot { callee }) => Callee::BlindSpot { callee },
                     None => {
@@ -90,6 +90,10 @@ pub(super) struct Stacks {
     pub(super) chain: Vec<usize>,
     /// Scratch for [`merge::splice_with`].
     pub(super) callee_map: Vec<FrameId>,
+    /// The last stack made: `(parent node, frame, memo entry)`. A sibling
+    /// with the same frame (the walk meets siblings made at one callsite one
+    /// after another) has the same stack: it shares the entry, no copy.
+    pub(super) last: Option<(usize, FrameRef, (u32, u32, bool))>,
 }
 
 impl Stacks {
@@ -100,6 +104,7 @@ impl Stacks {
         self.arena.clear();
         self.frames.clear();
         self.frames.resize(frames, None);
+        self.last = None;
     }
 
     pub(super) fn get<S: Source>(
@@ -142,6 +147,15 @@ impl Stacks {
             if c == root {
                 continue;
             }
+            let frame = graph.frame(c);
+            if let Some((p, f, entry)) = self.last
+                && p == base
+                && f == frame
+            {
+                self.memo[c] = entry;
+                base = c;
+                continue;
+            }
             let (start, len, mut deep) = self.memo[base];
             let from = self.arena.len();
             self.arena
@@ -153,6 +167,7 @@ impl Stacks {
                 deep = true;
             }
             self.memo[c] = (from as u32, (self.arena.len() - from) as u32, deep);
+            self.last = Some((base, frame, self.memo[c]));
             base = c;
         }
         let (start, len, deep) = self.memo[node];
@@ -165,7 +180,7 @@ impl Stacks {
         node: usize,
         path: &mut CriticalPath,
     ) -> FrameId {
-        let r = graph.node(node).frame;
+        let r = graph.frame(node);
         match self.frames.get(r.0 as usize) {
             Some(Some(id)) => *id,
             Some(None) => {
