@@ -450,8 +450,9 @@ fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Pr
 /// Sort, checking first: what the layer records is mostly in order already
 /// (intervals are pushed as they happen, children after their parents), and
 /// sorting those short lists was a tenth of the cost of a small graph.
+#[inline]
 fn sort<T: Ord>(v: &mut [T]) {
-    if !v.is_sorted() {
+    if v.len() > 1 && !v.is_sorted() {
         v.sort_unstable();
     }
 }
@@ -600,12 +601,8 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
     while let Some(top) = stack.last_mut() {
         let n = top.node;
         let p = &prep[n];
-        let (own, nested, child_ends, explicit) = (
-            &pr.own[p.own.clone()],
-            &pr.nested[p.nested.clone()],
-            &pr.ends[p.child_ends.clone()],
-            &pr.explicit[p.explicit.clone()],
-        );
+        // The node's lists are sliced where first needed: most steps emit a
+        // busy segment and need only the first two.
         let floor = p.created.max(top.limit);
         if cursor <= floor || budget == 0 {
             if budget == 0 {
@@ -629,6 +626,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
             continue;
         }
 
+        let explicit = &pr.explicit[p.explicit.clone()];
         // Queued: created, not yet polled.
         if t <= p.first_poll {
             if let Some(&(_, b)) = latest_in(explicit, floor, t, |e| e.0)
@@ -655,6 +653,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
         }
 
         // Own busy time.
+        let own = &pr.own[p.own.clone()];
         let k = back_to(own, &mut own_at[n], |iv| iv.0 < t);
         let g0 = if k > 0 {
             let (s, e) = own[k - 1];
@@ -670,6 +669,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
         };
 
         let g0 = g0.max(floor);
+        let (nested, child_ends) = (&pr.nested[p.nested.clone()], &pr.ends[p.child_ends.clone()]);
 
         // Waiting since g0. Explicit blocker, or the child that ended last
         // (only events above the floor can explain time above it).

@@ -323,13 +323,19 @@ impl CriticalPath {
             last.duration = last.duration.saturating_add(duration);
             return;
         }
+        let stack = if ids.len() <= STACK_INLINE {
+            let mut buf = [FrameId(0); STACK_INLINE];
+            buf[..ids.len()].copy_from_slice(ids);
+            Stack::from_buf_and_len(buf, ids.len())
+        } else {
+            Stack::from_slice(ids)
+        };
         self.segments.push(Segment {
-            stack: Stack::new(),
+            stack,
             duration,
             kind,
         });
-        let last = self.segments.last_mut().expect("just pushed");
-        last.stack.extend_from_slice(ids);
+        let last = self.segments.last().expect("just pushed");
         debug_assert!(
             last.stack
                 .iter()
