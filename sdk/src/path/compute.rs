@@ -450,7 +450,7 @@ fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Pr
 /// Sort, checking first: what the layer records is mostly in order already
 /// (intervals are pushed as they happen, children after their parents), and
 /// sorting those short lists was a tenth of the cost of a small graph.
-#[inline]
+#[inline(always)]
 fn sort<T: Ord>(v: &mut [T]) {
     if v.len() > 1 && !v.is_sorted() {
         v.sort_unstable();

@@ -125,6 +125,15 @@ impl Stacks {
             self.memo[root] = (self.arena.len() as u32, 1, false);
             self.arena.push(f);
         }
+        // The parent known already (the walk meets a node after its
+        // parent, mostly): one step, no climb.
+        if let Some(p) = prep[node].parent
+            && self.memo[p] != UNKNOWN
+        {
+            self.make(graph, p, node, path);
+            let (start, len, deep) = self.memo[node];
+            return (start as usize..(start + len) as usize, deep);
+        }
         // Climb to a known ancestor; a chain longer than the graph is a cycle.
         self.chain.clear();
         let mut cur = node;
@@ -147,31 +156,35 @@ impl Stacks {
             if c == root {
                 continue;
             }
-            let frame = graph.frame(c);
-            if let Some((p, f, entry)) = self.last
-                && p == base
-                && f == frame
-            {
-                self.memo[c] = entry;
-                base = c;
-                continue;
-            }
-            let (start, len, mut deep) = self.memo[base];
-            let from = self.arena.len();
-            self.arena
-                .extend_from_within(start as usize..(start + len) as usize);
-            if (len as usize) < MAX_STACK_DEPTH {
-                let f = self.frame_id(graph, c, path);
-                self.arena.push(f);
-            } else {
-                deep = true;
-            }
-            self.memo[c] = (from as u32, (self.arena.len() - from) as u32, deep);
-            self.last = Some((base, frame, self.memo[c]));
+            self.make(graph, base, c, path);
             base = c;
         }
         let (start, len, deep) = self.memo[node];
         (start as usize..(start + len) as usize, deep)
+    }
+
+    /// Resolve `c`'s stack as `base`'s (known) plus `c`'s frame.
+    fn make<S: Source>(&mut self, graph: &S, base: usize, c: usize, path: &mut CriticalPath) {
+        let frame = graph.frame(c);
+        if let Some((p, f, entry)) = self.last
+            && p == base
+            && f == frame
+        {
+            self.memo[c] = entry;
+            return;
+        }
+        let (start, len, mut deep) = self.memo[base];
+        let from = self.arena.len();
+        self.arena
+            .extend_from_within(start as usize..(start + len) as usize);
+        if (len as usize) < MAX_STACK_DEPTH {
+            let f = self.frame_id(graph, c, path);
+            self.arena.push(f);
+        } else {
+            deep = true;
+        }
+        self.memo[c] = (from as u32, (self.arena.len() - from) as u32, deep);
+        self.last = Some((base, frame, self.memo[c]));
     }
 
     pub(super) fn frame_id<S: Source>(
