@@ -440,13 +440,13 @@ impl Ended {
     /// the node table in place ([`compute::Source`]): no `Graph` is built,
     /// so no interval list is moved or freed per node.
     pub(crate) fn outcome(self, request: &Request) -> Outcome {
-        let mut frames = FrameTable::default();
-        let mut refs = Vec::with_capacity(self.nodes.len());
-        // One frame per callsite (or per dynamic name) per request; siblings
-        // made at one callsite usually follow each other, so the last one is
-        // checked before the map.
+        let mut frames = FrameTable::with_capacity(8);
+        let mut refs: SmallVec<[FrameRef; 64]> = SmallVec::with_capacity(self.nodes.len());
+        // One frame per callsite (or per dynamic name) per request. A request
+        // names a few callsites: they are found by a scan (no map to allocate
+        // and hash into) until there are more than `FEW_CALLSITES`.
+        let mut few: SmallVec<[(usize, FrameRef); FEW_CALLSITES]> = SmallVec::new();
         let mut by_callsite: FxHashMap<usize, FrameRef> = FxHashMap::default();
-        let mut last: Option<(usize, FrameRef)> = None;
         for n in &self.nodes {
             let frame = match &n.name {
                 Some(name) => {
@@ -454,15 +454,16 @@ impl Ended {
                 }
                 None => {
                     let key = n.meta as *const Metadata<'static> as usize;
-                    match last {
-                        Some((k, r)) if k == key => r,
-                        _ => {
-                            let r = *by_callsite.entry(key).or_insert_with(|| {
-                                FrameRef::new(frames.intern(request.frame(n.meta, None)))
-                            });
-                            last = Some((key, r));
-                            r
-                        }
+                    if let Some(&(_, r)) = few.iter().rev().find(|e| e.0 == key) {
+                        r
+                    } else if few.len() < FEW_CALLSITES {
+                        let r = FrameRef::new(frames.intern(request.frame(n.meta, None)));
+                        few.push((key, r));
+                        r
+                    } else {
+                        *by_callsite.entry(key).or_insert_with(|| {
+                            FrameRef::new(frames.intern(request.frame(n.meta, None)))
+                        })
                     }
                 }
             };
@@ -479,6 +480,9 @@ impl Ended {
         Outcome { path, latency }
     }
 }
+
+/// Callsites a request's frames are looked up among by a scan.
+const FEW_CALLSITES: usize = 16;
 
 /// An ended request's node table as the walk reads it.
 struct LiveGraph<'a> {
