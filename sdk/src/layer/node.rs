@@ -9,7 +9,7 @@
 //!
 //! The node table lives behind the request's mutex. Enter and exit append to
 //! it (busy intervals); close stamps the node's end; the root's end (finish,
-//! or close) takes the table out, turns it into a [`Graph`] and runs
+//! or close) takes the table out, hands it to
 //! [`compute`]. Events for a request that already finished find an empty
 //! table and do nothing.
 
@@ -19,11 +19,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use tracing::Metadata;
 
 use crate::path::compute;
-use crate::path::graph::{Busy, CalleeOutcome, FrameRef, Graph, Node, NodeId, Resumption};
-use crate::path::{CriticalPath, Frame, Location};
+use crate::path::compute::NodeView;
+use crate::path::graph::{Busy, CalleeOutcome, FrameRef, NodeId, Resumption};
+use crate::path::{CriticalPath, Frame, FrameTable, Location};
 use crate::record::{Labels, Record};
 use crate::trigger::Trigger;
 
@@ -72,7 +74,8 @@ struct LiveNode {
     exit_seq: u64,
     cancelled: bool,
     closed: Option<Duration>,
-    busy: Vec<Busy>,
+    /// Inline for the usual span entered once: no allocation per node.
+    busy: SmallVec<[Busy; 1]>,
     /// The outermost enter in progress: start, thread, nested.
     open: Option<(Duration, u32, bool)>,
     depth: u32,
@@ -104,7 +107,7 @@ impl LiveNode {
             exit_seq: 0,
             cancelled: false,
             closed: None,
-            busy: Vec::new(),
+            busy: SmallVec::new(),
             open: None,
             depth: 0,
             resumptions: Vec::new(),
@@ -433,50 +436,102 @@ pub(crate) struct Ended {
 }
 
 impl Ended {
-    /// Compute the path of `request`, which ended as `self`.
-    pub(crate) fn outcome(mut self, request: &Request) -> Outcome {
-        let now = self.now;
-        let mut nodes = std::mem::take(&mut self.nodes);
-        let mut graph = Graph::with_capacity(nodes.len());
-        // One frame per callsite (or per dynamic name) per request.
+    /// Compute the path of `request`, which ended as `self`. The walk reads
+    /// the node table in place ([`compute::Source`]): no `Graph` is built,
+    /// so no interval list is moved or freed per node.
+    pub(crate) fn outcome(self, request: &Request) -> Outcome {
+        let mut frames = FrameTable::with_capacity(8);
+        let mut refs: SmallVec<[FrameRef; 64]> = SmallVec::with_capacity(self.nodes.len());
+        // One frame per callsite (or per dynamic name) per request. A request
+        // names a few callsites: they are found by a scan (no map to allocate
+        // and hash into) until there are more than `FEW_CALLSITES`.
+        let mut few: SmallVec<[(usize, FrameRef); FEW_CALLSITES]> = SmallVec::new();
         let mut by_callsite: FxHashMap<usize, FrameRef> = FxHashMap::default();
-        for (i, n) in nodes.drain(..).enumerate() {
-            let frame = match n.name {
-                Some(name) => graph.frame(request.frame(n.meta, Some(name))),
-                None => *by_callsite
-                    .entry(n.meta as *const Metadata<'static> as usize)
-                    .or_insert_with(|| graph.frame(request.frame(n.meta, None))),
+        for n in &self.nodes {
+            let frame = match &n.name {
+                Some(name) => {
+                    FrameRef::new(frames.intern(request.frame(n.meta, Some(name.clone()))))
+                }
+                None => {
+                    let key = n.meta as *const Metadata<'static> as usize;
+                    if let Some(&(_, r)) = few.iter().rev().find(|e| e.0 == key) {
+                        r
+                    } else if few.len() < FEW_CALLSITES {
+                        let r = FrameRef::new(frames.intern(request.frame(n.meta, None)));
+                        few.push((key, r));
+                        r
+                    } else {
+                        *by_callsite.entry(key).or_insert_with(|| {
+                            FrameRef::new(frames.intern(request.frame(n.meta, None)))
+                        })
+                    }
+                }
             };
-            let mut busy = n.busy;
-            if let Some((start, _, nested)) = n.open {
-                busy.push(Busy {
-                    start,
-                    end: now,
-                    nested,
-                });
-            }
-            let end = if i == 0 || n.cancelled {
+            refs.push(frame);
+        }
+        let live = LiveGraph {
+            nodes: &self.nodes,
+            refs: &refs,
+            frames: &frames,
+            now: self.now,
+        };
+        let path = compute::compute_from(&live, Request::root(), self.now);
+        let latency = path.total();
+        Outcome { path, latency }
+    }
+}
+
+/// Callsites a request's frames are looked up among by a scan.
+const FEW_CALLSITES: usize = 16;
+
+/// An ended request's node table as the walk reads it.
+struct LiveGraph<'a> {
+    nodes: &'a [LiveNode],
+    refs: &'a [FrameRef],
+    frames: &'a FrameTable,
+    now: Duration,
+}
+
+impl compute::Source for LiveGraph<'_> {
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    #[inline]
+    fn node(&self, i: usize) -> NodeView<'_> {
+        let n = &self.nodes[i];
+        NodeView {
+            parent: n.parent,
+            created: n.created,
+            first_poll: n.first_poll,
+            end: if i == 0 || n.cancelled {
                 None
             } else {
                 n.closed.map(|c| n.last_exit.unwrap_or(c))
-            };
-            graph.push(Node {
-                parent: n.parent,
-                frame,
-                created: n.created,
-                first_poll: n.first_poll,
-                end,
-                end_seq: n.exit_seq,
-                busy,
-                resumptions: n.resumptions,
-                runnable: n.runnable,
-                callee: n.callee.map(|c| *c),
-            });
+            },
+            end_seq: n.exit_seq,
+            busy: &n.busy,
+            open: n.open.map(|(start, _, nested)| Busy {
+                start,
+                end: self.now,
+                nested,
+            }),
+            resumptions: &n.resumptions,
+            runnable: &n.runnable,
+            callee: n.callee.as_deref(),
         }
-        self.nodes = nodes;
-        let path = compute::compute(&graph, Request::root(), now);
-        let latency = path.total();
-        Outcome { path, latency }
+    }
+
+    fn frame(&self, i: usize) -> FrameRef {
+        self.refs[i]
+    }
+
+    fn callee(&self, i: usize) -> Option<&CalleeOutcome> {
+        self.nodes[i].callee.as_deref()
+    }
+
+    fn frames(&self) -> &FrameTable {
+        self.frames
     }
 }
 

@@ -46,6 +46,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use super::merge::{self, Callee};
+use super::table::FrameTable;
 use super::{CriticalPath, Frame, FrameId, SegmentKind};
 
 // The graph the walk reads; re-exported here, where these types lived
@@ -66,9 +67,88 @@ pub const MAX_STACK_DEPTH: usize = 128;
 /// The segments sum exactly to `end - root.created` (zero if `end` is before
 /// the root's creation, or if `root` is not in the graph).
 pub fn compute(graph: &Graph, root: NodeId, end: Duration) -> CriticalPath {
-    let Some(root_node) = graph.get(root) else {
+    compute_from(graph, root, end)
+}
+
+/// One node as the walk reads it: what a [`Node`] holds, borrowed, so that
+/// the tracing layer can hand its own node table to the walk without first
+/// building a [`Graph`] (one `Vec` of intervals per node, moved and freed).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NodeView<'a> {
+    pub(crate) parent: Option<NodeId>,
+    pub(crate) created: Duration,
+    pub(crate) first_poll: Option<Duration>,
+    pub(crate) end: Option<Duration>,
+    pub(crate) end_seq: u64,
+    pub(crate) busy: &'a [Busy],
+    /// One more busy interval (an enter still open when the request ended).
+    pub(crate) open: Option<Busy>,
+    pub(crate) resumptions: &'a [Resumption],
+    pub(crate) runnable: &'a [(Duration, Duration)],
+    pub(crate) callee: Option<&'a CalleeOutcome>,
+}
+
+impl NodeView<'_> {
+    fn busy(&self) -> impl Iterator<Item = &Busy> + '_ {
+        self.busy.iter().chain(self.open.as_ref())
+    }
+}
+
+/// What [`compute_from`] reads: a request's nodes and the frames they name.
+pub(crate) trait Source {
+    /// Number of nodes.
+    fn len(&self) -> usize;
+    /// Node `i` (`i < len()`).
+    fn node(&self, i: usize) -> NodeView<'_>;
+    /// Node `i`'s frame (what `node(i).frame` says, without the rest).
+    fn frame(&self, i: usize) -> FrameRef;
+    /// Node `i`'s callee outcome (what `node(i).callee` says).
+    fn callee(&self, i: usize) -> Option<&CalleeOutcome>;
+    /// The frames [`NodeView::frame`] refers to.
+    fn frames(&self) -> &FrameTable;
+}
+
+impl Source for Graph {
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    #[inline]
+    fn node(&self, i: usize) -> NodeView<'_> {
+        let n = &self.nodes[i];
+        NodeView {
+            parent: n.parent,
+            created: n.created,
+            first_poll: n.first_poll,
+            end: n.end,
+            end_seq: n.end_seq,
+            busy: &n.busy,
+            open: None,
+            resumptions: &n.resumptions,
+            runnable: &n.runnable,
+            callee: n.callee.as_ref(),
+        }
+    }
+
+    fn frame(&self, i: usize) -> FrameRef {
+        self.nodes[i].frame
+    }
+
+    fn callee(&self, i: usize) -> Option<&CalleeOutcome> {
+        self.nodes[i].callee.as_ref()
+    }
+
+    fn frames(&self) -> &FrameTable {
+        &self.frames
+    }
+}
+
+/// [`compute`] over any [`Source`].
+pub(crate) fn compute_from<S: Source>(graph: &S, root: NodeId, end: Duration) -> CriticalPath {
+    if root.index() >= graph.len() {
         return CriticalPath::new();
-    };
+    }
+    let root_node = graph.node(root.index());
     let end_ns = ns(end);
     let start_ns = ns(root_node.created).min(end_ns);
     let path = Scratch::with(|sc| {
@@ -243,9 +323,9 @@ fn group<T: Ord + Copy>(
 }
 
 #[inline(never)]
-fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared) {
+fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Prepared) {
     let clamp = |d: Duration| ns(d).clamp(start, stop);
-    let n = graph.nodes.len();
+    let n = graph.len();
     let Prepared {
         nodes,
         own,
@@ -261,10 +341,15 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
         carve,
     } = pr;
     nodes.clear();
+    nodes.reserve(n);
     explicit_pairs.clear();
     ends_pairs.clear();
     nested_pairs.clear();
-    for (i, node) in graph.nodes.iter().enumerate() {
+    runnable.clear();
+    busy.clear();
+    // One pass over the nodes: everything after it reads flat arrays.
+    for i in 0..n {
+        let node = graph.node(i);
         let created = clamp(node.created);
         let (end, ended) = match node.end {
             Some(e) if i != root => (clamp(e).max(created), true),
@@ -277,24 +362,42 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
             .parent
             .map(NodeId::index)
             .filter(|&p| p < n && p != i && i != root);
-        for r in &node.resumptions {
+        for r in node.resumptions {
             if let Some(b) = r.blocker.map(NodeId::index).filter(|&b| b < n && b != i) {
                 explicit_pairs.push((i, (clamp(r.at), b)));
             }
         }
+        if let Some(p) = parent
+            && ended
+        {
+            ends_pairs.push((p, (end, node.end_seq, i)));
+        }
+        // Entered intervals, clipped to the node's run (from its first
+        // poll to its end); the nested ones also go to the parent.
         let mut polled_by_parent = false;
-        if let Some(p) = parent {
-            if ended {
-                ends_pairs.push((p, (end, node.end_seq, i)));
-            }
-            for iv in node.busy.iter().filter(|iv| iv.nested) {
-                let (s, e) = (clamp(iv.start).max(first_poll), clamp(iv.end).min(end));
-                if s < e {
+        let from = busy.len();
+        for iv in node.busy() {
+            let (s, e) = (clamp(iv.start).max(first_poll), clamp(iv.end).min(end));
+            if s < e {
+                busy.push((s, e));
+                if iv.nested
+                    && let Some(p) = parent
+                {
                     nested_pairs.push((p, (s, e, i)));
                     polled_by_parent = true;
                 }
             }
         }
+        let entered = from..busy.len();
+        // Ready-but-not-running stretches, clipped.
+        let from = runnable.len();
+        runnable.extend(
+            node.runnable
+                .iter()
+                .map(|&(w, r)| (clamp(w).max(first_poll), clamp(r).min(end)))
+                .filter(|(w, r)| w < r),
+        );
+        sort(&mut runnable[from..]);
         nodes.push(Prep {
             created,
             first_poll,
@@ -303,6 +406,9 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
             parent,
             callee: node.callee.is_some(),
             polled_by_parent,
+            // Until the own time is computed below: the entered intervals.
+            own: entered,
+            runnable: from..runnable.len(),
             ..Prep::default()
         });
     }
@@ -320,56 +426,40 @@ fn prepare(graph: &Graph, root: usize, start: u64, stop: u64, pr: &mut Prepared)
         }
     }
 
-    runnable.clear();
+    // Own busy time: entered intervals (merged) minus nested ones.
     own.clear();
-    for (i, node) in graph.nodes.iter().enumerate() {
-        let (fp, end) = (nodes[i].first_poll, nodes[i].end);
-        // Ready-but-not-running stretches, clipped.
-        let from = runnable.len();
-        runnable.extend(
-            node.runnable
-                .iter()
-                .map(|&(w, r)| (clamp(w).max(fp), clamp(r).min(end)))
-                .filter(|(w, r)| w < r),
-        );
-        sort(&mut runnable[from..]);
-        nodes[i].runnable = from..runnable.len();
-
-        // Own busy time: entered intervals (clipped, merged) minus nested ones.
-        busy.clear();
-        busy.reserve(node.busy.len());
-        for iv in &node.busy {
-            let (s, e) = (clamp(iv.start).max(fp), clamp(iv.end).min(end));
-            if s < e {
-                busy.push((s, e));
-            }
-        }
-        sort(busy);
-        union_in_place(busy);
-        carve.clear();
-        carve.extend(
-            nested[nodes[i].nested.clone()]
-                .iter()
-                .map(|&(s, e, _)| (s, e)),
-        );
-        union_in_place(carve);
+    for p in nodes.iter_mut() {
+        let entered = &mut busy[p.own.clone()];
+        sort(entered);
+        let len = union_slice(entered);
+        let entered = &entered[..len];
         let from = own.len();
-        subtract_into(busy, carve, own);
-        nodes[i].own = from..own.len();
+        let kids = &nested[p.nested.clone()];
+        if kids.is_empty() {
+            own.extend_from_slice(entered);
+        } else {
+            carve.clear();
+            carve.extend(kids.iter().map(|&(s, e, _)| (s, e)));
+            let len = union_slice(carve);
+            subtract_into(entered, &carve[..len], own);
+        }
+        p.own = from..own.len();
     }
 }
 
 /// Sort, checking first: what the layer records is mostly in order already
 /// (intervals are pushed as they happen, children after their parents), and
 /// sorting those short lists was a tenth of the cost of a small graph.
+#[inline(always)]
 fn sort<T: Ord>(v: &mut [T]) {
-    if !v.is_sorted() {
+    if v.len() > 1 && !v.is_sorted() {
         v.sort_unstable();
     }
 }
 
-/// Merge overlapping sorted intervals.
-fn union_in_place(v: &mut Vec<(u64, u64)>) {
+/// Merge overlapping sorted intervals to the front of `v`; returns how
+/// many there are.
+fn union_slice(v: &mut [(u64, u64)]) -> usize {
     let mut w = 0;
     for r in 0..v.len() {
         let (s, e) = v[r];
@@ -380,7 +470,7 @@ fn union_in_place(v: &mut Vec<(u64, u64)>) {
             w += 1;
         }
     }
-    v.truncate(w);
+    w
 }
 
 /// Append `a` minus `b` (both sorted and disjoint) to `out`.
@@ -511,12 +601,8 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
     while let Some(top) = stack.last_mut() {
         let n = top.node;
         let p = &prep[n];
-        let (own, nested, child_ends, explicit) = (
-            &pr.own[p.own.clone()],
-            &pr.nested[p.nested.clone()],
-            &pr.ends[p.child_ends.clone()],
-            &pr.explicit[p.explicit.clone()],
-        );
+        // The node's lists are sliced where first needed: most steps emit a
+        // busy segment and need only the first two.
         let floor = p.created.max(top.limit);
         if cursor <= floor || budget == 0 {
             if budget == 0 {
@@ -540,6 +626,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
             continue;
         }
 
+        let explicit = &pr.explicit[p.explicit.clone()];
         // Queued: created, not yet polled.
         if t <= p.first_poll {
             if let Some(&(_, b)) = latest_in(explicit, floor, t, |e| e.0)
@@ -566,6 +653,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
         }
 
         // Own busy time.
+        let own = &pr.own[p.own.clone()];
         let k = back_to(own, &mut own_at[n], |iv| iv.0 < t);
         let g0 = if k > 0 {
             let (s, e) = own[k - 1];
@@ -581,6 +669,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
         };
 
         let g0 = g0.max(floor);
+        let (nested, child_ends) = (&pr.nested[p.nested.clone()], &pr.ends[p.child_ends.clone()]);
 
         // Waiting since g0. Explicit blocker, or the child that ended last
         // (only events above the floor can explain time above it).

@@ -33,6 +33,13 @@ impl NodeId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FrameRef(pub(super) u32);
 
+impl FrameRef {
+    /// The reference to entry `i` of a frame table.
+    pub(crate) fn new(i: u32) -> FrameRef {
+        FrameRef(i)
+    }
+}
+
 /// An interval during which a node was entered (being polled / running).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Busy {

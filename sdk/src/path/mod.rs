@@ -17,6 +17,7 @@ pub mod compute;
 pub mod graph;
 pub mod merge;
 mod table;
+pub(crate) use table::FrameTable;
 
 use std::fmt;
 use std::sync::Arc;
@@ -25,7 +26,6 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 pub use accounting::{Accounting, Cause};
-use table::FrameTable;
 
 /// Where a node's code lives, when the instrumentation knows it
 /// (`tracing::Metadata::file` / `line`).
@@ -302,6 +302,40 @@ impl CriticalPath {
         last.stack.reserve(len);
         last.stack.extend(ids);
         debug_assert_eq!(last.stack.len(), len);
+        debug_assert!(
+            last.stack
+                .iter()
+                .all(|f| (f.0 as usize) < self.frames.len())
+        );
+    }
+
+    /// [`push_ids`](Self::push_ids) of a borrowed stack of ids from this
+    /// path's table (checked in debug builds only): compared and copied as
+    /// a slice, not element by element.
+    pub(crate) fn push_id_slice(&mut self, ids: &[FrameId], duration: Duration, kind: SegmentKind) {
+        if duration.is_zero() {
+            return;
+        }
+        if let Some(last) = self.segments.last_mut()
+            && last.kind == kind
+            && last.stack[..] == *ids
+        {
+            last.duration = last.duration.saturating_add(duration);
+            return;
+        }
+        let stack = if ids.len() <= STACK_INLINE {
+            let mut buf = [FrameId(0); STACK_INLINE];
+            buf[..ids.len()].copy_from_slice(ids);
+            Stack::from_buf_and_len(buf, ids.len())
+        } else {
+            Stack::from_slice(ids)
+        };
+        self.segments.push(Segment {
+            stack,
+            duration,
+            kind,
+        });
+        let last = self.segments.last().expect("just pushed");
         debug_assert!(
             last.stack
                 .iter()

@@ -7,19 +7,19 @@ use super::*;
 /// Turn pieces (latest first) into the path, resolving stacks and splicing
 /// callees.
 #[inline(never)]
-pub(super) fn emit(
-    graph: &Graph,
+pub(super) fn emit<S: Source>(
+    graph: &S,
     prep: &[Prep],
     root: usize,
     pieces: &[Piece],
     stacks: &mut Stacks,
 ) -> CriticalPath {
-    stacks.reset(prep.len(), graph.frames.len());
+    stacks.reset(prep.len(), graph.frames().len());
     // Size the path once: what the walk found plus what the callees bring.
-    let (mut frames, mut segments) = (prep.len().min(graph.frames.len()), pieces.len());
+    let (mut frames, mut segments) = (prep.len().min(graph.frames().len()), pieces.len());
     for piece in pieces {
         if let Piece::Splice { node, .. } = *piece {
-            match &graph.nodes[node].callee {
+            match graph.callee(node) {
                 Some(CalleeOutcome::Path(p)) => {
                     frames += p.frames().len();
                     segments += p.segments().len() + 1;
@@ -48,7 +48,7 @@ pub(super) fn emit(
                     path.accounting.truncated = path.accounting.truncated.saturating_add(d);
                 }
                 let stack = &stacks.arena[stack];
-                path.push_ids(stack.iter().copied(), stack.len(), d, kind);
+                path.push_id_slice(stack, d, kind);
             }
             Piece::Splice { node, observed } => {
                 let (prefix, deep) = stacks.get(graph, prep, root, node, &mut path);
@@ -57,7 +57,7 @@ pub(super) fn emit(
                 if deep {
                     path.accounting.truncated = path.accounting.truncated.saturating_add(d);
                 }
-                let callee = match &graph.nodes[node].callee {
+                let callee = match graph.callee(node) {
                     Some(CalleeOutcome::Path(p)) => Callee::Path(p),
                     Some(CalleeOutcome::BlindSpot { callee }) => Callee::BlindSpot { callee },
                     None => {
@@ -90,6 +90,10 @@ pub(super) struct Stacks {
     pub(super) chain: Vec<usize>,
     /// Scratch for [`merge::splice_with`].
     pub(super) callee_map: Vec<FrameId>,
+    /// The last stack made: `(parent node, frame, memo entry)`. A sibling
+    /// with the same frame (the walk meets siblings made at one callsite one
+    /// after another) has the same stack: it shares the entry, no copy.
+    pub(super) last: Option<(usize, FrameRef, (u32, u32, bool))>,
 }
 
 impl Stacks {
@@ -100,11 +104,12 @@ impl Stacks {
         self.arena.clear();
         self.frames.clear();
         self.frames.resize(frames, None);
+        self.last = None;
     }
 
-    pub(super) fn get(
+    pub(super) fn get<S: Source>(
         &mut self,
-        graph: &Graph,
+        graph: &S,
         prep: &[Prep],
         root: usize,
         node: usize,
@@ -119,6 +124,15 @@ impl Stacks {
             let f = self.frame_id(graph, root, path);
             self.memo[root] = (self.arena.len() as u32, 1, false);
             self.arena.push(f);
+        }
+        // The parent known already (the walk meets a node after its
+        // parent, mostly): one step, no climb.
+        if let Some(p) = prep[node].parent
+            && self.memo[p] != UNKNOWN
+        {
+            self.make(graph, p, node, path);
+            let (start, len, deep) = self.memo[node];
+            return (start as usize..(start + len) as usize, deep);
         }
         // Climb to a known ancestor; a chain longer than the graph is a cycle.
         self.chain.clear();
@@ -142,37 +156,49 @@ impl Stacks {
             if c == root {
                 continue;
             }
-            let (start, len, mut deep) = self.memo[base];
-            let from = self.arena.len();
-            self.arena
-                .extend_from_within(start as usize..(start + len) as usize);
-            if (len as usize) < MAX_STACK_DEPTH {
-                let f = self.frame_id(graph, c, path);
-                self.arena.push(f);
-            } else {
-                deep = true;
-            }
-            self.memo[c] = (from as u32, (self.arena.len() - from) as u32, deep);
+            self.make(graph, base, c, path);
             base = c;
         }
         let (start, len, deep) = self.memo[node];
         (start as usize..(start + len) as usize, deep)
     }
 
-    pub(super) fn frame_id(
+    /// Resolve `c`'s stack as `base`'s (known) plus `c`'s frame.
+    fn make<S: Source>(&mut self, graph: &S, base: usize, c: usize, path: &mut CriticalPath) {
+        let frame = graph.frame(c);
+        if let Some((p, f, entry)) = self.last
+            && p == base
+            && f == frame
+        {
+            self.memo[c] = entry;
+            return;
+        }
+        let (start, len, mut deep) = self.memo[base];
+        let from = self.arena.len();
+        self.arena
+            .extend_from_within(start as usize..(start + len) as usize);
+        if (len as usize) < MAX_STACK_DEPTH {
+            let f = self.frame_id(graph, c, path);
+            self.arena.push(f);
+        } else {
+            deep = true;
+        }
+        self.memo[c] = (from as u32, (self.arena.len() - from) as u32, deep);
+        self.last = Some((base, frame, self.memo[c]));
+    }
+
+    pub(super) fn frame_id<S: Source>(
         &mut self,
-        graph: &Graph,
+        graph: &S,
         node: usize,
         path: &mut CriticalPath,
     ) -> FrameId {
-        let r = graph.nodes[node].frame;
+        let r = graph.frame(node);
         match self.frames.get(r.0 as usize) {
             Some(Some(id)) => *id,
             Some(None) => {
-                let id = path.intern_hashed(
-                    &graph.frames.frames()[r.0 as usize],
-                    graph.frames.hash_of(r.0),
-                );
+                let frames = graph.frames();
+                let id = path.intern_hashed(&frames.frames()[r.0 as usize], frames.hash_of(r.0));
                 self.frames[r.0 as usize] = Some(id);
                 id
             }

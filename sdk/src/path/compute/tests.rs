@@ -513,3 +513,112 @@ fn missing_root_is_empty() {
         Duration::ZERO
     );
 }
+
+#[test]
+fn a_stack_is_shared_only_by_siblings_of_one_frame() {
+    // Forward, the path resolves X (under R), then y (under R), then y
+    // under X: the last one has the frame of the stack made just before it
+    // but another parent, so it must not share that stack.
+    let mut g = Graph::new();
+    let r = add(
+        &mut g,
+        None,
+        "R",
+        0,
+        None,
+        &[(0, 1, false), (20, 21, false)],
+    );
+    let y2 = add(&mut g, Some(r), "y", 2, Some(10), &[(2, 10, false)]);
+    let x = add(
+        &mut g,
+        Some(r),
+        "X",
+        1,
+        Some(20),
+        &[(1, 2, false), (19, 20, false)],
+    );
+    g.get_mut(x).unwrap().resumptions = vec![Resumption {
+        at: ms(10),
+        blocker: Some(y2),
+    }];
+    add(&mut g, Some(x), "y", 10, Some(19), &[(10, 19, false)]);
+    check(
+        &compute(&g, r, ms(21)),
+        &[
+            ("R", 1, B),
+            ("R/X", 1, B),
+            ("R/y", 8, B),
+            ("R/X/y", 9, B),
+            ("R/X", 1, B),
+            ("R", 1, B),
+        ],
+    );
+}
+
+#[test]
+fn back_to_back_requests_on_one_thread_match_fresh_computation() {
+    // A larger request first leaves this thread's scratch full of its
+    // intervals, stacks and pieces; the next request must not see them.
+    let mut big = Graph::new();
+    let root = add(&mut big, None, "root", 0, None, &[(0, 100, false)]);
+    for i in 0..20 {
+        let name = if i % 2 == 0 { "even" } else { "odd" };
+        let c = add(
+            &mut big,
+            Some(root),
+            name,
+            5 * i,
+            Some(5 * i + 4),
+            &[(5 * i + 1, 5 * i + 4, true)],
+        );
+        add(
+            &mut big,
+            Some(c),
+            "leaf",
+            5 * i + 2,
+            Some(5 * i + 3),
+            &[(5 * i + 2, 5 * i + 3, true)],
+        );
+    }
+    let mut small = Graph::new();
+    let a1 = add(
+        &mut small,
+        None,
+        "A1",
+        0,
+        None,
+        &[(0, 5, false), (25, 33, false)],
+    );
+    let b1 = add(
+        &mut small,
+        Some(a1),
+        "B1",
+        5,
+        Some(25),
+        &[(5, 12, false), (20, 25, false)],
+    );
+    add(
+        &mut small,
+        Some(b1),
+        "even",
+        12,
+        Some(20),
+        &[(12, 20, true)],
+    );
+    // Fresh: computed while the thread's scratch is taken.
+    let (fresh_big, fresh_small) =
+        Scratch::with(|_| (compute(&big, root, ms(100)), compute(&small, a1, ms(33))));
+    assert_eq!(compute(&big, root, ms(100)), fresh_big);
+    assert_eq!(compute(&small, a1, ms(33)), fresh_small);
+    assert_eq!(compute(&big, root, ms(100)), fresh_big);
+    check(
+        &fresh_small,
+        &[
+            ("A1", 5, B),
+            ("A1/B1", 7, B),
+            ("A1/B1/even", 8, B),
+            ("A1/B1", 5, B),
+            ("A1", 8, B),
+        ],
+    );
+}
