@@ -6,6 +6,7 @@
 
 use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
+use std::fmt::Write as _;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -496,7 +497,10 @@ pub(crate) fn new_request_id() -> String {
     static PREFIX: OnceLock<u64> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let prefix = *PREFIX.get_or_init(|| RandomState::new().hash_one(std::process::id()));
-    format!("{prefix:016x}{:016x}", NEXT.fetch_add(1, Relaxed))
+    // Written into a string of the final size: one allocation.
+    let mut id = String::with_capacity(32);
+    let _ = write!(id, "{prefix:016x}{:016x}", NEXT.fetch_add(1, Relaxed));
+    id
 }
 
 #[cfg(test)]

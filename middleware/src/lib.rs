@@ -83,7 +83,11 @@ impl Protocol {
             Protocol::Http => {
                 #[cfg(feature = "axum")]
                 if let Some(route) = caller.extensions.get::<axum::extract::MatchedPath>() {
-                    return Cow::Owned(format!("{} {}", caller.method, route.as_str()));
+                    return Cow::Owned(route::concat(&[
+                        caller.method.as_str(),
+                        " ",
+                        route.as_str(),
+                    ]));
                 }
                 Cow::Owned(route::http_name(
                     caller.method,
