@@ -6,6 +6,7 @@
 
 use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
+use std::fmt::Write as _;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -53,9 +54,9 @@ pub(crate) fn sample(sampler: &SharedSampler, endpoint: &str) -> Option<Trigger>
     }
 }
 
-pub(crate) struct RootOptions {
+pub(crate) struct RootOptions<'a> {
     pub(crate) service: Arc<str>,
-    pub(crate) endpoint: String,
+    pub(crate) endpoint: &'a str,
     pub(crate) trigger: Trigger,
     /// `None` when no record will carry it (see `Server::call`).
     pub(crate) request_id: Option<String>,
@@ -66,22 +67,26 @@ pub(crate) struct RootOptions {
 
 /// Make the request's root node. Its span has target `cpt`, so its frame
 /// carries no source location (it would point here, not at the service).
-pub(crate) fn begin_root(opts: RootOptions) -> tracing::Span {
+///
+/// The endpoint is copied only for a request that emits a record (no one
+/// reads it otherwise), and the name is a shared `Arc<str>` ([`root_name`]).
+pub(crate) fn begin_root(opts: RootOptions<'_>) -> tracing::Span {
     let span = tracing::info_span!(target: "cpt", "cpt.server");
     let mut ro = RequestOptions::new(Some(opts.trigger))
         .with_service(opts.service)
-        .with_name(opts.endpoint.as_str())
-        .with_endpoint(opts.endpoint)
+        .with_name(root_name(opts.endpoint))
         .with_emit_record(opts.emit_record);
+    if opts.emit_record {
+        ro = ro.with_endpoint(opts.endpoint);
+    }
     if let Some(request_id) = opts.request_id {
         ro = ro.with_request_id(request_id);
     }
     if let Some(trace_id) = opts.trace_id {
         ro = ro.with_trace_id(trace_id);
     }
-    for (k, v) in opts.labels {
-        ro = ro.with_label(k, v);
-    }
+    // Moved in whole: no second map built entry by entry.
+    ro.labels = opts.labels;
     request::begin(&span, ro);
     span
 }
@@ -89,10 +94,49 @@ pub(crate) fn begin_root(opts: RootOptions) -> tracing::Span {
 /// Make an RPC node, a child of the current node.
 ///
 /// The name is recorded as a `str` (the layer copies it once into its
-/// `Arc<str>`), not as `Display` (which would format it a second time).
+/// `Arc<str>`), not as `Display` (which would format it a second time). It
+/// is assembled in a per-thread buffer, so no `String` is allocated per call.
 pub(crate) fn begin_rpc(callee: &str, method: &str) -> tracing::Span {
-    let name = format!("{callee} {method}");
-    tracing::info_span!(target: "cpt", "cpt.client", cpt.name = name.as_str())
+    thread_local! {
+        static NAME: RefCell<String> = const { RefCell::new(String::new()) };
+    }
+    let make = |name: &str| tracing::info_span!(target: "cpt", "cpt.client", cpt.name = name);
+    // The buffer is borrowed only while the span is created (which reads
+    // the name and cannot re-enter this function); a thread being torn
+    // down, or a re-entrant borrow, gets a fresh string instead.
+    NAME.try_with(|buf| {
+        let mut buf = buf.try_borrow_mut().ok()?;
+        buf.clear();
+        buf.push_str(callee);
+        buf.push(' ');
+        buf.push_str(method);
+        Some(make(&buf))
+    })
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| make(&format!("{callee} {method}")))
+}
+
+/// The root node's name for `endpoint` as an `Arc<str>`: the one made for
+/// the same endpoint recently on this thread (a reference count), else a
+/// new one (kept for next time). Endpoints are bounded (methods, routes),
+/// and the list is short, so this is a few length checks and one `memcmp`.
+pub(crate) fn root_name(endpoint: &str) -> Arc<str> {
+    thread_local! {
+        static NAMES: RefCell<Recent<NameKey, ()>> = const { RefCell::new(Recent::new()) };
+    }
+    NAMES
+        .try_with(|names| {
+            let mut names = names.try_borrow_mut().ok()?;
+            if names.get(endpoint.as_bytes()).is_none() {
+                names.insert(NameKey(Arc::from(endpoint)), ());
+            }
+            names.entries.first().map(|(name, ())| name.0.clone())
+        })
+        .ok()
+        .flatten()
+        .filter(|name| &**name == endpoint)
+        .unwrap_or_else(|| Arc::from(endpoint))
 }
 
 /// Attach what the callee returned to the RPC node.
@@ -106,10 +150,36 @@ pub(crate) fn set_callee(rpc: &tracing::Span, callee: &str, outcome: Option<Crit
     request::set_callee(rpc, outcome);
 }
 
-/// `x-cpt-want-path`'s value: the highest codec version this side reads.
+/// `x-cpt-want-path`'s value: the highest codec version this side reads, as
+/// a static value (no allocation per call).
 pub(crate) fn codec_version_header() -> HeaderValue {
-    HeaderValue::from(codec::VERSION)
+    HeaderValue::from_static(VERSION_TEXT)
 }
+
+/// [`codec::VERSION`] in decimal, computed at compile time.
+const VERSION_TEXT: &str = {
+    const DIGITS: ([u8; 10], usize) = {
+        let (mut rev, mut n, mut v) = ([0u8; 10], 0, codec::VERSION);
+        loop {
+            rev[n] = b'0' + (v % 10) as u8;
+            n += 1;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        let (mut out, mut i) = ([0u8; 10], 0);
+        while i < n {
+            out[i] = rev[n - 1 - i];
+            i += 1;
+        }
+        (out, n)
+    };
+    match std::str::from_utf8(DIGITS.0.split_at(DIGITS.1).0) {
+        Ok(s) => s,
+        Err(_) => panic!("decimal digits are UTF-8"),
+    }
+};
 
 /// The codec version to answer a caller's `x-cpt-want-path` in: the highest
 /// both sides read. A value that is not a number (an older or foreign
@@ -201,6 +271,16 @@ impl<K: AsRef<[u8]>, V: Clone> Recent<K, V> {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
+    }
+}
+
+/// A name's bytes, as a cache key.
+#[derive(Debug)]
+struct NameKey(Arc<str>);
+
+impl AsRef<[u8]> for NameKey {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
     }
 }
 
@@ -329,18 +409,63 @@ pub(crate) fn decode_header(
             PathError::Codec(e)
         }
     };
+    let path_text = headers.path.as_bytes();
     let Some(frames_value) = &headers.frames else {
-        let bytes = BASE64
-            .decode(headers.path.as_bytes())
-            .map_err(|e| PathError::Base64("x-cpt-path-bin", e))?;
-        return codec::decode(&bytes, &limits).map_err(|e| oversize(bytes.len(), e));
+        return with_decoded("x-cpt-path-bin", path_text, |bytes| {
+            codec::decode(bytes, &limits).map_err(|e| oversize(bytes.len(), e))
+        });
     };
     let dictionary = received_dictionary(frames_value, &limits, &oversize)?;
-    let bytes = BASE64
-        .decode(headers.path.as_bytes())
-        .map_err(|e| PathError::Base64("x-cpt-path-bin", e))?;
-    codec::decode_split(&dictionary, &bytes, &limits)
-        .map_err(|e| oversize(dictionary.encoded_len() + bytes.len(), e))
+    with_decoded("x-cpt-path-bin", path_text, |bytes| {
+        codec::decode_split(&dictionary, bytes, &limits)
+            .map_err(|e| oversize(dictionary.encoded_len() + bytes.len(), e))
+    })
+}
+
+/// Decoded buffers up to this capacity are kept for the thread's next
+/// decode; a larger one (a path over the default limit) is freed.
+const MAX_KEPT_DECODE_BUFFER: usize = DEFAULT_DECODE_MAX_BYTES;
+
+thread_local! {
+    /// The buffer [`with_decoded`] decodes into.
+    static DECODE_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Run `f` on the base64 decoding of header `name`'s `text`, decoded into a
+/// per-thread buffer reused from call to call (no allocation per path once
+/// the buffer has grown to the paths' size).
+fn with_decoded<R>(
+    name: &'static str,
+    text: &[u8],
+    f: impl FnOnce(&[u8]) -> Result<R, PathError>,
+) -> Result<R, PathError> {
+    let decode = |buf: &mut Vec<u8>| {
+        buf.clear();
+        BASE64
+            .decode_vec(text, buf)
+            .map_err(|e| PathError::Base64(name, e))
+    };
+    let mut f = Some(f);
+    let pooled = DECODE_BUFFER.try_with(|cell| {
+        let mut buf = cell.try_borrow_mut().ok()?;
+        let f = f.take()?;
+        let result = decode(&mut buf).and_then(|()| f(&buf));
+        if buf.capacity() > MAX_KEPT_DECODE_BUFFER {
+            *buf = Vec::new();
+        }
+        Some(result)
+    });
+    match (pooled, f) {
+        (Ok(Some(result)), _) => result,
+        // The thread is being torn down, or the buffer is in use further up
+        // the stack: a buffer of its own.
+        (_, Some(f)) => {
+            let mut buf = Vec::new();
+            decode(&mut buf)?;
+            f(&buf)
+        }
+        (_, None) => unreachable!("f runs only when the pooled result is returned"),
+    }
 }
 
 /// The decoded dictionary of a received `x-cpt-frames-bin` value.
@@ -356,10 +481,9 @@ fn received_dictionary(
     {
         return Ok(hit);
     }
-    let bytes = BASE64
-        .decode(value.as_bytes())
-        .map_err(|e| PathError::Base64("x-cpt-frames-bin", e))?;
-    let dictionary = codec::decode_frames(&bytes, limits).map_err(|e| oversize(bytes.len(), e))?;
+    let dictionary = with_decoded("x-cpt-frames-bin", value.as_bytes(), |bytes| {
+        codec::decode_frames(bytes, limits).map_err(|e| oversize(bytes.len(), e))
+    })?;
     let _ = RECEIVED.try_with(|c| {
         c.borrow_mut()
             .insert(ValueKey(value.clone()), dictionary.clone())
@@ -372,7 +496,10 @@ pub(crate) fn new_request_id() -> String {
     static PREFIX: OnceLock<u64> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let prefix = *PREFIX.get_or_init(|| RandomState::new().hash_one(std::process::id()));
-    format!("{prefix:016x}{:016x}", NEXT.fetch_add(1, Relaxed))
+    // Written into a string of the final size: one allocation.
+    let mut id = String::with_capacity(32);
+    let _ = write!(id, "{prefix:016x}{:016x}", NEXT.fetch_add(1, Relaxed));
+    id
 }
 
 #[cfg(test)]
@@ -441,6 +568,57 @@ mod tests {
         // A cached dictionary still answers to the limits of each use.
         let err = decode_header(&b, 16).unwrap_err();
         assert!(err.is_oversize(), "{err}");
+    }
+
+    #[test]
+    fn want_path_value_is_the_codec_version() {
+        assert_eq!(codec_version_header(), HeaderValue::from(codec::VERSION));
+        assert_eq!(VERSION_TEXT, codec::VERSION.to_string());
+    }
+
+    #[test]
+    fn root_names_are_shared_per_endpoint_and_always_right() {
+        let a = root_name("/a.A/Run");
+        let b = root_name("/a.A/Run");
+        assert_eq!(&*a, "/a.A/Run");
+        assert!(
+            Arc::ptr_eq(&a, &b),
+            "the second use shares the first's name"
+        );
+        // Many endpoints (more than are kept) still get their own names.
+        for i in 0..3 * DICTIONARY_CACHE {
+            let endpoint = format!("/s.S/M{i}");
+            assert_eq!(&*root_name(&endpoint), endpoint);
+        }
+        // One too long to keep is named right, every time.
+        let long = "/x".repeat(MAX_CACHED_DICTIONARY);
+        assert_eq!(&*root_name(&long), long);
+        assert_eq!(&*root_name(&long), long);
+        assert_eq!(&*root_name("/a.A/Run"), "/a.A/Run");
+    }
+
+    #[test]
+    fn decode_buffer_is_reused_and_a_large_one_released() {
+        let small = encode_header(&path("work", 1), 4096, codec::VERSION).unwrap();
+        assert_eq!(decode_header(&small, 4096).unwrap(), path("work", 1));
+        let kept = DECODE_BUFFER.with(|b| b.borrow().as_ptr());
+        assert_eq!(decode_header(&small, 4096).unwrap(), path("work", 1));
+        assert_eq!(DECODE_BUFFER.with(|b| b.borrow().as_ptr()), kept, "reused");
+        // A path over the kept size decodes right and does not stay.
+        let big = path(&"y".repeat(2 * MAX_KEPT_DECODE_BUFFER), 3);
+        let one = encode_header(&big, 1 << 20, codec::SINGLE_VERSION).unwrap();
+        assert_eq!(decode_header(&one, 1 << 20).unwrap(), big);
+        assert!(DECODE_BUFFER.with(|b| b.borrow().capacity()) <= MAX_KEPT_DECODE_BUFFER);
+        // Bad base64 is still an error naming the header.
+        let bad = PathHeaders {
+            frames: None,
+            path: HeaderValue::from_static("!!!!"),
+        };
+        let err = decode_header(&bad, 4096).unwrap_err();
+        assert!(
+            err.to_string().contains("x-cpt-path-bin is not base64"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -44,6 +44,8 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+use std::borrow::Cow;
+
 pub mod client;
 mod credential;
 mod glue;
@@ -75,15 +77,23 @@ impl Protocol {
     /// The default root node name: the gRPC method path, or `METHOD route`
     /// with axum's `MatchedPath`, a [`Route`] extension, or the bounded
     /// default as the route (see [`Route`]).
-    pub(crate) fn endpoint(self, caller: &Caller<'_>) -> String {
+    pub(crate) fn endpoint<'a>(self, caller: &Caller<'a>) -> Cow<'a, str> {
         match self {
-            Protocol::Grpc => caller.uri.path().to_owned(),
+            Protocol::Grpc => Cow::Borrowed(caller.uri.path()),
             Protocol::Http => {
                 #[cfg(feature = "axum")]
                 if let Some(route) = caller.extensions.get::<axum::extract::MatchedPath>() {
-                    return format!("{} {}", caller.method, route.as_str());
+                    return Cow::Owned(route::concat(&[
+                        caller.method.as_str(),
+                        " ",
+                        route.as_str(),
+                    ]));
                 }
-                route::http_name(caller.method, caller.uri, caller.extensions)
+                Cow::Owned(route::http_name(
+                    caller.method,
+                    caller.uri,
+                    caller.extensions,
+                ))
             }
         }
     }

@@ -57,20 +57,40 @@ pub(crate) fn http_name(
     uri: &http::Uri,
     extensions: &http::Extensions,
 ) -> String {
+    // Assembled in one `String` of the exact size (no formatting machinery,
+    // no intermediate string for the bounded path).
+    let method = method.as_str();
     if let Some(route) = extensions.get::<Route>() {
-        return format!("{method} {route}");
+        return concat(&[method, " ", route.as_str()]);
     }
-    format!("{method} {}", bounded_path(uri.path()))
+    let [slash, first, tail] = bounded_parts(uri.path());
+    concat(&[method, " ", slash, first, tail])
 }
 
 /// The path's first segment, with `/*` when more segments follow.
+#[cfg(test)]
 pub(crate) fn bounded_path(path: &str) -> String {
+    concat(&bounded_parts(path))
+}
+
+/// The bounded form of `path` in three pieces: `/`, the first segment, and
+/// `/*` when more segments follow (`/` when the path ends there).
+fn bounded_parts(path: &str) -> [&str; 3] {
     let rest = path.trim_start_matches('/');
     match rest.split_once('/') {
-        None => format!("/{rest}"),
-        Some((first, "")) => format!("/{first}/"),
-        Some((first, _)) => format!("/{first}/*"),
+        None => ["/", rest, ""],
+        Some((first, "")) => ["/", first, "/"],
+        Some((first, _)) => ["/", first, "/*"],
     }
+}
+
+/// `parts` joined, in a string of exactly their length.
+pub(crate) fn concat(parts: &[&str]) -> String {
+    let mut s = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        s.push_str(p);
+    }
+    s
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@
 mod body;
 mod future;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -419,8 +420,9 @@ where
             return ResponseFuture::untraced(self.inner.call(req));
         };
         let caller = caller_of(&req);
+        // Borrowed from the request when it is the gRPC method path.
         let endpoint = match &config.endpoint {
-            Some(f) => f(&caller),
+            Some(f) => Cow::Owned(f(&caller)),
             None => config.protocol.endpoint(&caller),
         };
         let mut labels = config
@@ -438,12 +440,12 @@ where
         }
         // A hop that returns its path emits no record, so nothing reads its
         // request id: generate one only for a request that is recorded here.
-        let request_id = req
-            .headers()
-            .get(header::REQUEST_ID)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| (!decision.return_path).then(glue::new_request_id));
+        let request_id = (!decision.return_path).then(|| {
+            req.headers()
+                .get(header::REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .map_or_else(glue::new_request_id, str::to_owned)
+        });
         let trace_id = req
             .headers()
             .get(header::TRACEPARENT)
@@ -452,7 +454,7 @@ where
             .map(str::to_owned);
         let root = glue::begin_root(glue::RootOptions {
             service: config.service.clone(),
-            endpoint,
+            endpoint: &endpoint,
             trigger: decision.trigger,
             request_id,
             trace_id,
