@@ -187,6 +187,19 @@ fn spare_nodes() -> Vec<LiveNode> {
 }
 
 fn recycle_nodes(mut nodes: Vec<LiveNode>) {
+    let _ = SPARE_BUSY.try_with(|spare| {
+        let mut spare = spare.borrow_mut();
+        for n in &mut nodes {
+            if spare.len() >= SPARE_BUSY_LISTS {
+                break;
+            }
+            if n.busy.spilled() && n.busy.capacity() <= SPARE_BUSY_CAPACITY {
+                let mut list = std::mem::take(&mut n.busy).into_vec();
+                list.clear();
+                spare.push(list);
+            }
+        }
+    });
     nodes.clear();
     if nodes.capacity() == 0 || nodes.capacity() > SPARE_CAPACITY {
         return;
@@ -197,6 +210,34 @@ fn recycle_nodes(mut nodes: Vec<LiveNode>) {
             s.push(nodes);
         }
     });
+}
+
+/// Busy lists (of nodes entered more than once) a thread keeps for the next
+/// nodes that need one, so that a node polled a few times takes a list
+/// from here instead of allocating and regrowing one.
+const SPARE_BUSY_LISTS: usize = 64;
+/// Busy lists longer than this are freed, not kept.
+const SPARE_BUSY_CAPACITY: usize = 64;
+/// A new busy list's room: most nodes are polled fewer times.
+const FIRST_BUSY_CAPACITY: usize = 8;
+
+thread_local! {
+    static SPARE_BUSY: RefCell<Vec<Vec<Busy>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Move a full inline busy list to the heap: a kept list if this thread has
+/// one, else a new one with room for [`FIRST_BUSY_CAPACITY`] intervals.
+#[cold]
+fn spill_busy(busy: &mut SmallVec<[Busy; 1]>) {
+    let mut list = SPARE_BUSY
+        .try_with(|s| s.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    list.reserve(FIRST_BUSY_CAPACITY.max(busy.len() + 1));
+    list.extend(busy.drain(..));
+    // The list has more room than the inline buffer: adopted, not copied.
+    *busy = SmallVec::from_vec(list);
 }
 
 /// What the root's end produced.
@@ -336,6 +377,9 @@ impl Request {
                     last.end = now;
                 }
             } else {
+                if !n.busy.spilled() && n.busy.len() == n.busy.capacity() {
+                    spill_busy(&mut n.busy);
+                }
                 n.busy.push(Busy {
                     start,
                     end: now,
@@ -778,6 +822,40 @@ mod tests {
                 cache.callsite(m1, s, &a);
             });
             FrameCache::with(|cache| assert_eq!(cache.table().len(), 1, "kept otherwise"));
+        })
+        .join()
+        .expect("no panic");
+    }
+
+    fn busy(at: u64) -> Busy {
+        Busy {
+            start: Duration::from_nanos(at),
+            end: Duration::from_nanos(at + 1),
+            nested: false,
+        }
+    }
+
+    #[test]
+    fn a_finished_requests_busy_lists_serve_the_next_nodes() {
+        let (m1, _) = two_callsites();
+        std::thread::spawn(move || {
+            let mut n = LiveNode::new(None, m1, None, Duration::ZERO);
+            n.busy.push(busy(0));
+            spill_busy(&mut n.busy);
+            assert!(n.busy.spilled());
+            assert!(
+                n.busy.capacity() >= FIRST_BUSY_CAPACITY,
+                "room for a few polls"
+            );
+            assert_eq!(n.busy[..], [busy(0)], "the inline interval moved along");
+            n.busy.push(busy(2));
+            let heap = n.busy.as_ptr();
+            recycle_nodes(vec![n]);
+            let mut next: SmallVec<[Busy; 1]> = SmallVec::new();
+            next.push(busy(5));
+            spill_busy(&mut next);
+            assert_eq!(next.as_ptr(), heap, "the kept list, not a new one");
+            assert_eq!(next[..], [busy(5)], "and nothing of the old node's");
         })
         .join()
         .expect("no panic");
