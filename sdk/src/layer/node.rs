@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
-use rustc_hash::FxHashMap;
+use std::hash::BuildHasher;
+
+use rustc_hash::{FxBuildHasher, FxHashMap};
 use smallvec::SmallVec;
 use tracing::Metadata;
 
@@ -185,6 +187,19 @@ fn spare_nodes() -> Vec<LiveNode> {
 }
 
 fn recycle_nodes(mut nodes: Vec<LiveNode>) {
+    let _ = SPARE_BUSY.try_with(|spare| {
+        let mut spare = spare.borrow_mut();
+        for n in &mut nodes {
+            if spare.len() >= SPARE_BUSY_LISTS {
+                break;
+            }
+            if n.busy.spilled() && n.busy.capacity() <= SPARE_BUSY_CAPACITY {
+                let mut list = std::mem::take(&mut n.busy).into_vec();
+                list.clear();
+                spare.push(list);
+            }
+        }
+    });
     nodes.clear();
     if nodes.capacity() == 0 || nodes.capacity() > SPARE_CAPACITY {
         return;
@@ -195,6 +210,34 @@ fn recycle_nodes(mut nodes: Vec<LiveNode>) {
             s.push(nodes);
         }
     });
+}
+
+/// Busy lists (of nodes entered more than once) a thread keeps for the next
+/// nodes that need one, so that a node polled a few times takes a list
+/// from here instead of allocating and regrowing one.
+const SPARE_BUSY_LISTS: usize = 64;
+/// Busy lists longer than this are freed, not kept.
+const SPARE_BUSY_CAPACITY: usize = 64;
+/// A new busy list's room: most nodes are polled fewer times.
+const FIRST_BUSY_CAPACITY: usize = 8;
+
+thread_local! {
+    static SPARE_BUSY: RefCell<Vec<Vec<Busy>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Move a full inline busy list to the heap: a kept list if this thread has
+/// one, else a new one with room for [`FIRST_BUSY_CAPACITY`] intervals.
+#[cold]
+fn spill_busy(busy: &mut SmallVec<[Busy; 1]>) {
+    let mut list = SPARE_BUSY
+        .try_with(|s| s.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    list.reserve(FIRST_BUSY_CAPACITY.max(busy.len() + 1));
+    list.extend(busy.drain(..));
+    // The list has more room than the inline buffer: adopted, not copied.
+    *busy = SmallVec::from_vec(list);
 }
 
 /// What the root's end produced.
@@ -334,6 +377,9 @@ impl Request {
                     last.end = now;
                 }
             } else {
+                if !n.busy.spilled() && n.busy.len() == n.busy.capacity() {
+                    spill_busy(&mut n.busy);
+                }
                 n.busy.push(Busy {
                     start,
                     end: now,
@@ -440,30 +486,29 @@ impl Ended {
     /// the node table in place ([`compute::Source`]): no `Graph` is built,
     /// so no interval list is moved or freed per node.
     pub(crate) fn outcome(self, request: &Request) -> Outcome {
-        let mut frames = FrameTable::with_capacity(8);
+        FrameCache::with(|cache| self.outcome_in(request, cache))
+    }
+
+    fn outcome_in(&self, request: &Request, cache: &mut FrameCache) -> Outcome {
+        let service = cache.service_slot(&request.service);
         let mut refs: SmallVec<[FrameRef; 64]> = SmallVec::with_capacity(self.nodes.len());
-        // One frame per callsite (or per dynamic name) per request. A request
-        // names a few callsites: they are found by a scan (no map to allocate
-        // and hash into) until there are more than `FEW_CALLSITES`.
+        // A request names a few callsites: they are found by a scan first
+        // (no hashing), then in the thread's cache, which knows every frame
+        // this thread made before with its hash.
         let mut few: SmallVec<[(usize, FrameRef); FEW_CALLSITES]> = SmallVec::new();
-        let mut by_callsite: FxHashMap<usize, FrameRef> = FxHashMap::default();
         for n in &self.nodes {
             let frame = match &n.name {
-                Some(name) => {
-                    FrameRef::new(frames.intern(request.frame(n.meta, Some(name.clone()))))
-                }
+                Some(name) => FrameRef::new(cache.named(n.meta, service, &request.service, name)),
                 None => {
                     let key = n.meta as *const Metadata<'static> as usize;
                     if let Some(&(_, r)) = few.iter().rev().find(|e| e.0 == key) {
                         r
-                    } else if few.len() < FEW_CALLSITES {
-                        let r = FrameRef::new(frames.intern(request.frame(n.meta, None)));
-                        few.push((key, r));
-                        r
                     } else {
-                        *by_callsite.entry(key).or_insert_with(|| {
-                            FrameRef::new(frames.intern(request.frame(n.meta, None)))
-                        })
+                        let r = FrameRef::new(cache.callsite(n.meta, service, &request.service));
+                        if few.len() < FEW_CALLSITES {
+                            few.push((key, r));
+                        }
+                        r
                     }
                 }
             };
@@ -472,7 +517,7 @@ impl Ended {
         let live = LiveGraph {
             nodes: &self.nodes,
             refs: &refs,
-            frames: &frames,
+            frames: cache.table(),
             now: self.now,
         };
         let path = compute::compute_from(&live, Request::root(), self.now);
@@ -483,6 +528,127 @@ impl Ended {
 
 /// Callsites a request's frames are looked up among by a scan.
 const FEW_CALLSITES: usize = 16;
+
+/// Frames a thread's [`FrameCache`] keeps; beyond this (many dynamic names)
+/// it starts over before the next request.
+const CACHE_FRAMES: usize = 1024;
+/// Services a thread's [`FrameCache`] tells apart before it starts over.
+const CACHE_SERVICES: usize = 16;
+
+/// The frames a thread's finished requests named, so that a request's nodes
+/// find their frames (and the frames' hashes) without building, hashing or
+/// comparing a [`Frame`] seen before, and without a per-request frame table:
+/// the walk reads frame ids of [`FrameCache::table`].
+///
+/// Keys: the callsite (`&'static Metadata`, stable for the process), the
+/// service (a slot in `services`, found by pointer and then by content),
+/// and for a dynamically named node (`cpt.name`) the name, by its hash and
+/// then its content. The table interns, so two keys naming equal frames
+/// share an id.
+#[derive(Debug, Default)]
+pub(crate) struct FrameCache {
+    table: FrameTable,
+    services: SmallVec<[Arc<str>; 4]>,
+    /// `(callsite, service slot)` -> frame id in `table`.
+    by_callsite: FxHashMap<(usize, u32), u32>,
+    /// `(callsite, service slot, name hash)` -> frame id in `table`.
+    by_name: FxHashMap<(usize, u32, u64), u32>,
+}
+
+thread_local! {
+    static FRAME_CACHE: Cell<Option<Box<FrameCache>>> = const { Cell::new(None) };
+}
+
+impl FrameCache {
+    /// Run `f` with this thread's cache, or with a fresh one when it is in
+    /// use (a nested call) or gone (thread teardown).
+    pub(crate) fn with<R>(f: impl FnOnce(&mut FrameCache) -> R) -> R {
+        let mut cache = FRAME_CACHE
+            .try_with(Cell::take)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if cache.table.len() > CACHE_FRAMES || cache.services.len() > CACHE_SERVICES {
+            *cache = FrameCache::default();
+        }
+        let r = f(&mut cache);
+        let _ = FRAME_CACHE.try_with(|c| c.set(Some(cache)));
+        r
+    }
+
+    /// The slot of `service` (added if new).
+    pub(crate) fn service_slot(&mut self, service: &Arc<str>) -> u32 {
+        let i = match self
+            .services
+            .iter()
+            .position(|s| Arc::ptr_eq(s, service) || **s == **service)
+        {
+            Some(i) => i,
+            None => {
+                self.services.push(service.clone());
+                self.services.len() - 1
+            }
+        };
+        i as u32
+    }
+
+    /// The frame id of callsite `meta` in the service of `slot` (`service`).
+    pub(crate) fn callsite(
+        &mut self,
+        meta: &'static Metadata<'static>,
+        slot: u32,
+        service: &Arc<str>,
+    ) -> u32 {
+        let key = (meta as *const Metadata<'static> as usize, slot);
+        if let Some(&id) = self.by_callsite.get(&key) {
+            return id;
+        }
+        let (name, location) = callsite_frame(meta);
+        let id = self.table.intern(Frame {
+            service: service.clone(),
+            name,
+            location,
+        });
+        self.by_callsite.insert(key, id);
+        id
+    }
+
+    /// The frame id of a node of callsite `meta` named `name` in the
+    /// service of `slot` (`service`).
+    pub(crate) fn named(
+        &mut self,
+        meta: &'static Metadata<'static>,
+        slot: u32,
+        service: &Arc<str>,
+        name: &Arc<str>,
+    ) -> u32 {
+        let key = (
+            meta as *const Metadata<'static> as usize,
+            slot,
+            FxBuildHasher.hash_one(&**name),
+        );
+        if let Some(&id) = self.by_name.get(&key)
+            && *self.table.frames()[id as usize].name == **name
+        {
+            return id;
+        }
+        let (_, location) = callsite_frame(meta);
+        let id = self.table.intern(Frame {
+            service: service.clone(),
+            name: name.clone(),
+            location,
+        });
+        // A hash collision keeps the first name's entry; the other name is
+        // still found (interned) each time, just not by the map.
+        self.by_name.entry(key).or_insert(id);
+        id
+    }
+
+    /// The frames, indexed by the ids the lookups give.
+    pub(crate) fn table(&self) -> &FrameTable {
+        &self.table
+    }
+}
 
 /// An ended request's node table as the walk reads it.
 struct LiveGraph<'a> {
@@ -542,15 +708,6 @@ impl Drop for Ended {
 }
 
 impl Request {
-    fn frame(&self, meta: &'static Metadata<'static>, name: Option<Arc<str>>) -> Frame {
-        let (static_name, location) = callsite_frame(meta);
-        Frame {
-            service: self.service.clone(),
-            name: name.unwrap_or(static_name),
-            location,
-        }
-    }
-
     /// The record of a finished request, taking its path.
     pub(crate) fn record(&self, outcome: Outcome) -> Record {
         let mut r = Record::new(self.service.to_string(), self.trigger, outcome.path);
@@ -561,5 +718,146 @@ impl Request {
         r.trace_id = self.trace_id.clone();
         r.labels = self.labels().clone();
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two callsites named "same", on different lines.
+    fn two_callsites() -> (&'static Metadata<'static>, &'static Metadata<'static>) {
+        tracing::subscriber::with_default(tracing_subscriber::registry(), || {
+            let a = tracing::info_span!("same").metadata().expect("enabled");
+            let b = tracing::info_span!("same").metadata().expect("enabled");
+            (a, b)
+        })
+    }
+
+    fn frame(cache: &FrameCache, id: u32) -> &Frame {
+        &cache.table().frames()[id as usize]
+    }
+
+    #[test]
+    fn frame_cache_tells_callsites_and_services_apart() {
+        let (m1, m2) = two_callsites();
+        let mut cache = FrameCache::default();
+        let a: Arc<str> = Arc::from("A");
+        let a_again: Arc<str> = Arc::from("A");
+        let b: Arc<str> = Arc::from("B");
+        let (sa, sb) = (cache.service_slot(&a), cache.service_slot(&b));
+        assert_eq!(cache.service_slot(&a_again), sa, "a service is its name");
+        let a1 = cache.callsite(m1, sa, &a);
+        let a2 = cache.callsite(m2, sa, &a);
+        let b1 = cache.callsite(m1, sb, &b);
+        assert_ne!(a1, a2, "same name, different line");
+        assert_ne!(a1, b1, "same callsite, different service");
+        assert_eq!(cache.callsite(m1, sa, &a_again), a1);
+        let line = |m: &Metadata<'_>| m.line().expect("line");
+        assert_eq!(
+            frame(&cache, a1).location.as_ref().map(|l| l.line),
+            Some(line(m1))
+        );
+        assert_eq!(
+            frame(&cache, a2).location.as_ref().map(|l| l.line),
+            Some(line(m2))
+        );
+        assert_eq!(&*frame(&cache, b1).service, "B");
+        assert_eq!(&*frame(&cache, a2).name, "same");
+        // Each id's hash is its frame's, as the path's table expects.
+        for id in [a1, a2, b1] {
+            assert_eq!(
+                cache.table().hash_of(id),
+                FrameTable::hash(frame(&cache, id))
+            );
+        }
+    }
+
+    #[test]
+    fn frame_cache_names_dynamic_nodes_by_content() {
+        let (m1, m2) = two_callsites();
+        let mut cache = FrameCache::default();
+        let a: Arc<str> = Arc::from("A");
+        let s = cache.service_slot(&a);
+        let b1 = cache.named(m1, s, &a, &Arc::from("B1"));
+        // Another allocation of the same name: the same frame.
+        assert_eq!(cache.named(m1, s, &a, &Arc::from("B1")), b1);
+        let b2 = cache.named(m1, s, &a, &Arc::from("B2"));
+        assert_ne!(b1, b2);
+        assert_eq!(&*frame(&cache, b2).name, "B2");
+        // Same name at another callsite: another location, another frame.
+        let other = cache.named(m2, s, &a, &Arc::from("B1"));
+        assert_ne!(other, b1);
+        // A dynamic name equal to the callsite's own is the callsite's frame.
+        assert_eq!(
+            cache.named(m1, s, &a, &Arc::from("same")),
+            cache.callsite(m1, s, &a)
+        );
+        // A map entry that names another frame (a hash collision) is not
+        // believed.
+        let key = (m1 as *const Metadata<'static> as usize, s, 0xdead);
+        let x: Arc<str> = Arc::from("X");
+        let hx = FxBuildHasher.hash_one(&*x);
+        cache.by_name.insert((key.0, key.1, hx), b1);
+        let id = cache.named(m1, s, &a, &x);
+        assert_eq!(&*frame(&cache, id).name, "X");
+        assert_ne!(id, b1);
+    }
+
+    #[test]
+    fn frame_cache_starts_over_when_full() {
+        let (m1, _) = two_callsites();
+        let a: Arc<str> = Arc::from("A");
+        std::thread::spawn(move || {
+            FrameCache::with(|cache| {
+                let s = cache.service_slot(&a);
+                for i in 0..=CACHE_FRAMES {
+                    cache.named(m1, s, &a, &Arc::from(format!("n{i}")));
+                }
+                assert!(cache.table().len() > CACHE_FRAMES);
+            });
+            FrameCache::with(|cache| {
+                assert_eq!(cache.table().len(), 0, "a full cache starts over");
+                let s = cache.service_slot(&a);
+                cache.callsite(m1, s, &a);
+            });
+            FrameCache::with(|cache| assert_eq!(cache.table().len(), 1, "kept otherwise"));
+        })
+        .join()
+        .expect("no panic");
+    }
+
+    fn busy(at: u64) -> Busy {
+        Busy {
+            start: Duration::from_nanos(at),
+            end: Duration::from_nanos(at + 1),
+            nested: false,
+        }
+    }
+
+    #[test]
+    fn a_finished_requests_busy_lists_serve_the_next_nodes() {
+        let (m1, _) = two_callsites();
+        std::thread::spawn(move || {
+            let mut n = LiveNode::new(None, m1, None, Duration::ZERO);
+            n.busy.push(busy(0));
+            spill_busy(&mut n.busy);
+            assert!(n.busy.spilled());
+            assert!(
+                n.busy.capacity() >= FIRST_BUSY_CAPACITY,
+                "room for a few polls"
+            );
+            assert_eq!(n.busy[..], [busy(0)], "the inline interval moved along");
+            n.busy.push(busy(2));
+            let heap = n.busy.as_ptr();
+            recycle_nodes(vec![n]);
+            let mut next: SmallVec<[Busy; 1]> = SmallVec::new();
+            next.push(busy(5));
+            spill_busy(&mut next);
+            assert_eq!(next.as_ptr(), heap, "the kept list, not a new one");
+            assert_eq!(next[..], [busy(5)], "and nothing of the old node's");
+        })
+        .join()
+        .expect("no panic");
     }
 }

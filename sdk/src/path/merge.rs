@@ -26,7 +26,7 @@
 
 use std::time::Duration;
 
-use super::{Accounting, Cause, CriticalPath, Frame, FrameId, STACK_INLINE, SegmentKind, Stack};
+use super::{Accounting, Cause, CriticalPath, Frame, FrameId, SegmentKind, Stack};
 
 /// What came back from a callee for one RPC.
 #[derive(Clone, Copy, Debug)]
@@ -164,23 +164,7 @@ pub(crate) fn splice_with(
     let map = &map[..];
     into.check_ids(prefix);
     let push = |into: &mut CriticalPath, seg: &super::Segment, duration: Duration| {
-        let len = prefix.len() + seg.stack.len();
-        if len <= STACK_INLINE {
-            // The usual stack: assembled in a buffer, then compared with
-            // the previous segment and copied as one slice.
-            let mut buf = [FrameId(0); STACK_INLINE];
-            buf[..prefix.len()].copy_from_slice(prefix);
-            for (b, id) in buf[prefix.len()..len].iter_mut().zip(&seg.stack) {
-                *b = map[id.0 as usize];
-            }
-            into.push_id_slice(&buf[..len], duration, seg.kind);
-            return;
-        }
-        let ids = prefix
-            .iter()
-            .copied()
-            .chain(seg.stack.iter().map(|id| map[id.0 as usize]));
-        into.push_ids(ids, len, duration, seg.kind);
+        into.push_prefixed(prefix, &seg.stack, map, duration, seg.kind);
     };
 
     if total_ns <= observed_ns {

@@ -343,6 +343,56 @@ impl CriticalPath {
         );
     }
 
+    /// [`push_id_slice`](Self::push_id_slice) of the stack `prefix`
+    /// followed by `map[id]` for each of `ids` (a callee's segment spliced
+    /// under the caller's RPC frame, `map` taking the callee's frame ids to
+    /// this path's; all checked in debug builds only). A stack that fits
+    /// inline is assembled once, in the buffer the segment is made from.
+    #[inline]
+    pub(crate) fn push_prefixed(
+        &mut self,
+        prefix: &[FrameId],
+        ids: &[FrameId],
+        map: &[FrameId],
+        duration: Duration,
+        kind: SegmentKind,
+    ) {
+        let len = prefix.len() + ids.len();
+        if len > STACK_INLINE {
+            let stack = prefix
+                .iter()
+                .copied()
+                .chain(ids.iter().map(|id| map[id.0 as usize]));
+            self.push_ids(stack, len, duration, kind);
+            return;
+        }
+        if duration.is_zero() {
+            return;
+        }
+        let mut buf = [FrameId(0); STACK_INLINE];
+        buf[..prefix.len()].copy_from_slice(prefix);
+        for (b, id) in buf[prefix.len()..len].iter_mut().zip(ids) {
+            *b = map[id.0 as usize];
+        }
+        if let Some(last) = self.segments.last_mut()
+            && last.kind == kind
+            && last.stack[..] == buf[..len]
+        {
+            last.duration = last.duration.saturating_add(duration);
+            return;
+        }
+        debug_assert!(
+            buf[..len]
+                .iter()
+                .all(|f| (f.0 as usize) < self.frames.len())
+        );
+        self.segments.push(Segment {
+            stack: Stack::from_buf_and_len(buf, len),
+            duration,
+            kind,
+        });
+    }
+
     /// True when nothing is left to append: `duration` is zero, or the
     /// previous segment has the same stack and kind and now includes it.
     fn merge_last(&mut self, stack: &[FrameId], duration: Duration, kind: SegmentKind) -> bool {

@@ -84,8 +84,11 @@ pub(super) struct Stacks {
     /// Per node: `(start, len, deep)` in `arena`, or [`UNKNOWN`].
     pub(super) memo: Vec<(u32, u32, bool)>,
     pub(super) arena: Vec<FrameId>,
-    /// Graph frame -> path frame id, interned on first use.
-    pub(super) frames: Vec<Option<FrameId>>,
+    /// Graph frame -> path frame id, interned on first use: valid when
+    /// stamped with the current `generation` (the graph's frame table may
+    /// be a thread's whole frame cache, so it is not cleared per request).
+    pub(super) frames: Vec<(u32, FrameId)>,
+    pub(super) generation: u32,
     /// Scratch for the climb.
     pub(super) chain: Vec<usize>,
     /// Scratch for [`merge::splice_with`].
@@ -102,8 +105,14 @@ impl Stacks {
         self.memo.clear();
         self.memo.resize(nodes, UNKNOWN);
         self.arena.clear();
-        self.frames.clear();
-        self.frames.resize(frames, None);
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            self.frames.clear();
+            self.generation = 1;
+        }
+        if self.frames.len() < frames {
+            self.frames.resize(frames, (0, FrameId(0)));
+        }
         self.last = None;
     }
 
@@ -194,16 +203,17 @@ impl Stacks {
         path: &mut CriticalPath,
     ) -> FrameId {
         let r = graph.frame(node);
-        match self.frames.get(r.0 as usize) {
-            Some(Some(id)) => *id,
-            Some(None) => {
-                let frames = graph.frames();
-                let id = path.intern_hashed(&frames.frames()[r.0 as usize], frames.hash_of(r.0));
-                self.frames[r.0 as usize] = Some(id);
-                id
-            }
+        let frames = graph.frames();
+        if r.0 as usize >= frames.len() {
             // A reference from another graph: name it plainly.
-            None => path.intern(Frame::new("?", "?")),
+            return path.intern(Frame::new("?", "?"));
         }
+        let slot = &mut self.frames[r.0 as usize];
+        if slot.0 == self.generation {
+            return slot.1;
+        }
+        let id = path.intern_hashed(&frames.frames()[r.0 as usize], frames.hash_of(r.0));
+        *slot = (self.generation, id);
+        id
     }
 }
