@@ -435,11 +435,12 @@ const UNSEEN: u32 = u32::MAX;
 pub(super) fn build<T: Tree>(tree: &T, msg: &PathIn, depths: &[usize]) -> CriticalPath {
     let mut frames = Frames {
         tree,
-        path: CriticalPath::new(),
+        // A path has at most one frame per tree entry (both bounded by the
+        // decode limits): sized once, its frame table never regrows.
+        path: CriticalPath::with_capacity(depths.len(), msg.segment_entry_kind.len()),
         frame_of: vec![UNSEEN; depths.len()],
         chain: Vec::new(),
     };
-    frames.path.reserve(msg.segment_entry_kind.len());
     for (&code, &nanos) in msg
         .segment_entry_kind
         .iter()

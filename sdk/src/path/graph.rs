@@ -34,7 +34,8 @@ impl NodeId {
 pub struct FrameRef(pub(super) u32);
 
 impl FrameRef {
-    /// The reference to entry `i` of a frame table.
+    /// The reference to entry `i` of a frame table (the layer's frame cache).
+    #[cfg(feature = "layer")]
     pub(crate) fn new(i: u32) -> FrameRef {
         FrameRef(i)
     }
