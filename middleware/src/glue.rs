@@ -123,20 +123,18 @@ pub(crate) fn begin_rpc(callee: &str, method: &str) -> tracing::Span {
 /// and the list is short, so this is a few length checks and one `memcmp`.
 pub(crate) fn root_name(endpoint: &str) -> Arc<str> {
     thread_local! {
-        static NAMES: RefCell<Recent<NameKey, ()>> = const { RefCell::new(Recent::new()) };
+        static NAMES: RefCell<Recent<NameKey, Arc<str>>> = const { RefCell::new(Recent::new()) };
     }
-    NAMES
-        .try_with(|names| {
-            let mut names = names.try_borrow_mut().ok()?;
-            if names.get(endpoint.as_bytes()).is_none() {
-                names.insert(NameKey(Arc::from(endpoint)), ());
-            }
-            names.entries.first().map(|(name, ())| name.0.clone())
-        })
-        .ok()
-        .flatten()
-        .filter(|name| &**name == endpoint)
-        .unwrap_or_else(|| Arc::from(endpoint))
+    let kept = NAMES.try_with(|names| {
+        let mut names = names.try_borrow_mut().ok()?;
+        if let Some(name) = names.get(endpoint.as_bytes()) {
+            return Some(name);
+        }
+        let name: Arc<str> = Arc::from(endpoint);
+        names.insert(NameKey(name.clone()), name.clone());
+        Some(name)
+    });
+    kept.ok().flatten().unwrap_or_else(|| Arc::from(endpoint))
 }
 
 /// Attach what the callee returned to the RPC node.
@@ -156,30 +154,13 @@ pub(crate) fn codec_version_header() -> HeaderValue {
     HeaderValue::from_static(VERSION_TEXT)
 }
 
-/// [`codec::VERSION`] in decimal, computed at compile time.
-const VERSION_TEXT: &str = {
-    const DIGITS: ([u8; 10], usize) = {
-        let (mut rev, mut n, mut v) = ([0u8; 10], 0, codec::VERSION);
-        loop {
-            rev[n] = b'0' + (v % 10) as u8;
-            n += 1;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        let (mut out, mut i) = ([0u8; 10], 0);
-        while i < n {
-            out[i] = rev[n - 1 - i];
-            i += 1;
-        }
-        (out, n)
-    };
-    match std::str::from_utf8(DIGITS.0.split_at(DIGITS.1).0) {
-        Ok(s) => s,
-        Err(_) => panic!("decimal digits are UTF-8"),
-    }
-};
+/// [`codec::VERSION`] in decimal (`want_path_value_is_the_codec_version`
+/// checks the two agree).
+const VERSION_TEXT: &str = "2";
+const _: () = assert!(
+    codec::VERSION == 2,
+    "update VERSION_TEXT with codec::VERSION"
+);
 
 /// The codec version to answer a caller's `x-cpt-want-path` in: the highest
 /// both sides read. A value that is not a number (an older or foreign

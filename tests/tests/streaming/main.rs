@@ -59,9 +59,14 @@ fn c_layer() -> ServerLayer {
 }
 
 fn asking(md: &mut MetadataMap) {
+    asking_for(md, "1");
+}
+
+/// [`asking`], reading codec version `want`.
+fn asking_for(md: &mut MetadataMap, want: &str) {
     for (name, value) in [
         (&header::TRIGGER, "sampled"),
-        (&header::WANT_PATH, "1"),
+        (&header::WANT_PATH, want),
         (&header::CALLER_AUTH, SECRET),
     ] {
         md.insert(
@@ -78,8 +83,13 @@ fn decode(md: &MetadataMap) -> Option<CriticalPath> {
 
 /// Scan `items` from C as a trusted, traced caller; (header metadata, trailers).
 async fn raw_scan(addr: SocketAddr, items: u32) -> (MetadataMap, MetadataMap) {
+    raw_scan_reading(addr, items, "1").await
+}
+
+/// [`raw_scan`] by a caller reading codec version `want`.
+async fn raw_scan_reading(addr: SocketAddr, items: u32, want: &str) -> (MetadataMap, MetadataMap) {
     let mut req = Request::new(ScanRequest { key: 0, items });
-    asking(req.metadata_mut());
+    asking_for(req.metadata_mut(), want);
     let mut grpc = tonic::client::Grpc::new(channel(addr));
     grpc.ready().await.unwrap();
     let resp = grpc
@@ -209,26 +219,7 @@ fn streaming_path_is_merged_into_the_caller() {
 fn streaming_path_of_a_version_2_caller_arrives_in_trailers_with_its_dictionary() {
     run(|_recorder| async move {
         let addr = serve_grpc(c_layer(), c_service()).await;
-        let mut req = Request::new(ScanRequest { key: 0, items: 2 });
-        asking(req.metadata_mut());
-        req.metadata_mut().insert(
-            AsciiMetadataKey::from_bytes(header::WANT_PATH.as_str().as_bytes()).unwrap(),
-            MetadataValue::try_from("2").unwrap(),
-        );
-        let mut grpc = tonic::client::Grpc::new(channel(addr));
-        grpc.ready().await.unwrap();
-        let resp = grpc
-            .server_streaming(
-                req,
-                http::uri::PathAndQuery::from_static(method::C_SCAN),
-                Codec::<ScanRequest, ScanItem>::default(),
-            )
-            .await
-            .unwrap();
-        let headers = resp.metadata().clone();
-        let mut stream = resp.into_inner();
-        while stream.message().await.unwrap().is_some() {}
-        let trailers = stream.trailers().await.unwrap().expect("gRPC trailers");
+        let (headers, trailers) = raw_scan_reading(addr, 2, "2").await;
         assert!(headers.get_bin(header::FRAMES.as_str()).is_none());
         assert!(headers.get_bin(header::PATH.as_str()).is_none());
         let bin = |name: &http::HeaderName| {
