@@ -1,57 +1,11 @@
 //! Durability: a batch acknowledged by `cpt serve` survives `kill -9` of the
 //! collector, and no batch is ever half-stored.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-
 use crate::support::*;
 use cpt_collector::ingest::{CONTENT_TYPE_JSON_LINES, CONTENT_TYPE_PROTOBUF, proto};
 
-/// `cpt serve` as a child process, with the addresses it printed.
-struct Served {
-    child: Child,
-    grpc: SocketAddr,
-    http: SocketAddr,
-}
-
 fn serve(store: &std::path::Path) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cpt"))
-        .args(["serve", "--store"])
-        .arg(store)
-        .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start cpt serve");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let (mut grpc, mut http) = (None, None);
-    while grpc.is_none() || http.is_none() {
-        let line = lines
-            .next()
-            .expect("cpt serve exited before listening")
-            .unwrap();
-        if let Some(a) = line.strip_prefix("cpt serve: grpc listening on ") {
-            grpc = Some(a.parse().unwrap());
-        }
-        if let Some(a) = line.strip_prefix("cpt serve: http listening on http://") {
-            http = Some(a.parse().unwrap());
-        }
-    }
-    // Keep draining stderr so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Served {
-        child,
-        grpc: grpc.unwrap(),
-        http: http.unwrap(),
-    }
-}
-
-fn kill_9(mut s: Served) {
-    // Child::kill sends SIGKILL on Unix: no shutdown code runs.
-    s.child.kill().unwrap();
-    s.child.wait().unwrap();
+    serve_child(store, true, &[])
 }
 
 #[test]
@@ -79,7 +33,7 @@ fn ingest_durable_ack_survives_kill_9() {
         .unwrap();
     let ack = rt
         .block_on(grpc_export(
-            served.grpc,
+            served.grpc.expect("gRPC is on"),
             proto::RecordBatch::from_records(&over_grpc),
         ))
         .expect("gRPC export acknowledged");

@@ -323,3 +323,57 @@ pub(crate) fn assert_batches_whole(
     }
     per_batch
 }
+
+/// `cpt serve` as a child process, with the addresses it printed.
+pub(crate) struct Served {
+    pub(crate) child: std::process::Child,
+    /// `None` when started with `--grpc off`.
+    pub(crate) grpc: Option<SocketAddr>,
+    pub(crate) http: SocketAddr,
+}
+
+/// `cpt serve --store STORE` with HTTP on a free port, gRPC on a free port
+/// when `grpc` (else `--grpc off`), and `args` after those; returns once it
+/// printed every address it listens on.
+pub(crate) fn serve_child(store: &Path, grpc: bool, args: &[&std::ffi::OsStr]) -> Served {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cpt"))
+        .args(["serve", "--store"])
+        .arg(store)
+        .args(["--grpc", if grpc { "127.0.0.1:0" } else { "off" }])
+        .args(["--http", "127.0.0.1:0"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start cpt serve");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut grpc_addr, mut http) = (None, None);
+    while (grpc && grpc_addr.is_none()) || http.is_none() {
+        let line = lines
+            .next()
+            .expect("cpt serve exited before listening")
+            .unwrap();
+        if let Some(a) = line.strip_prefix("cpt serve: grpc listening on ") {
+            grpc_addr = Some(a.parse().unwrap());
+        }
+        if let Some(a) = line.strip_prefix("cpt serve: http listening on http://") {
+            http = Some(a.parse().unwrap());
+        }
+    }
+    // Keep draining stderr so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Served {
+        child,
+        grpc: grpc_addr,
+        http: http.unwrap(),
+    }
+}
+
+/// Kill `served` with SIGKILL (`Child::kill` on Unix): no shutdown code runs.
+pub(crate) fn kill_9(mut served: Served) {
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+}
