@@ -688,13 +688,7 @@ proptest! {
         depth in 0usize..6,
         counts in (0usize..40, 0usize..40, 1usize..40, 0usize..200),
     ) {
-        let limits = DecodeLimits::new()
-            .with_max_bytes(max_bytes)
-            .with_max_depth(depth)
-            .with_max_strings(counts.0)
-            .with_max_tree_entries(counts.1)
-            .with_max_segments(counts.2)
-            .with_max_stack_frames(counts.3);
+        let limits = limits_of(max_bytes, depth, counts);
         let bytes = encode(&p, &EncodeOptions::new().with_max_bytes(usize::MAX).with_decode_limits(limits));
         let back = decode(&bytes, &limits);
         prop_assert!(back.is_ok(), "{:?}", back);
@@ -716,6 +710,18 @@ proptest! {
 }
 
 mod golden;
+/// Decode limits from a proptest's draws: bytes, depth, and the counts of
+/// strings, tree entries, segments and stack frames.
+fn limits_of(max_bytes: usize, depth: usize, counts: (usize, usize, usize, usize)) -> DecodeLimits {
+    DecodeLimits::new()
+        .with_max_bytes(max_bytes)
+        .with_max_depth(depth)
+        .with_max_strings(counts.0)
+        .with_max_tree_entries(counts.1)
+        .with_max_segments(counts.2)
+        .with_max_stack_frames(counts.3)
+}
+
 mod split;
 
 /// `encode` reuses its buffers from one path to the next on a thread: what

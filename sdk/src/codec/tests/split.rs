@@ -274,13 +274,7 @@ proptest! {
         depth in 0usize..6,
         counts in (0usize..40, 0usize..40, 1usize..40, 0usize..200),
     ) {
-        let limits = DecodeLimits::new()
-            .with_max_bytes(max_bytes)
-            .with_max_depth(depth)
-            .with_max_strings(counts.0)
-            .with_max_tree_entries(counts.1)
-            .with_max_segments(counts.2)
-            .with_max_stack_frames(counts.3);
+        let limits = limits_of(max_bytes, depth, counts);
         let options = EncodeOptions::new().with_max_bytes(usize::MAX).with_decode_limits(limits);
         let split = encode_split(&p, &options);
         let frames = decode_frames(&split.frames, &limits);
