@@ -7,10 +7,11 @@
 //! | `CPT_SAMPLE_MAX_PER_SECOND` | non-negative integer, or `unlimited` | the sampler |
 //! | `CPT_COLLECTOR_ENDPOINT` | `grpc://HOST:PORT` or `http://HOST:PORT[/path]` | the record shipper |
 //! | `CPT_SPOOL_DIR` | a directory of the service's own | the record shipper's on-disk spool (off when unset) |
-//! | `CPT_SPOOL_MAX_BYTES` | bytes, with an optional `KiB`/`MiB`/`GiB` suffix (e.g. `256MiB`) | the spool's bound (default 64 MiB) |
+//! | `CPT_SPOOL_MAX_BYTES` | a whole number of bytes, optionally followed by `B`, `KiB`, `MiB` or `GiB` (1024-based; case and a space before the unit do not matter), e.g. `268435456` or `256MiB` | the spool's bound (default 64 MiB) |
 //! | `CPT_TRUST_SECRET` | the shared caller secret (visible ASCII) | server trust, client caller secret |
 //! | `CPT_FORCE_KEY` | the `x-cpt-force` HMAC key | server force authentication |
 //! | `CPT_FORCE_KEY_FILE` | a file holding the force key (one trailing newline is dropped) | same; keeps the key out of `ps` and `/proc/PID/environ` |
+//! | `CPT_CLOCK` | `std` (always read `Instant`) or `auto` (the CPU's time-stamp counter where the kernel keeps time with it; the default) | the layer's clock ([`crate::clock::SystemClock`]) |
 //!
 //! An unset or empty variable is not configured (the builder's own setting
 //! stays). A malformed one is an [`EnvError`] naming the variable, its value
@@ -52,9 +53,11 @@ pub const TRUST_SECRET: &str = "CPT_TRUST_SECRET";
 pub const FORCE_KEY: &str = "CPT_FORCE_KEY";
 /// A file holding the force key.
 pub const FORCE_KEY_FILE: &str = "CPT_FORCE_KEY_FILE";
+/// Which clock the layer reads (`std` or `auto`).
+pub const CLOCK: &str = "CPT_CLOCK";
 
 /// Every variable [`CptEnv`] reads.
-pub const VARIABLES: [&str; 8] = [
+pub const VARIABLES: [&str; 9] = [
     SAMPLE_RATE,
     SAMPLE_MAX_PER_SECOND,
     COLLECTOR_ENDPOINT,
@@ -63,7 +66,19 @@ pub const VARIABLES: [&str; 8] = [
     TRUST_SECRET,
     FORCE_KEY,
     FORCE_KEY_FILE,
+    CLOCK,
 ];
+
+/// What `CPT_CLOCK` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClockChoice {
+    /// `std`: always read [`std::time::Instant`].
+    Std,
+    /// `auto`: the time-stamp counter where the kernel keeps time with it,
+    /// else `Instant` (the default).
+    Auto,
+}
 
 /// The sampler's probability when only the cap is configured
 /// ([`DefaultSampler::default`]'s).
@@ -91,6 +106,8 @@ pub struct CptEnv {
     pub trust_secret: Option<String>,
     /// `CPT_FORCE_KEY`, or the contents of `CPT_FORCE_KEY_FILE`.
     pub force_key: Option<Vec<u8>>,
+    /// `CPT_CLOCK`.
+    pub clock: Option<ClockChoice>,
 }
 
 impl fmt::Debug for CptEnv {
@@ -103,6 +120,7 @@ impl fmt::Debug for CptEnv {
             .field("spool_max_bytes", &self.spool_max_bytes)
             .field("trust_secret", &self.trust_secret.as_ref().map(|_| "…"))
             .field("force_key", &self.force_key.as_ref().map(|_| "…"))
+            .field("clock", &self.clock)
             .finish()
     }
 }
@@ -211,8 +229,9 @@ impl CptEnv {
                     EnvError::new(
                         SPOOL_MAX_BYTES,
                         &v,
-                        "expected a positive number of bytes, optionally with a KiB, MiB or GiB \
-                         suffix (e.g. 268435456 or 256MiB)",
+                        "expected a positive whole number of bytes, optionally followed by B, \
+                         KiB, MiB or GiB (1024-based), e.g. 268435456 or 256MiB; decimal units \
+                         (KB, MB, GB) are not accepted, since they are ambiguous",
                     )
                 })
             })
@@ -242,7 +261,20 @@ impl CptEnv {
             (None, Some(file)) => Some(read_key_file(&file)?),
             (None, None) => None,
         };
+        let clock = get(CLOCK)
+            .map(|v| match v.trim().to_ascii_lowercase().as_str() {
+                "std" => Ok(ClockChoice::Std),
+                "auto" => Ok(ClockChoice::Auto),
+                _ => Err(EnvError::new(
+                    CLOCK,
+                    &v,
+                    "expected `std` (always read Instant) or `auto` (the time-stamp counter \
+                     where the kernel keeps time with it)",
+                )),
+            })
+            .transpose()?;
         Ok(CptEnv {
+            clock,
             sample_rate,
             max_per_second,
             collector_endpoint,
@@ -274,8 +306,10 @@ fn parse_rate(v: &str) -> Option<f64> {
     (0.0..=1.0).contains(&p).then_some(p)
 }
 
-/// `1234`, `64KiB`, `256MiB`, `2GiB` (also `KB`/`MB`/`GB`/`K`/`M`/`G`,
-/// binary: 1024-based); more than zero.
+/// `1234`, `1234B`, `64KiB`, `256MiB`, `2GiB` (1024-based; any case, a
+/// space before the unit allowed); more than zero. Decimal-looking units
+/// (`KB`, `MB`, `GB`, `K`, `M`, `G`) are refused: whether they mean 1000 or
+/// 1024 is a guess.
 fn parse_bytes(v: &str) -> Option<u64> {
     let v = v.trim();
     let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
@@ -283,9 +317,9 @@ fn parse_bytes(v: &str) -> Option<u64> {
     let n: u64 = n.parse().ok()?;
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
+        "kib" => 10,
+        "mib" => 20,
+        "gib" => 30,
         _ => return None,
     };
     n.checked_mul(1 << shift).filter(|&b| b > 0)
@@ -444,13 +478,27 @@ mod tests {
         let env = parse(&[(SPOOL_DIR, "/var/spool/cpt"), (SPOOL_MAX_BYTES, "256MiB")]).unwrap();
         assert_eq!(env.spool_dir, Some(PathBuf::from("/var/spool/cpt")));
         assert_eq!(env.spool_max_bytes, Some(256 << 20));
-        for (v, want) in [("1234", 1234), ("64 KiB", 64 << 10), ("2g", 2 << 30)] {
+        for (v, want) in [
+            ("1234", 1234),
+            ("1234B", 1234),
+            ("64 KiB", 64 << 10),
+            ("2gib", 2 << 30),
+        ] {
             assert_eq!(
                 parse(&[(SPOOL_MAX_BYTES, v)]).unwrap().spool_max_bytes,
                 Some(want)
             );
         }
-        for bad in ["0", "-5", "64TB", "lots", "99999999999999999999GiB"] {
+        for bad in [
+            "0",
+            "-5",
+            "64TB",
+            "64MB",
+            "64M",
+            "2g",
+            "lots",
+            "99999999999999999999GiB",
+        ] {
             let e = err(&[(SPOOL_MAX_BYTES, bad)]);
             assert!(e.starts_with("CPT_SPOOL_MAX_BYTES="), "{e}");
             assert!(e.contains("256MiB"), "{e}");
@@ -503,6 +551,22 @@ mod tests {
         std::fs::remove_file(empty).ok();
         let e = err(&[(FORCE_KEY, "k"), (FORCE_KEY_FILE, "/some/file")]);
         assert!(e.contains("CPT_FORCE_KEY is set too"), "{e}");
+    }
+
+    #[test]
+    fn clock_is_std_or_auto_and_anything_else_is_an_error() {
+        assert_eq!(
+            parse(&[(CLOCK, "std")]).unwrap().clock,
+            Some(ClockChoice::Std)
+        );
+        assert_eq!(
+            parse(&[(CLOCK, "AUTO")]).unwrap().clock,
+            Some(ClockChoice::Auto)
+        );
+        assert_eq!(parse(&[]).unwrap().clock, None);
+        let e = err(&[(CLOCK, "fast")]);
+        assert!(e.starts_with("CPT_CLOCK=\"fast\""), "{e}");
+        assert!(e.contains("`std`") && e.contains("`auto`"), "{e}");
     }
 
     #[test]

@@ -103,12 +103,17 @@ impl Builder {
         Ok(self.with_env(&CptEnv::from_env()?))
     }
 
-    /// Apply what `env` configures (its sampler, when set).
+    /// Apply what `env` configures: its sampler, when set, and
+    /// `CPT_CLOCK=std` ([`SystemClock::std`]).
     #[must_use]
     pub fn with_env(self, env: &CptEnv) -> Self {
-        match env.sampler() {
+        let this = match env.sampler() {
             Some(sampler) => self.with_sampler(sampler),
             None => self,
+        };
+        match env.clock {
+            Some(crate::env::ClockChoice::Std) => this.with_clock(SystemClock::std()),
+            _ => this,
         }
     }
 
