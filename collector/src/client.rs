@@ -91,6 +91,8 @@ use crate::ingest::codec::WireCodec;
 use crate::ingest::{self, proto};
 use crate::spool::{AppendError, Spool, SpoolError};
 
+mod health;
+
 /// The spool's bound when none is given (`CPT_SPOOL_MAX_BYTES` unset).
 pub const DEFAULT_SPOOL_MAX_BYTES: u64 = 64 << 20;
 /// How long one replay of the spool may keep the exporter's worker from its
@@ -174,10 +176,29 @@ struct Counters {
 }
 
 /// A live view of a [`CollectorClient`]'s counters (cheap to clone; read it
-/// from any thread while the exporter owns the client).
-#[derive(Clone, Debug, Default)]
+/// from any thread while the exporter owns the client). Its `Debug` prints
+/// the counters' current values.
+#[derive(Clone, Default)]
 pub struct ClientStats {
     counters: Arc<Counters>,
+}
+
+impl fmt::Debug for ClientStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientStats")
+            .field("exported_records", &self.exported_records())
+            .field("exported_batches", &self.exported_batches())
+            .field("dropped_after_retries", &self.dropped_after_retries())
+            .field("rejected_records", &self.rejected_records())
+            .field("retries", &self.retries())
+            .field("spooled_records", &self.spooled_records())
+            .field("replayed_records", &self.replayed_records())
+            .field("spool_dropped_records", &self.spool_dropped_records())
+            .field("spool_pending_records", &self.spool_pending_records())
+            .field("spool_tears", &self.spool_tears())
+            .field("last_error", &self.last_error())
+            .finish()
+    }
 }
 
 impl ClientStats {
@@ -411,6 +432,7 @@ impl CollectorClientBuilder {
             ids: BatchIds::new(),
             spool,
             next_replay: Instant::now(),
+            health: health::Health::default(),
         })
     }
 }
@@ -455,6 +477,8 @@ pub struct CollectorClient {
     next_replay: Instant,
     /// The wait after the next failed replay.
     replay_backoff: Duration,
+    /// What the log has been told about the collector.
+    health: health::Health,
 }
 
 impl fmt::Debug for CollectorClient {
@@ -743,6 +767,7 @@ impl CollectorClient {
         let config = self.config.clone();
         let stats = self.stats.clone();
         let mut seed = self.seed;
+        let health = &mut self.health;
         let (rt, transport) = self.conn.as_mut().expect("connected above");
         let result = rt.block_on(async {
             let mut backoff = config.initial_backoff;
@@ -759,13 +784,18 @@ impl CollectorClient {
                         }),
                     };
                 match outcome {
-                    Ok(()) => return Ok(()),
+                    Ok(()) => {
+                        health.delivered(&config.endpoint, &stats);
+                        return Ok(());
+                    }
                     Err(Attempt::Refused { reason }) => {
                         stats.set_last_error(&reason);
+                        health.refused(&config.endpoint, &reason, &stats);
                         return Err(SendError::Rejected { reason });
                     }
                     Err(Attempt::Retry { reason, after }) => {
                         stats.set_last_error(&reason);
+                        health.unreachable(&config.endpoint, &reason, &stats);
                         if attempt >= max_attempts {
                             return Err(SendError::GaveUp {
                                 attempts: attempt,

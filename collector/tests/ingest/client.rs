@@ -18,7 +18,7 @@ use crate::support::*;
 
 /// A collector stand-in answering with scripted statuses (then 200).
 #[derive(Clone, Default)]
-struct Script {
+pub(crate) struct Script {
     statuses: Arc<Mutex<Vec<u16>>>,
     seen: Arc<Mutex<Vec<(Instant, usize)>>>,
 }
@@ -38,7 +38,7 @@ async fn scripted(State(s): State<Script>, headers: HeaderMap, body: Bytes) -> S
     StatusCode::from_u16(code).unwrap()
 }
 
-fn start_scripted(statuses: &[u16]) -> (tokio::runtime::Runtime, Script, String) {
+pub(crate) fn start_scripted(statuses: &[u16]) -> (tokio::runtime::Runtime, Script, String) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let script = Script {
         statuses: Arc::new(Mutex::new(statuses.to_vec())),

@@ -14,4 +14,6 @@ mod roundtrip;
 #[cfg(feature = "client")]
 mod client;
 #[cfg(feature = "client")]
+mod client_log;
+#[cfg(feature = "client")]
 mod spool;
