@@ -1,8 +1,52 @@
 //! [`Stats`]: what the middleware ignored or dropped, counted instead of
 //! failing the request.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How often a misconfiguration that goes on is said again.
+pub(crate) const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// A warning said at its first occurrence, then at most once per
+/// [`WARN_EVERY`] with the count of those not said in between.
+#[derive(Debug, Default)]
+pub(crate) struct Every {
+    /// Milliseconds since the process's first warning check, plus one, of
+    /// the last line (0: never said).
+    last: AtomicU64,
+    unsaid: AtomicU64,
+}
+
+impl Every {
+    /// `Some(n)` when a line is due now, `n` occurrences since the last line
+    /// not counting this one; `None` when it is not.
+    pub(crate) fn due(&self) -> Option<u64> {
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        let now = ORIGIN.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1;
+        let last = self.last.load(Relaxed);
+        let every = WARN_EVERY.as_millis() as u64;
+        if (last == 0 || now.saturating_sub(last) >= every)
+            && self
+                .last
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            return Some(self.unsaid.swap(0, Relaxed));
+        }
+        self.unsaid.fetch_add(1, Relaxed);
+        None
+    }
+}
+
+/// " (and N more since the last message)" or nothing.
+pub(crate) fn more(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(" ({n} more since the last message)")
+    }
+}
 
 /// Counters shared by a layer and every service it made.
 #[derive(Debug, Default)]
@@ -17,6 +61,10 @@ pub(crate) struct Counters {
     pub(crate) callee_path_oversize: AtomicU64,
     warned_force: AtomicBool,
     warned_invalid: AtomicBool,
+    /// The layer's configuration was checked when it wrapped a service.
+    pub(crate) checked_config: AtomicBool,
+    pub(crate) untrusted: Every,
+    pub(crate) missing: Every,
 }
 
 impl Counters {

@@ -23,6 +23,7 @@ mod future;
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll};
 
 use cpt_sdk::env::{CptEnv, EnvError};
@@ -222,6 +223,19 @@ impl<S> Layer<S> for ClientLayer {
     type Service = Client<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
+        let config = &self.config;
+        if config.caller_secret.is_none() && !config.counters.checked_config.swap(true, Relaxed) {
+            tracing::warn!(
+                target: "cpt_middleware",
+                callee = %config.callee,
+                "cpt: calls to {} send no caller secret (CPT_TRUST_SECRET is not set and \
+                 ClientLayer::with_caller_secret was not called): {} returns its critical path \
+                 only if its trust policy admits this process by address, else each call is a \
+                 [blind spot] in this service's records",
+                config.callee,
+                config.callee,
+            );
+        }
         Client {
             inner,
             config: self.config.clone(),
@@ -336,6 +350,23 @@ impl PendingCallee {
         let outcome = match value {
             None => {
                 Counters::bump(&config.counters.callee_path_missing);
+                if let Some(unsaid) = config.counters.missing.due() {
+                    tracing::warn!(
+                        target: "cpt_middleware",
+                        callee = %config.callee,
+                        "cpt: {} returned no critical path for a traced call{}; it shows as \
+                         [blind spot] in the record. Check that {} runs cpt's ServerLayer and \
+                         trusts this caller (the same CPT_TRUST_SECRET on both sides{})",
+                        config.callee,
+                        crate::stats::more(unsaid),
+                        config.callee,
+                        if config.caller_secret.is_none() {
+                            "; this client sends none"
+                        } else {
+                            ""
+                        },
+                    );
+                }
                 None
             }
             Some(value) => match glue::decode_header(&value, config.max_path_bytes) {

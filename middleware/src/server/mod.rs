@@ -37,6 +37,7 @@ mod future;
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use cpt_sdk::env::{CptEnv, EnvError};
@@ -119,6 +120,8 @@ pub(crate) struct ServerConfig {
     pub(crate) protocol: Protocol,
     pub(crate) role: Role,
     pub(crate) trust: Arc<dyn TrustPolicy>,
+    /// Whether a trust policy was given (else [`DefaultTrust`]).
+    pub(crate) trust_given: bool,
     pub(crate) force: ForceAuth,
     pub(crate) sampler: glue::SharedSampler,
     pub(crate) stream_end: StreamEnd,
@@ -137,6 +140,7 @@ impl ServerConfig {
             protocol: self.protocol,
             role: self.role,
             trust: self.trust.clone(),
+            trust_given: self.trust_given,
             force: self.force.clone(),
             sampler: self.sampler.clone(),
             stream_end: self.stream_end,
@@ -197,6 +201,7 @@ impl ServerLayer {
                 protocol,
                 role: Role::Entry,
                 trust: Arc::new(DefaultTrust),
+                trust_given: false,
                 force: ForceAuth::none(),
                 sampler: None,
                 stream_end: StreamEnd::default(),
@@ -237,7 +242,9 @@ impl ServerLayer {
     /// Which callers are trusted (default: none, [`DefaultTrust`]).
     #[must_use]
     pub fn with_trust(mut self, trust: impl TrustPolicy) -> Self {
-        self.config_mut().trust = Arc::new(trust);
+        let config = self.config_mut();
+        config.trust = Arc::new(trust);
+        config.trust_given = true;
         self
     }
 
@@ -359,6 +366,21 @@ impl<S> Layer<S> for ServerLayer {
     type Service = Server<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
+        let config = &self.config;
+        if config.role == Role::Internal
+            && !config.trust_given
+            && !config.counters.checked_config.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                target: "cpt_middleware",
+                service = %config.service,
+                "cpt: internal service {} trusts no caller (CPT_TRUST_SECRET is not set and \
+                 ServerLayer::with_trust was not called): it never follows its callers' traces \
+                 nor returns its critical path, so its callers' records show it as \
+                 [blind spot]; it is traced only when an operator forces a request",
+                config.service,
+            );
+        }
         Server {
             inner,
             config: self.config.clone(),
@@ -515,8 +537,27 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
             }
             if trigger.is_some() {
                 Counters::bump(&config.counters.trigger_untrusted);
-                if headers.contains_key(header::WANT_PATH) {
+                let wanted = headers.contains_key(header::WANT_PATH);
+                if wanted {
                     Counters::bump(&config.counters.path_withheld);
+                }
+                if let Some(unsaid) = config.counters.untrusted.due() {
+                    tracing::warn!(
+                        target: "cpt_middleware",
+                        service = %config.service,
+                        "cpt: {} ignored the trace trigger of a caller it does not trust{}{}. \
+                         Set the same CPT_TRUST_SECRET on the caller and on {} (or give \
+                         ServerLayer::with_trust a policy that admits it)",
+                        config.service,
+                        crate::stats::more(unsaid),
+                        if wanted {
+                            "; the caller asked for the critical path, got none, and shows \
+                             this service as [blind spot]"
+                        } else {
+                            ""
+                        },
+                        config.service,
+                    );
                 }
             }
         }
