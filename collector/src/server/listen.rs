@@ -12,6 +12,14 @@
 //!
 //! The body of an admitted request has its own deadline
 //! ([`super::ServeConfig::body_timeout`]), enforced by the handlers.
+//!
+//! **Stopping**: when the collector stops, every connection is told
+//! (HTTP/2 `GOAWAY`, HTTP/1 `Connection: close`) and closed as soon as no
+//! request is in flight on it, without waiting for the peer: an exporter's
+//! idle connection whose client runtime is not being polled never answers a
+//! `GOAWAY`'s ping. A request still in flight [`DRAIN`] after the stop is
+//! cut; nothing was acknowledged for it, so its sender retries it (and the
+//! batch id keeps it from being stored twice).
 
 use std::convert::Infallible;
 use std::io;
@@ -29,6 +37,13 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tonic::codegen::Service;
+
+/// How long a stopping collector lets in-flight requests finish.
+pub(super) const DRAIN: Duration = Duration::from_secs(1);
+
+/// How long a stopping connection with nothing in flight is given to send
+/// its `GOAWAY` before it is closed.
+const GOAWAY_GRACE: Duration = Duration::from_millis(20);
 
 /// Per-connection limits (see the module docs).
 #[derive(Clone, Copy, Debug)]
@@ -130,20 +145,32 @@ async fn connection<S, B>(
     });
     let conn = builder.serve_connection(io, svc);
     let mut conn = std::pin::pin!(conn);
-    let tick = (limits.idle_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    let mut stopping = false;
+    let idle_tick =
+        (limits.idle_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut stopping: Option<Instant> = None;
     loop {
+        let tick = if stopping.is_some() {
+            Duration::from_millis(10)
+        } else {
+            idle_tick
+        };
         tokio::select! {
             _ = conn.as_mut() => return,
-            () = until_stopped(&mut stop), if !stopping => {
-                stopping = true;
+            () = until_stopped(&mut stop), if stopping.is_none() => {
+                stopping = Some(Instant::now());
                 conn.as_mut().graceful_shutdown();
             }
             () = tokio::time::sleep(tick) => {
-                if activity.idle_for() >= limits.idle_timeout
-                    && activity.in_flight.load(Ordering::Relaxed) == 0
-                {
-                    // Nothing in flight: dropping the connection closes it.
+                let nothing_in_flight = activity.in_flight.load(Ordering::Relaxed) == 0;
+                let done = match stopping {
+                    // Dropping the connection closes it.
+                    Some(since) => {
+                        let waited = since.elapsed();
+                        (nothing_in_flight && waited >= GOAWAY_GRACE) || waited >= DRAIN
+                    }
+                    None => nothing_in_flight && activity.idle_for() >= limits.idle_timeout,
+                };
+                if done {
                     return;
                 }
             }

@@ -16,4 +16,6 @@ mod client;
 #[cfg(feature = "client")]
 mod client_log;
 #[cfg(feature = "client")]
+mod shutdown;
+#[cfg(feature = "client")]
 mod spool;
