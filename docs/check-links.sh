@@ -18,20 +18,24 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 # [text](target) and ![alt](target); target up to whitespace or ')'.
 INLINE = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-REFDEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
+REFDEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:[ \t]+.*)?$", re.M)
 HTML = re.compile(r"""(?:href|src)\s*=\s*["']([^"']+)["']""")
 
 
-def prose_lines(path):
-    """Lines outside fenced code blocks, with inline code blanked out."""
-    inside = False
+def prose(path):
+    """The page with fenced code blocks and inline code blanked out (newlines
+    kept, so offsets still give line numbers)."""
+    out, inside = [], False
     with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+        for line in f:
             if FENCE.match(line):
                 inside = not inside
-                continue
-            if not inside:
-                yield n, re.sub(r"`+[^`]*`+", "", line.rstrip("\n"))
+                out.append("\n")
+            else:
+                out.append("\n" if inside else line)
+    text = "".join(out)
+    return re.sub(r"(`+)(?:(?!\1).)+?\1",
+                  lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
 
 
 def slug(text):
@@ -78,28 +82,28 @@ for root, dirs, files in os.walk(src):
 
 for page in pages:
     rel = os.path.relpath(page, src)
-    for n, line in prose_lines(page):
-        targets = INLINE.findall(line) + HTML.findall(line)
-        m = REFDEF.match(line)
-        if m:
-            targets.append(m.group(1))
-        for t in targets:
-            if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", t) or t.startswith("/"):
-                continue
-            file_part, _, anchor = t.partition("#")
-            target = page if file_part == "" else os.path.normpath(
-                os.path.join(os.path.dirname(page), file_part))
-            where = f"{rel}:{n}"
-            if not os.path.exists(target):
-                errors.append(f"{where}: {t}: no file {os.path.relpath(target, src)}")
-                continue
-            if anchor:
-                if not target.endswith(".md"):
-                    errors.append(f"{where}: {t}: an anchor into a file that is not a page")
-                elif anchor not in anchors(target):
-                    errors.append(
-                        f"{where}: {t}: no heading with id #{anchor} in "
-                        f"{os.path.relpath(target, src)}")
+    text = prose(page)
+    found = [(m.start(), m.group(1)) for m in INLINE.finditer(text)]
+    found += [(m.start(), m.group(1)) for m in HTML.finditer(text)]
+    found += [(m.start(), m.group(1)) for m in REFDEF.finditer(text)]
+    for pos, t in sorted(found):
+        n = text.count("\n", 0, pos) + 1
+        if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", t) or t.startswith("/"):
+            continue
+        file_part, _, anchor = t.partition("#")
+        target = page if file_part == "" else os.path.normpath(
+            os.path.join(os.path.dirname(page), file_part))
+        where = f"{rel}:{n}"
+        if not os.path.exists(target):
+            errors.append(f"{where}: {t}: no file {os.path.relpath(target, src)}")
+            continue
+        if anchor:
+            if not target.endswith(".md"):
+                errors.append(f"{where}: {t}: an anchor into a file that is not a page")
+            elif anchor not in anchors(target):
+                errors.append(
+                    f"{where}: {t}: no heading with id #{anchor} in "
+                    f"{os.path.relpath(target, src)}")
 
 for e in errors:
     print(e, file=sys.stderr)
