@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Evaluate `cpt traces anomalies` on every labelled injection of the Nezha
-TrainTicket set (README, "The Mystery Machine"): train on the two fault-free
+TrainTicket set (docs/src/guide/mystery.md, "Anomalies"): train on the two fault-free
 minutes, test on the injection minute and the two after it, label the test
 requests that start after the injection and call the injected service, and
 collect precision / recall at k = positives / 2 and k = positives for the
