@@ -16,6 +16,30 @@
 //!   callee's returned path into the RPC node: network/undercount, overcount
 //!   and blind spots are accounted, never errors.
 //!
+//! ```
+//! use std::convert::Infallible;
+//! use cpt_middleware::{ClientLayer, ServerLayer};
+//! use tower::ServiceBuilder;
+//!
+//! type Body = String;
+//! // Around a server (tonic: `Server::builder().layer(..)`; axum: `Router::layer(..)`):
+//! // an internal service, configured from CPT_TRUST_SECRET and CPT_FORCE_KEY.
+//! let server = ServiceBuilder::new()
+//!     .layer(ServerLayer::grpc("inventory").internal().with_default_env())
+//!     .service_fn(|_req: http::Request<Body>| async {
+//!         Ok::<_, Infallible>(http::Response::new(Body::new()))
+//!     });
+//! // Around a client (a tonic `Channel`, a hyper-util client): calls to "inventory".
+//! let client = ServiceBuilder::new()
+//!     .layer(ClientLayer::grpc("inventory").with_default_env())
+//!     .service_fn(|_req: http::Request<Body>| async {
+//!         Ok::<_, Infallible>(http::Response::new(Body::new()))
+//!     });
+//! # let _ = (server, client);
+//! ```
+//!
+//! The repository's `examples/quickstart` is a complete service with both.
+//!
 //! # Trust and triggering
 //!
 //! Each entry service samples independently and propagates its decision in
