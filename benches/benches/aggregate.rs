@@ -1,5 +1,5 @@
-//! Aggregating 10⁶ records of about 30 segments into a pprof profile
-//! (issue 4 target: ≤ 2 s on a 2-core machine), side by side with a
+//! Aggregating 10⁶ records of about 30 segments into a pprof profile,
+//! side by side with a
 //! straightforward baseline: a sequential `HashMap<Vec<String>, u64>` fold
 //! keyed by frame-label stacks.
 //!

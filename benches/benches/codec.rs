@@ -6,7 +6,7 @@
 //!
 //! The baseline is the same path as protobuf too (prost), one message per
 //! segment holding its whole stack of frames, so the ratio measures the
-//! layout, not the serialisation library. Target: ours ≤ 0.25× naive.
+//! layout, not the serialisation library. It reports ours / naive.
 //!
 //! ```text
 //! cargo bench -p cpt-benches --bench codec -- --warm-up-time 1 --measurement-time 3

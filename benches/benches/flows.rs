@@ -1,4 +1,4 @@
-//! Mann et al.'s execution flows (issue 13): on the DeathStarBench media
+//! Mann et al.'s execution flows: on the DeathStarBench media
 //! set (6 500 Jaeger traces), train all six estimators on the three lower
 //! load levels and score the three upper ones (`cpt traces predict`'s
 //! work), against the CRISP import of the same files (`cpt traces

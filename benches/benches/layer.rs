@@ -27,7 +27,8 @@
 //! `clock/*`: one reading of `SystemClock`, by the time-stamp counter and by
 //! `Instant`.
 //!
-//! Targets (issue 14): (3) ≤ 0.40 × (4), and (3) − (2) ≤ 0.35 × ((4) − (2)).
+//! The ratios it reports: (3) / (4), and ((3) − (2)) / ((4) − (2)), what cpt
+//! adds over the bare registry against what tracing-opentelemetry adds.
 //! `CPT_LAYER_COUNT=<case>:<spans>` runs one `span/*` case for a fixed
 //! number of spans without criterion, for instruction counts (see `count`).
 //!

@@ -1,5 +1,5 @@
-//! Finding one request among 10⁶ stored records by its request id (issue 16:
-//! target ≤ 10 ms), through the store's id index, as `cpt show --store` and
+//! Finding one request among 10⁶ stored records by its request id, through
+//! the store's id index, as `cpt show --store` and
 //! the collector's `GET /v1/records?request_id=` do.
 //!
 //! `cargo bench -p cpt-benches --bench lookup` (records: `CPT_LOOKUP_RECORDS`,

@@ -1,4 +1,4 @@
-//! The Mystery Machine (issue 12) on the whole DeathStarBench media set
+//! The Mystery Machine on the whole DeathStarBench media set
 //! (6 500 Jaeger traces, 175 500 spans): reading and cutting into requests,
 //! model inference (hypothesis refinement), critical path and slack of every
 //! span through the model, and the top-5 % outlier split — separately and as

@@ -1,4 +1,4 @@
-//! Records as Parquet at scale (issue 15 point 4): Figure-1-shaped records
+//! Records as Parquet at scale: Figure-1-shaped records
 //! (~30 segments, the generator of `aggregate.rs`) written as JSON Lines, as
 //! a SQLite store and as Parquet, then `cpt profile` run over each, side by
 //! side: bytes per record, and the profile's wall time and peak RSS.

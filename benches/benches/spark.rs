@@ -1,6 +1,6 @@
 //! `cpt profile` (one process) against the Spark job
 //! `collector/spark/cpt_aggregate.py` in `local[2]` mode, on the same
-//! Parquet directory (issue 15, point 4).
+//! Parquet directory.
 //!
 //! Generates `CPT_BENCH_RECORDS` (default 10⁶; 10⁷ for the issue's number)
 //! Figure-1-shaped records of 25–35 segments (services A–F, ~200 stacks of

@@ -1,4 +1,4 @@
-//! Trace import (issue 5): the whole DeathStarBench media set (6,500 Jaeger
+//! Trace import: the whole DeathStarBench media set (6,500 Jaeger
 //! traces, 175,500 spans, 6 gzipped files) read → clock-skew repair →
 //! critical path → profile, against a baseline that only gunzips and parses
 //! the same JSON into `serde_json::Value` (what any JSON-reading tool pays).

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Instructions per request of the Figure 1 bench (issue 14), by configuration and by function.
+# Instructions per request of the Figure 1 bench, by configuration and by function.
 #
 #   benches/scripts/fig1_callgrind.sh OUT_DIR [TRACED UNTRACED [ROWS]]
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generate a large synthetic trace file (Zipkin v2 or OTLP JSON) for memory
-measurements of `cpt traces` (issue 18). Not committed output: write it to /tmp.
+measurements of `cpt traces`. Not committed output: write it to /tmp.
 
     python3 benches/scripts/gen_traces.py zipkin 100 /tmp/big.zipkin.json
     python3 benches/scripts/gen_traces.py otlp 100 /tmp/big.otlp.json

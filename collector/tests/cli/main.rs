@@ -1,5 +1,5 @@
 //! The `cpt` command line on bad or surprising input: what a new user met
-//! (issue 10), each run against the built binary.
+//!, each run against the built binary.
 #![cfg(feature = "cli")]
 
 use std::io::{Read as _, Write as _};

@@ -1,4 +1,4 @@
-//! `cpt force` and `cpt show` as an operator runs them (issue 16).
+//! `cpt force` and `cpt show` as an operator runs them.
 
 use super::*;
 

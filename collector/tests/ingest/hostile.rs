@@ -1,4 +1,4 @@
-//! Hostile senders (issue 17): a record that would poison the store, a small
+//! Hostile senders: a record that would poison the store, a small
 //! protobuf batch that would expand without bound, slow or stuck senders,
 //! idle connections, unary calls with two messages, a missing credential.
 //! Each is refused or cut off, and well-behaved senders keep getting 200.

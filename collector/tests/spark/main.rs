@@ -1,7 +1,7 @@
 //! Both paths agree: the Spark job `collector/spark/cpt_aggregate.py`, run in
 //! local mode on records exported as Parquet, gives the same profiles,
 //! histograms and diffs as `cpt profile` / `cpt histogram` / `cpt diff` on
-//! the same Parquet directory (issue 15, point 3).
+//! the same Parquet directory.
 //!
 //! The Spark job runs once for every case (one JVM, `--batch`). Python comes
 //! from `CPT_SPARK_PYTHON`, else the workspace's `.venv-spark` (what

@@ -1,4 +1,4 @@
-//! Children their parent does not wait for (issue 10, point 13): a Jaeger
+//! Children their parent does not wait for: a Jaeger
 //! `FOLLOWS_FROM` child, a consumer under a producer (Jaeger `span.kind`
 //! tags, OTLP `SPAN_KIND_PRODUCER`/`SPAN_KIND_CONSUMER`, Zipkin
 //! `PRODUCER`/`CONSUMER`) and an OTLP span link are never on the parent's

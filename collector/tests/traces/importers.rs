@@ -1,4 +1,4 @@
-//! Importers lose nothing silently (issue 18): every file's traces, Zipkin's
+//! Importers lose nothing silently: every file's traces, Zipkin's
 //! own merge of span pieces, times in the wrong unit refused.
 
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! Trace import and CRISP critical paths (issue 5).
+//! Trace import and CRISP critical paths.
 //!
 //! Data: `testdata/crisp` (33 Jaeger traces from uber-research/CRISP),
 //! `testdata/traces/traceweaver-{media,hotel}` (DeathStarBench) and

@@ -1,4 +1,4 @@
-//! The Figure 1 demo end to end (issue 4: "The Figure 1 demo uses it"):
+//! The Figure 1 demo end to end:
 //! services A, B and C, records shipped through the SDK exporter and the
 //! collector client to an in-process `cpt serve`, `DIR/records.jsonl`
 //! beside it, and `DIR/profile.pb.gz`, which `cpt profile` reproduces byte
@@ -218,7 +218,7 @@ fn demo_fig1_unreachable_collector_fails_fast_and_counts_every_record() {
     assert_eq!(line_count(&dir.path().join("records.jsonl")), 20);
 }
 
-/// Issue 4's interop check on the demo's own profile: `go tool pprof` reads
+/// The pprof interop check on the demo's own profile: `go tool pprof` reads
 /// it (`-top`, `-traces`, `-raw`, `-svg`), names frames of all three
 /// services, and its total is the mean latency of the sampled requests.
 /// Without `go` this prints a loud notice and passes, except under

@@ -1,4 +1,4 @@
-//! The operator's loop end to end (issue 16): the Figure 1 system and a
+//! The operator's loop end to end: the Figure 1 system and a
 //! collector, a credential minted with `cpt force`'s library function, one
 //! request sent with it, and `cpt show --wait` finding the forced record and
 //! printing a tree over A, B and C whose times sum to the latency. The same

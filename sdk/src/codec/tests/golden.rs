@@ -1,9 +1,8 @@
 //! Golden wire bytes: the codec's reference.
 //!
 //! `src/codec/testdata/*.bin` were written by the encoder as it stood when
-//! the codec was made fast (session 3; the encoder before that wrote the same
-//! bytes and its decoder gave the same results, checked when this replaced
-//! the frozen copy of it), and `decode_results.txt` holds what
+//! the codec was made fast (the encoder before that wrote the same bytes and
+//! its decoder gave the same results), and `decode_results.txt` holds what
 //! the decoder made of 3 000 deterministic hostile inputs derived from them.
 //! The encoder must keep writing these bytes and the decoder must keep
 //! giving these paths and error messages: paths cross services of different
