@@ -414,3 +414,4 @@ mod flows;
 mod operator;
 mod parquet;
 mod reference;
+mod show;
