@@ -3,36 +3,24 @@
 //! ones are summarised (rate-limited), a refusal says what was refused, and
 //! the collector answering again is said too.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cpt_collector::client::{CollectorClient, Endpoint, SendError};
+use cpt_sdk::testing::log::LogBuffer;
 
 use crate::client::start_scripted;
 use crate::support::*;
 
 /// Everything the client logs while `f` runs on this thread.
 fn logged(f: impl FnOnce()) -> String {
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
-    let writer = buf.clone();
+    let log = LogBuffer::default();
+    let writer = log.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_max_level(tracing::Level::INFO)
         .finish();
     tracing::subscriber::with_default(subscriber, f);
-    String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+    log.text()
 }
 
 /// An address nothing listens on.

@@ -5,7 +5,6 @@
 mod support;
 
 mod durability;
-mod fairness;
 mod hostile;
 mod malformed;
 mod overload;

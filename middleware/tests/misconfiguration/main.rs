@@ -3,12 +3,10 @@
 //! (an untrusted caller's trigger, a callee that returns no path) is logged
 //! at its first occurrence with the fix, then rate-limited.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use bytes::Bytes;
 use cpt_middleware::{ClientLayer, ServerLayer, SharedSecret, header};
 use cpt_sdk::Trigger;
+use cpt_sdk::testing::log::LogBuffer;
 use cpt_sdk::layer::CriticalPathLayer;
 use cpt_sdk::request::{self, RequestOptions};
 use http::{Request, Response};
@@ -20,37 +18,13 @@ use tracing_subscriber::prelude::*;
 type Mock = mock::Mock<Request<Full<Bytes>>, Response<Full<Bytes>>>;
 type MockHandle = mock::Handle<Request<Full<Bytes>>, Response<Full<Bytes>>>;
 
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Log {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Log {
-    fn warnings(&self) -> Vec<String> {
-        String::from_utf8(self.0.lock().unwrap().clone())
-            .unwrap()
-            .lines()
-            .filter(|l| l.contains("WARN"))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
 /// Runs `f` under a subscriber with cpt's layer and a log that is returned.
-fn logged<F, Fut>(f: F) -> Log
+fn logged<F, Fut>(f: F) -> LogBuffer
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let log = Log::default();
+    let log = LogBuffer::default();
     let writer = log.clone();
     let (layer, _handle) = CriticalPathLayer::builder()
         .with_service("test")
@@ -77,7 +51,7 @@ fn an_internal_service_that_trusts_no_caller_says_so_once_when_it_wraps_its_serv
         let _ = layer.layer(a);
         let _ = layer.layer(b);
     });
-    let w = log.warnings();
+    let w = log.lines_with("WARN");
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(
         w[0].contains("internal service B trusts no caller"),
@@ -100,7 +74,7 @@ fn a_service_with_a_trust_policy_or_an_entry_role_says_nothing() {
         let _ = ServerLayer::grpc("A").layer(b);
         let _ = ClientLayer::grpc("B").with_caller_secret("s3cret").layer(c);
     });
-    assert_eq!(log.warnings(), Vec::<String>::new());
+    assert_eq!(log.lines_with("WARN"), Vec::<String>::new());
 }
 
 #[test]
@@ -109,7 +83,7 @@ fn a_client_without_a_caller_secret_says_its_calls_may_be_blind_spots() {
         let (a, _ha): (Mock, MockHandle) = mock::pair();
         let _ = ClientLayer::grpc("B").layer(a);
     });
-    let w = log.warnings();
+    let w = log.lines_with("WARN");
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(w[0].contains("calls to B send no caller secret"), "{w:?}");
     assert!(w[0].contains("[blind spot]"), "{w:?}");
@@ -142,7 +116,7 @@ fn an_untrusted_callers_trigger_is_logged_with_the_fix_then_rate_limited() {
         }
     });
     assert_eq!(layer.stats().path_withheld, 3);
-    let w = log.warnings();
+    let w = log.lines_with("WARN");
     assert_eq!(w.len(), 1, "three requests, one line: {w:?}");
     assert!(w[0].contains("B ignored the trace trigger of a caller it does not trust"));
     assert!(
@@ -179,7 +153,7 @@ fn a_callee_that_returns_no_path_is_logged_as_a_blind_spot_then_rate_limited() {
         }
     });
     assert_eq!(layer.stats().callee_path_missing, 2);
-    let w = log.warnings();
+    let w = log.lines_with("WARN");
     assert_eq!(w.len(), 1, "two calls, one line: {w:?}");
     assert!(w[0].contains("C returned no critical path"), "{w:?}");
     assert!(

@@ -16,6 +16,7 @@
 
 pub mod expect;
 pub mod fixtures;
+pub mod log;
 mod rng;
 pub mod tools;
 
