@@ -12,6 +12,7 @@ pub mod import;
 pub mod mystery;
 pub mod predict;
 pub mod profile;
+pub mod remote;
 #[cfg(feature = "server")]
 pub mod serve;
 pub mod show;

@@ -68,6 +68,12 @@ pub struct ServeArgs {
     /// records.
     #[arg(long, value_name = "PATH")]
     pub ingest_token_file: Option<PathBuf>,
+    /// Require `Authorization: Bearer <token>` on every read (GET /v1/records, /profile,
+    /// /v1/stats; /healthz stays open), the token being this file's content. A role separate
+    /// from the ingest token. Without it anyone who can reach the HTTP port reads sampled
+    /// records, and forced records are served to no one.
+    #[arg(long, value_name = "PATH")]
+    pub read_token_file: Option<PathBuf>,
     /// Also write every accepted batch as Parquet (schema cpt.records.v1, docs/parquet.md) into
     /// DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet; a batch is acknowledged only once it is in
     /// a finished (fsynced, renamed) file. Each group commit closes its own file per hour.
@@ -108,18 +114,20 @@ pub struct ServeArgs {
     pub max_latency: Duration,
 }
 
-fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+fn read_token(flag: &str, path: &std::path::Path) -> anyhow::Result<String> {
     let token = std::fs::read_to_string(path)
-        .with_context(|| format!("--ingest-token-file {}: cannot read it", path.display()))?;
+        .with_context(|| format!("--{flag} {}: cannot read it", path.display()))?;
     let token = token.trim();
     anyhow::ensure!(
         !token.is_empty(),
-        "--ingest-token-file {}: the file is empty; put the token in it",
+        "--{flag} {}: the file is empty; put the token in it",
         path.display()
     );
     anyhow::ensure!(
-        token.bytes().all(|b| b.is_ascii_graphic()),
-        "--ingest-token-file {}: the token must be visible ASCII without spaces (it travels in an HTTP header)",
+        token
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b';' && b != b'"' && b != b','),
+        "--{flag} {}: the token must be visible ASCII without spaces, `;`, `,` or `\"` (it travels in an HTTP header or cookie)",
         path.display()
     );
     Ok(token.to_owned())
@@ -171,7 +179,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .with_max_latency(args.max_latency),
         );
     if let Some(path) = &args.ingest_token_file {
-        config = config.with_ingest_token(read_token(path)?);
+        config = config.with_ingest_token(read_token("ingest-token-file", path)?);
+    }
+    if let Some(path) = &args.read_token_file {
+        config = config.with_read_token(read_token("read-token-file", path)?);
+    }
+    if let (Some(i), Some(r)) = (&config.ingest_token, &config.read_token) {
+        anyhow::ensure!(
+            i != r,
+            "--ingest-token-file and --read-token-file hold the same token: they are separate roles \
+             (a sender must not read); give each its own"
+        );
     }
     if let Some(dir) = &args.parquet_dir {
         anyhow::ensure!(
@@ -189,6 +207,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the tokio runtime")?;
     let config_has_token = config.ingest_token.is_some();
+    let config_has_read_token = config.read_token.is_some();
     rt.block_on(async move {
         let collector = Collector::start(config).await?;
         eprintln!(
@@ -207,6 +226,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         } else {
             eprintln!(
                 "cpt serve: ingest is open to anyone who can reach the ports (see --ingest-token-file)"
+            );
+        }
+        if config_has_read_token {
+            eprintln!(
+                "cpt serve: reads (records, profiles, stats) require the bearer token from --read-token-file"
+            );
+        } else {
+            eprintln!(
+                "cpt serve: reads are open to anyone who can reach the http port (sampled records only; \
+                 forced records are withheld until --read-token-file is set)"
             );
         }
         if let Some(a) = collector.grpc_addr() {

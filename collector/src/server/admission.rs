@@ -94,7 +94,11 @@ impl SubmitError {
                 format!("batch rejected, nothing stored: body larger than {limit} bytes")
             }
             SubmitError::Store(e) => {
-                format!("batch not stored (store error; retry later): {e}")
+                // The detail names the store's or the Parquet directory's
+                // files: the operator's log gets it, the client does not.
+                super::errlog::error("storing a batch failed", || e.to_string());
+                "batch not stored (store error; the collector's log has the detail): retry later"
+                    .into()
             }
             SubmitError::ShuttingDown => "collector shutting down; retry later".into(),
         }
@@ -112,6 +116,8 @@ pub(super) struct Ingest {
     pub(super) limits: IngestLimits,
     pub(super) body_timeout: Duration,
     pub(super) token: Option<Arc<str>>,
+    /// Who may read (`GET /v1/records`, `/profile`, `/v1/stats`).
+    pub(super) read: super::access::ReadAccess,
     pub(super) jobs: mpsc::Sender<Job>,
     pub(super) counters: Counters,
     pub(super) store_path: PathBuf,
@@ -134,9 +140,9 @@ impl Ingest {
             return Ok(());
         };
         let presented = authorization
-            .and_then(|v| v.strip_prefix(b"Bearer ".as_slice()))
+            .and_then(super::access::bearer)
             .unwrap_or_default();
-        if constant_time_eq(presented.trim_ascii(), token.as_bytes()) {
+        if super::access::constant_time_eq(presented, token.as_bytes()) {
             Ok(())
         } else {
             let e = SubmitError::Unauthenticated;
@@ -267,30 +273,5 @@ struct CancelOnDrop(Arc<AtomicBool>);
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Compare without an early exit on the first differing byte, so the time
-/// taken does not tell how much of a guessed token was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = u8::from(a.len() != b.len());
-    for (i, &y) in b.iter().enumerate() {
-        let x = a.get(i).copied().unwrap_or(!y);
-        diff |= x ^ y;
-    }
-    diff == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::constant_time_eq;
-
-    #[test]
-    fn token_comparison_needs_every_byte() {
-        assert!(constant_time_eq(b"s3cret", b"s3cret"));
-        assert!(!constant_time_eq(b"s3cre", b"s3cret"));
-        assert!(!constant_time_eq(b"s3cret!", b"s3cret"));
-        assert!(!constant_time_eq(b"s3creT", b"s3cret"));
-        assert!(!constant_time_eq(b"", b"s3cret"));
     }
 }

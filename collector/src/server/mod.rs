@@ -51,7 +51,9 @@
 //! |---|---|
 //! | `admission.rs` | the permit, decoding off the async workers, waiting for the acknowledgement, the counters |
 //! | `writer.rs` | the single writer thread's group commit |
-//! | `http_api.rs` | `POST /v1/records`, `GET /profile`, `GET /v1/stats`, `GET /healthz` |
+//! | `http_api.rs` | `POST /v1/records`, `GET /v1/records`, `GET /profile`, `GET /v1/stats`, `GET /healthz` |
+//! | `access.rs` | who may read (the read token), bearer parsing |
+//! | `errlog.rs` | failure details for the operator's log, rate-limited |
 //! | `grpc_api.rs` | `cpt.collector.v1.Collector/Export` |
 //! | `listen.rs` | accepting connections: header-read and idle timeouts, HTTP/2 stream limit |
 //! | [`store`] | the SQLite store both the server and `cpt import` write |
@@ -68,7 +70,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 
+mod access;
 mod admission;
+mod errlog;
 mod grpc_api;
 mod http_api;
 mod listen;
@@ -100,6 +104,12 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default for [`ServeConfig::max_streams_per_connection`].
 pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 64;
+/// Records `GET /v1/records` returns when the query gives no `limit`.
+pub const DEFAULT_RECORDS_LIMIT: u64 = 1000;
+/// Largest `limit` a `GET /v1/records` query may ask for (400 beyond: page
+/// with `since` / `until`). The answer is streamed, so the cap bounds the
+/// work one query costs, not memory.
+pub const MAX_RECORDS_LIMIT: u64 = 100_000;
 /// Most filters (`label=` and the like) one `GET /profile` query may have.
 pub const MAX_PROFILE_FILTERS: usize = 64;
 
@@ -145,6 +155,13 @@ pub struct ServeConfig {
     /// `UNAUTHENTICATED`. `None` (the default): anyone who can reach the
     /// port may send records.
     pub ingest_token: Option<String>,
+    /// When set, every read (`GET /v1/records`, `GET /profile`,
+    /// `GET /v1/stats`) requires `Authorization: Bearer <token>` (or the
+    /// `cpt_read_token` cookie); others get 401. A role separate from
+    /// [`ServeConfig::ingest_token`]: neither token grants the other's
+    /// role. `None` (the default): anyone who can reach the HTTP port reads
+    /// sampled records; forced records are withheld from everyone.
+    pub read_token: Option<String>,
     /// When set, every accepted batch is also written as Parquet (schema
     /// `cpt.records.v1`) into `DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet`,
     /// and acknowledged only once its file is finished (fsynced and renamed):
@@ -172,6 +189,7 @@ impl ServeConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
             ingest_token: None,
+            read_token: None,
             parquet_dir: None,
             parquet_max_file_bytes: crate::records::parquet::DEFAULT_MAX_FILE_BYTES,
         }
@@ -228,6 +246,12 @@ impl ServeConfig {
     /// Require this bearer token on ingest ([`ServeConfig::ingest_token`]).
     pub fn with_ingest_token(mut self, token: impl Into<String>) -> Self {
         self.ingest_token = Some(token.into());
+        self
+    }
+
+    /// Require this bearer token on reads ([`ServeConfig::read_token`]).
+    pub fn with_read_token(mut self, token: impl Into<String>) -> Self {
+        self.read_token = Some(token.into());
         self
     }
 
@@ -387,6 +411,7 @@ impl Collector {
             limits: config.limits,
             body_timeout: config.body_timeout,
             token: config.ingest_token.clone().map(|t| Arc::from(t.trim())),
+            read: access::ReadAccess::new(config.read_token.as_deref()),
             jobs,
             counters: Counters::default(),
             store_path,

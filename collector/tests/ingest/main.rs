@@ -9,6 +9,7 @@ mod hostile;
 mod malformed;
 mod overload;
 mod parquet;
+mod read_access;
 mod roundtrip;
 
 #[cfg(feature = "client")]
