@@ -234,8 +234,10 @@ impl ClientStats {
         Self::load(&self.counters.spool_pending_records)
     }
 
-    /// Torn tails found (and cut off) when the spool was opened: a crash
-    /// while appending. [`last_error`](Self::last_error) describes the last.
+    /// Torn tails found (and cut off) and damaged entries skipped when the
+    /// spool was opened (a crash while appending, a corrupted disk);
+    /// [`last_error`](Self::last_error) describes the last, with the records
+    /// lost.
     pub fn spool_tears(&self) -> u64 {
         Self::load(&self.counters.spool_tears)
     }
@@ -390,10 +392,16 @@ impl CollectorClientBuilder {
                 let c = &stats.counters;
                 c.spool_pending_records
                     .store(r.pending_records, Ordering::Relaxed);
-                c.spool_tears.store(r.torn.len() as u64, Ordering::Relaxed);
+                c.spool_tears
+                    .store((r.torn.len() + r.damaged.len()) as u64, Ordering::Relaxed);
                 if let Some(tear) = r.torn.last() {
                     stats.set_last_error(&format!(
                         "spool torn tail (a crash while appending): {tear}"
+                    ));
+                }
+                for damage in &r.damaged {
+                    stats.set_last_error(&format!(
+                        "spool damaged entry skipped (the entries after it are replayed): {damage}"
                     ));
                 }
                 if let Some(reset) = &r.cursor_reset {

@@ -23,11 +23,16 @@
 //!
 //! An entry is appended with one write and fsynced before
 //! [`Spool::append`] returns. A crash mid-append leaves a torn tail: on
-//! [`Spool::open`] every segment is scanned from the cursor, and the first
-//! entry that is incomplete, longer than its file or fails its checksum
-//! ends the segment: the file is truncated there (the entries before it are
-//! kept and replayed) and the tear is reported in [`Recovery::torn`], never
-//! fatal. A file named like a segment that does not start with the header
+//! [`Spool::open`] every segment is scanned from the cursor, and an entry
+//! that is incomplete, longer than its file or fails its checksum is
+//! damage. The scan then looks for the next offset where a whole entry
+//! starts (a plausible header, a payload that parses, a matching
+//! checksum): if there is one, only the damaged bytes are skipped, every
+//! intact entry after them is kept, and the damage is reported in
+//! [`Recovery::damaged`] with the records it held (when its own header
+//! still says so). If there is none, it was a torn tail: the file is
+//! truncated there (the entries before it are kept and replayed) and the
+//! tear is reported in [`Recovery::torn`]. Neither is fatal. A file named like a segment that does not start with the header
 //! is an error ([`SpoolError::NotASegment`]): the spool does not delete what
 //! it did not write.
 //!
@@ -155,6 +160,59 @@ impl std::fmt::Display for Tear {
     }
 }
 
+/// Damaged bytes in the middle of a segment, skipped when it was opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// The segment.
+    pub segment: PathBuf,
+    /// Where the damage starts.
+    pub offset: u64,
+    /// Bytes skipped, up to the next intact entry.
+    pub skipped_bytes: u64,
+    /// What was wrong at `offset`.
+    pub reason: String,
+    /// Records lost: what the damaged entry's own header says when it spans
+    /// exactly the skipped bytes and still parses; `None` when that cannot
+    /// be told (the damage hit the length or the record count).
+    pub records_lost: Option<u64>,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {} at byte {}; {} bytes skipped ({}), the entries after kept",
+            self.segment.display(),
+            self.reason,
+            self.offset,
+            self.skipped_bytes,
+            match self.records_lost {
+                Some(n) => format!("{n} records lost"),
+                None => "an unknown number of records lost".to_owned(),
+            }
+        )
+    }
+}
+
+/// The payload length and record count of a whole entry at `pos` of `data`,
+/// if one starts there.
+fn entry_at(data: &[u8], pos: usize) -> Option<(u64, u32)> {
+    let rest = data.get(pos..)?;
+    let header = rest.get(..ENTRY_HEADER as usize)?;
+    let n = u64::from(u32::from_le_bytes(header[..4].try_into().ok()?));
+    if n < 5 || n > MAX_ENTRY || ENTRY_HEADER + n > rest.len() as u64 {
+        return None;
+    }
+    let payload = &rest[ENTRY_HEADER as usize..(ENTRY_HEADER + n) as usize];
+    // Cheap checks before the checksum: a batch id of visible ASCII.
+    let (id, records, at) = parse_payload(payload)?;
+    if at as u64 > n || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return None;
+    }
+    let crc = u32::from_le_bytes(header[4..8].try_into().ok()?);
+    (crc32fast::hash(payload) == crc).then_some((n, records))
+}
+
 /// What [`Spool::open`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovery {
@@ -164,6 +222,9 @@ pub struct Recovery {
     pub pending_records: u64,
     /// Torn tails cut off (a crash while appending), oldest segment first.
     pub torn: Vec<Tear>,
+    /// Damaged entries in the middle of a segment, skipped (the intact
+    /// entries after them are kept), oldest first.
+    pub damaged: Vec<Damage>,
     /// Set when the cursor could not be read: replay starts at the oldest
     /// segment (batches sent before may be sent again; the collector keeps
     /// one copy of each batch id).
@@ -388,16 +449,49 @@ impl Spool {
             }
             let n = u64::from(u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")));
             let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-            if n > MAX_ENTRY || ENTRY_HEADER + n > rest.len() as u64 {
-                break Some(format!(
+            let damage = if n > MAX_ENTRY || ENTRY_HEADER + n > rest.len() as u64 {
+                Some(format!(
                     "entry of {n} bytes runs past the end of the file ({} bytes left)",
                     rest.len() as u64 - ENTRY_HEADER
-                ));
+                ))
+            } else {
+                let payload = &rest[ENTRY_HEADER as usize..(ENTRY_HEADER + n) as usize];
+                if crc32fast::hash(payload) != crc {
+                    Some("checksum mismatch".to_owned())
+                } else if parse_payload(payload).is_none() {
+                    Some("malformed entry payload".to_owned())
+                } else {
+                    None
+                }
+            };
+            if let Some(reason) = damage {
+                // The next whole entry after the damage, if any: skip only
+                // the damaged bytes. None: a torn tail.
+                let Some(next) = (pos as usize + 1..data.len())
+                    .find(|&q| entry_at(&data, q).is_some())
+                    .map(|q| q as u64)
+                else {
+                    break Some(reason);
+                };
+                // The damaged entry's own header, if it spans exactly the
+                // skipped bytes, says how many records were lost.
+                let records_lost = (pos + ENTRY_HEADER + n == next)
+                    .then(|| {
+                        parse_payload(&rest[ENTRY_HEADER as usize..(ENTRY_HEADER + n) as usize])
+                    })
+                    .flatten()
+                    .map(|(_, records, _)| u64::from(records));
+                self.recovery.damaged.push(Damage {
+                    segment: path.to_owned(),
+                    offset: pos,
+                    skipped_bytes: next - pos,
+                    reason,
+                    records_lost,
+                });
+                pos = next;
+                continue;
             }
             let payload = &rest[ENTRY_HEADER as usize..(ENTRY_HEADER + n) as usize];
-            if crc32fast::hash(payload) != crc {
-                break Some("checksum mismatch".to_owned());
-            }
             let Some((_, records, _)) = parse_payload(payload) else {
                 break Some("malformed entry payload".to_owned());
             };
@@ -605,7 +699,13 @@ impl Spool {
         let Some(p) = self.entries.front().copied() else {
             return Ok(0);
         };
-        write_cursor(&self.dir, p.seg, p.offset + p.size())?;
+        // The cursor goes to the next entry itself, past any damaged bytes
+        // skipped between the two (a restart does not scan them again).
+        let (seg, offset) = match self.entries.get(1) {
+            Some(next) => (next.seg, next.offset),
+            None => (p.seg, p.offset + p.size()),
+        };
+        write_cursor(&self.dir, seg, offset)?;
         self.entries.pop_front();
         self.pending_bytes -= p.size();
         self.pending_records -= u64::from(p.records);
@@ -789,7 +889,7 @@ mod tests {
     }
 
     #[test]
-    fn a_flipped_byte_ends_the_segment_at_the_damaged_entry() {
+    fn a_flipped_byte_in_the_last_entry_ends_the_segment_there() {
         let dir = tempfile::tempdir().unwrap();
         let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
         for i in 0..3 {
@@ -803,7 +903,99 @@ mod tests {
         fs::write(&seg, &bytes).unwrap();
         let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
         assert_eq!(spool.recovery().torn[0].reason, "checksum mismatch");
+        assert!(spool.recovery().damaged.is_empty());
         assert_eq!(drain(&mut spool), ["b0", "b1"]);
+    }
+
+    /// Offsets of each entry in segment 1 of a spool of `n` entries.
+    fn entry_offsets(dir: &Path) -> Vec<u64> {
+        let bytes = fs::read(dir.join(seg_name(1))).unwrap();
+        let mut out = Vec::new();
+        let mut pos = HEADER_LEN as usize;
+        while pos < bytes.len() {
+            out.push(pos as u64);
+            let n = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+            pos += ENTRY_HEADER as usize + n;
+        }
+        out
+    }
+
+    #[test]
+    fn a_corrupt_entry_in_the_middle_is_skipped_alone_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
+        for i in 0..61 {
+            spool.append(&format!("b{i}"), 3, &body(i)).unwrap();
+        }
+        drop(spool);
+        let offsets = entry_offsets(dir.path());
+        let seg = dir.path().join(seg_name(1));
+        let mut bytes = fs::read(&seg).unwrap();
+        // One flipped byte in the body of entry 17.
+        let at = (offsets[17] + offsets[18]) as usize / 2 + 4;
+        bytes[at] ^= 0x55;
+        fs::write(&seg, &bytes).unwrap();
+
+        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
+        let r = spool.recovery().clone();
+        assert!(r.torn.is_empty(), "{:?}", r.torn);
+        assert_eq!(r.damaged.len(), 1, "{:?}", r.damaged);
+        let d = &r.damaged[0];
+        assert_eq!(d.offset, offsets[17]);
+        assert_eq!(d.skipped_bytes, offsets[18] - offsets[17]);
+        assert_eq!(d.records_lost, Some(3));
+        assert!(d.to_string().contains("3 records lost"), "{d}");
+        assert_eq!(r.pending_batches, 60);
+        let want: Vec<String> = (0..61)
+            .filter(|i| *i != 17)
+            .map(|i| format!("b{i}"))
+            .collect();
+        assert_eq!(drain(&mut spool), want);
+    }
+
+    #[test]
+    fn a_corrupt_length_is_skipped_up_to_the_next_whole_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
+        for i in 0..5 {
+            spool.append(&format!("b{i}"), 2, &body(i)).unwrap();
+        }
+        drop(spool);
+        let offsets = entry_offsets(dir.path());
+        let seg = dir.path().join(seg_name(1));
+        let mut bytes = fs::read(&seg).unwrap();
+        // Entry 2's length says it runs past the end of the file.
+        bytes[offsets[2] as usize + 3] = 0x7f;
+        fs::write(&seg, &bytes).unwrap();
+        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
+        let d = &spool.recovery().damaged;
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].records_lost, None, "the length itself was hit");
+        assert!(d[0].to_string().contains("unknown number"), "{}", d[0]);
+        assert_eq!(drain(&mut spool), ["b0", "b1", "b3", "b4"]);
+    }
+
+    #[test]
+    fn replay_past_a_skipped_entry_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
+        for i in 0..4 {
+            spool.append(&format!("b{i}"), 1, &body(i)).unwrap();
+        }
+        drop(spool);
+        let offsets = entry_offsets(dir.path());
+        let seg = dir.path().join(seg_name(1));
+        let mut bytes = fs::read(&seg).unwrap();
+        bytes[offsets[2] as usize - 2] ^= 0xff; // the end of entry 1
+        fs::write(&seg, &bytes).unwrap();
+        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(spool.front().unwrap().unwrap().batch_id, "b0");
+        spool.pop_front().unwrap();
+        drop(spool);
+        // The cursor stands at b2: the damage is not met (nor reported) again.
+        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
+        assert!(spool.recovery().damaged.is_empty());
+        assert_eq!(drain(&mut spool), ["b2", "b3"]);
     }
 
     #[test]

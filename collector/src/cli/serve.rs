@@ -14,7 +14,8 @@ use crate::ingest::limits::{
 use crate::server::store::Durability;
 use crate::server::{
     Collector, DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_GROUP_RECORDS, DEFAULT_MAX_PENDING_BATCHES,
-    DEFAULT_MAX_RECEIVING_BODIES, DEFAULT_MAX_STREAMS_PER_CONNECTION, ServeConfig,
+    DEFAULT_MAX_RECEIVING_BODIES, DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_MIN_BODY_RATE,
+    ServeConfig,
 };
 
 /// Run the collector: accept record batches over gRPC (cpt.collector.v1.Collector/Export) and
@@ -51,6 +52,15 @@ pub struct ServeArgs {
     /// slow senders hold these instead.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_RECEIVING_BODIES)]
     pub max_receiving_bodies: usize,
+    /// Receiving slots one peer address (IP) may hold at once; beyond it that peer gets 429 /
+    /// RESOURCE_EXHAUSTED while others still find slots (default: a quarter of
+    /// --max-receiving-bodies, at least 1).
+    #[arg(long, value_name = "N")]
+    pub max_receiving_bodies_per_peer: Option<usize>,
+    /// Bytes per second a request body must average after its first 5 s; a slower sender is cut
+    /// (HTTP 408 / DEADLINE_EXCEEDED) and its slot freed. 0: no minimum.
+    #[arg(long, value_name = "BYTES_PER_SEC", default_value_t = DEFAULT_MIN_BODY_RATE)]
+    pub min_body_rate: u64,
     /// How long a client may take to send a request body (HTTP 408 / DEADLINE_EXCEEDED after).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
     pub body_timeout: Duration,
@@ -162,6 +172,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_max_group_records(args.max_group_records)
         .with_max_receiving_bodies(args.max_receiving_bodies)
         .with_body_timeout(args.body_timeout)
+        .with_min_body_rate(args.min_body_rate)
         .with_header_read_timeout(args.header_read_timeout)
         .with_idle_timeout(args.idle_timeout)
         .with_max_streams_per_connection(args.max_streams_per_connection)
@@ -178,6 +189,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .with_max_batch_stored_bytes(args.max_batch_stored_bytes)
                 .with_max_latency(args.max_latency),
         );
+    if let Some(n) = args.max_receiving_bodies_per_peer {
+        config = config.with_max_receiving_bodies_per_peer(n);
+    }
     if let Some(path) = &args.ingest_token_file {
         config = config.with_ingest_token(read_token("ingest-token-file", path)?);
     }

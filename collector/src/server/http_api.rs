@@ -21,11 +21,11 @@ use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::access::ReadAccess;
-use super::admission::{Ingest, SubmitError};
+use super::admission::{BodyFailure, Ingest, SubmitError};
 use super::errlog;
+use super::receiving::PeerIp;
 use super::store::{Store, StoreError};
 use super::{DEFAULT_RECORDS_LIMIT, MAX_PROFILE_FILTERS, MAX_RECORDS_LIMIT};
 use crate::ingest::{self, BatchError, BodyFormat};
@@ -40,11 +40,13 @@ impl SubmitError {
         let msg = self.message();
         let mut body = serde_json::json!({ "error": msg });
         let status = match &self {
-            SubmitError::Overloaded { .. } | SubmitError::Receiving { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            SubmitError::Overloaded { .. }
+            | SubmitError::Receiving { .. }
+            | SubmitError::PeerBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             SubmitError::Unauthenticated => StatusCode::UNAUTHORIZED,
-            SubmitError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            SubmitError::BodyTimeout { .. } | SubmitError::BodyTooSlow { .. } => {
+                StatusCode::REQUEST_TIMEOUT
+            }
             SubmitError::Malformed(e) => {
                 body["problems"] = e
                     .problems()
@@ -62,6 +64,7 @@ impl SubmitError {
             self,
             SubmitError::Overloaded { .. }
                 | SubmitError::Receiving { .. }
+                | SubmitError::PeerBusy { .. }
                 | SubmitError::Store(_)
                 | SubmitError::ShuttingDown
         ) {
@@ -95,6 +98,7 @@ pub(super) fn router(ingest: Arc<Ingest>) -> Router {
 
 async fn post_records(
     State(ingest): State<Arc<Ingest>>,
+    peer: Option<axum::Extension<PeerIp>>,
     headers: HeaderMap,
     body: AxumBody,
 ) -> Response {
@@ -111,7 +115,7 @@ async fn post_records(
     // A receiving slot while the body arrives; the writer's permit only
     // once it has (see the module docs of `server`), so slow senders hold
     // receiving slots, not the writer's.
-    let receiving = match ingest.receive() {
+    let receiving = match ingest.receive(peer.map(|p| p.0.0)) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -162,15 +166,21 @@ async fn post_records(
         e.count(&ingest.counters);
         return e.into_response();
     }
-    let timeout = ingest.body_timeout;
-    let bytes = match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            let e = SubmitError::TooLarge { limit };
-            e.count(&ingest.counters);
-            return e.into_response();
+    let bytes = match ingest.receive_body(body, limit).await {
+        Ok(b) => b,
+        Err(BodyFailure::Refused(e)) => {
+            let closes = matches!(
+                e,
+                SubmitError::BodyTimeout { .. } | SubmitError::BodyTooSlow { .. }
+            );
+            let mut resp = e.into_response();
+            if closes {
+                resp.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            return resp;
         }
-        Ok(Err(e)) => {
+        Err(BodyFailure::Read(e)) => {
             ingest
                 .counters
                 .rejected_batches
@@ -179,14 +189,6 @@ async fn post_records(
                 StatusCode::BAD_REQUEST,
                 &serde_json::json!({ "error": format!("cannot read the request body: {e}") }),
             );
-        }
-        Err(_) => {
-            let e = SubmitError::BodyTimeout { after: timeout };
-            e.count(&ingest.counters);
-            let mut resp = e.into_response();
-            resp.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return resp;
         }
     };
     drop(receiving);

@@ -61,8 +61,8 @@ where
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((s, _)) => s,
+                let (stream, peer) = match accepted {
+                    Ok(s) => s,
                     // Out of file descriptors and the like: back off, keep serving.
                     Err(_) => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -70,7 +70,7 @@ where
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                conns.spawn(connection(stream, service.clone(), limits, conn_stop.clone()));
+                conns.spawn(connection(stream, peer.ip(), service.clone(), limits, conn_stop.clone()));
             }
             () = until_stopped(&mut stop) => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -83,6 +83,7 @@ where
 
 async fn connection<S, B>(
     stream: TcpStream,
+    peer: std::net::IpAddr,
     service: S,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
@@ -118,7 +119,9 @@ async fn connection<S, B>(
         .max_pending_accept_reset_streams(Some(limits.max_streams as usize * 2))
         .max_local_error_reset_streams(Some(limits.max_streams as usize * 2));
     let counted = activity.clone();
-    let svc = hyper::service::service_fn(move |req| {
+    let svc = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+        // Admission shares receiving slots fairly between peer addresses.
+        req.extensions_mut().insert(super::receiving::PeerIp(peer));
         let guard = InFlight::enter(counted.clone());
         let mut service = service.clone();
         async move {

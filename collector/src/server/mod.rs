@@ -55,6 +55,7 @@
 //! | `access.rs` | who may read (the read token), bearer parsing |
 //! | `errlog.rs` | failure details for the operator's log, rate-limited |
 //! | `grpc_api.rs` | `cpt.collector.v1.Collector/Export` |
+//! | `receiving.rs` | receiving slots shared fairly between peer addresses, the minimum body rate |
 //! | `listen.rs` | accepting connections: header-read and idle timeouts, HTTP/2 stream limit |
 //! | [`store`] | the SQLite store both the server and `cpt import` write |
 //! | `mod.rs` (here) | [`ServeConfig`], starting and stopping a [`Collector`] |
@@ -76,6 +77,7 @@ mod errlog;
 mod grpc_api;
 mod http_api;
 mod listen;
+mod receiving;
 pub mod store;
 mod writer;
 
@@ -96,6 +98,9 @@ pub const DEFAULT_MAX_BATCH_BYTES: usize = 4 << 20;
 pub const DEFAULT_MAX_GROUP_RECORDS: usize = 20_000;
 /// Default for [`ServeConfig::max_receiving_bodies`].
 pub const DEFAULT_MAX_RECEIVING_BODIES: usize = 256;
+/// Default for [`ServeConfig::min_body_rate`]: 1 KiB/s.
+pub const DEFAULT_MIN_BODY_RATE: u64 = 1024;
+pub use receiving::BODY_RATE_GRACE;
 /// Default for [`ServeConfig::body_timeout`].
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default for [`ServeConfig::header_read_timeout`].
@@ -139,9 +144,18 @@ pub struct ServeConfig {
     /// ([`ServeConfig::max_pending_batches`]) is taken only once a body has
     /// arrived, so slow senders hold these, not the writer's.
     pub max_receiving_bodies: usize,
+    /// Receiving slots one peer address may hold at once (429 /
+    /// `RESOURCE_EXHAUSTED` beyond, while other peers still find slots).
+    /// `None`: a quarter of [`ServeConfig::max_receiving_bodies`], at least
+    /// one. See `receiving.rs` for the rule.
+    pub max_receiving_bodies_per_peer: Option<usize>,
     /// How long a client may take to send a request body (HTTP 408 / gRPC
     /// `DEADLINE_EXCEEDED` after).
     pub body_timeout: Duration,
+    /// Bytes per second a request body must average once
+    /// [`BODY_RATE_GRACE`] has passed; a slower sender is cut (HTTP 408 /
+    /// `DEADLINE_EXCEEDED`). `0`: no minimum.
+    pub min_body_rate: u64,
     /// How long a client may take to send an HTTP/1 request's headers (the
     /// connection is closed after).
     pub header_read_timeout: Duration,
@@ -184,7 +198,9 @@ impl ServeConfig {
             max_group_records: DEFAULT_MAX_GROUP_RECORDS,
             limits: IngestLimits::default(),
             max_receiving_bodies: DEFAULT_MAX_RECEIVING_BODIES,
+            max_receiving_bodies_per_peer: None,
             body_timeout: DEFAULT_BODY_TIMEOUT,
+            min_body_rate: DEFAULT_MIN_BODY_RATE,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
@@ -216,6 +232,18 @@ impl ServeConfig {
     /// Set [`ServeConfig::max_receiving_bodies`] (at least 1).
     pub fn with_max_receiving_bodies(mut self, n: usize) -> Self {
         self.max_receiving_bodies = n.max(1);
+        self
+    }
+
+    /// Set [`ServeConfig::max_receiving_bodies_per_peer`] (at least 1).
+    pub fn with_max_receiving_bodies_per_peer(mut self, n: usize) -> Self {
+        self.max_receiving_bodies_per_peer = Some(n.max(1));
+        self
+    }
+
+    /// Set [`ServeConfig::min_body_rate`] (bytes per second; 0: none).
+    pub fn with_min_body_rate(mut self, bytes_per_sec: u64) -> Self {
+        self.min_body_rate = bytes_per_sec;
         self
     }
 
@@ -388,6 +416,19 @@ impl Collector {
         let max_pending = config.max_pending_batches.max(1);
         let (jobs, rx) = mpsc::channel(max_pending);
         let max_group = config.max_group_records.max(1);
+        if let Some(dir) = &config.parquet_dir {
+            match writer::remove_stale_temp_files(dir) {
+                Ok(0) => {}
+                Ok(n) => eprintln!(
+                    "cpt serve: removed {n} unfinished Parquet temp file(s) a stopped collector left in {}",
+                    dir.display()
+                ),
+                Err(e) => eprintln!(
+                    "cpt serve: warning: cannot clear unfinished Parquet temp files in {}: {e}",
+                    dir.display()
+                ),
+            }
+        }
         let parquet = match &config.parquet_dir {
             Some(dir) => Some(
                 crate::records::parquet::PartitionedWriter::new(dir)
@@ -407,6 +448,12 @@ impl Collector {
             receiving: Arc::new(Semaphore::new(max_receiving)),
             max_pending,
             max_receiving,
+            peer_slots: Arc::default(),
+            max_receiving_per_peer: config
+                .max_receiving_bodies_per_peer
+                .unwrap_or(max_receiving / 4)
+                .clamp(1, max_receiving),
+            min_body_rate: config.min_body_rate,
             max_batch_bytes: config.max_batch_bytes,
             limits: config.limits,
             body_timeout: config.body_timeout,

@@ -15,6 +15,7 @@
 //! what is in a finished file. `cpt export DIR --parquet-dir NEW` compacts
 //! them.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -92,4 +93,63 @@ fn write_parquet(
             message: e.to_string(),
         }
     })
+}
+
+/// Remove the hidden `.part-*.parquet.tmp` files a killed collector left
+/// under `dir` (files of groups that never committed: no acknowledged
+/// record is only in one). Returns how many were removed.
+pub(super) fn remove_stale_temp_files(dir: &Path) -> std::io::Result<usize> {
+    let mut removed = 0;
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        let entries = match std::fs::read_dir(&d) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() && name.starts_with(".part-") && name.ends_with(".parquet.tmp")
+            {
+                std::fs::remove_file(entry.path())?;
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn stale_parquet_temp_files_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour = dir.path().join("date=2026-01-01/hour=03");
+        std::fs::create_dir_all(&hour).unwrap();
+        for name in [
+            ".part-a.parquet.tmp",
+            ".part-b.parquet.tmp",
+            "part-c.parquet",
+            "notes.tmp",
+        ] {
+            std::fs::write(hour.join(name), b"x").unwrap();
+        }
+        std::fs::write(dir.path().join(".part-top.parquet.tmp"), b"x").unwrap();
+        assert_eq!(super::remove_stale_temp_files(dir.path()).unwrap(), 3);
+        let mut left: Vec<_> = std::fs::read_dir(&hour)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["notes.tmp", "part-c.parquet"]);
+        assert_eq!(
+            super::remove_stale_temp_files(&dir.path().join("missing")).unwrap(),
+            0
+        );
+    }
 }

@@ -5,6 +5,7 @@
 mod support;
 
 mod durability;
+mod fairness;
 mod hostile;
 mod malformed;
 mod overload;
