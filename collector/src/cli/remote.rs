@@ -1,6 +1,7 @@
 //! The CLI's client of a running collector's HTTP read API
 //! (`cpt show --collector`, `cpt profile --collector`): one `GET` at a time
-//! over HTTP/1.1, with the read token when the collector wants one.
+//! over HTTP/1.1, or HTTPS (rustls) for an `https://` URL, with the read
+//! token when the collector wants one.
 //!
 //! The read token comes from `--read-token-file FILE` or, failing that, the
 //! `CPT_READ_TOKEN` environment variable. An answer that is gRPC (the URL
@@ -29,6 +30,52 @@ pub struct RemoteArgs {
     /// the token is taken from the CPT_READ_TOKEN environment variable, if set.
     #[arg(long, value_name = "PATH")]
     pub read_token_file: Option<PathBuf>,
+    /// For an https:// collector: trust the certificate authorities of this PEM file (a private
+    /// CA, or the collector's self-signed certificate) instead of the system's.
+    #[arg(long, value_name = "PEM")]
+    pub ca_file: Option<PathBuf>,
+}
+
+/// A connection to the collector, plain or TLS.
+trait Conn: Read + Write {}
+impl<T: Read + Write> Conn for T {}
+
+/// The rustls client configuration for `--ca-file` (or the system's roots).
+fn tls_config(ca_file: Option<&Path>) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_file {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .with_context(|| format!("--ca-file {}: cannot read it", path.display()))?
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("--ca-file {}: not PEM certificates", path.display()))?;
+            anyhow::ensure!(
+                !certs.is_empty(),
+                "--ca-file {}: no CERTIFICATE block in it",
+                path.display()
+            );
+            for cert in certs {
+                roots.add(cert).with_context(|| {
+                    format!("--ca-file {}: not a usable CA certificate", path.display())
+                })?;
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS setup")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(std::sync::Arc::new(config))
 }
 
 /// Where the read token came from, for error messages.
@@ -44,6 +91,8 @@ pub struct Remote {
     url: String,
     authority: String,
     token: Option<(String, TokenSource)>,
+    /// For an `https://` URL.
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// The last answer left forced records out.
     withheld: std::cell::Cell<bool>,
 }
@@ -90,11 +139,14 @@ impl Remote {
     ///
     /// A URL of another form, an unreadable or empty token file.
     pub fn new(url: &str, args: &RemoteArgs) -> anyhow::Result<Remote> {
-        let rest = url.strip_prefix("http://").ok_or_else(|| {
-            anyhow::anyhow!(
-                "--collector {url:?}: expected http://HOST:PORT (the collector's HTTP address, `cpt serve --http`)"
-            )
-        })?;
+        let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (rest, None),
+            (_, Some(rest)) => (rest, Some(tls_config(args.ca_file.as_deref())?)),
+            _ => bail!(
+                "--collector {url:?}: expected http://HOST:PORT or https://HOST:PORT (the collector's \
+                 HTTP address, `cpt serve --http`)"
+            ),
+        };
         let authority = rest.trim_end_matches('/');
         anyhow::ensure!(
             !authority.is_empty() && !authority.contains('/'),
@@ -119,6 +171,7 @@ impl Remote {
             url: url.to_owned(),
             authority: authority.to_owned(),
             token,
+            tls,
             withheld: std::cell::Cell::new(false),
         })
     }
@@ -128,7 +181,29 @@ impl Remote {
         &self.url
     }
 
-    fn connect(&self) -> anyhow::Result<TcpStream> {
+    fn connect(&self) -> anyhow::Result<Box<dyn Conn>> {
+        let tcp = self.connect_tcp()?;
+        let Some(config) = &self.tls else {
+            return Ok(Box::new(tcp));
+        };
+        let host = self
+            .authority
+            .rsplit_once(':')
+            .map_or(self.authority.as_str(), |(h, _)| h)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let name = rustls::pki_types::ServerName::try_from(host.to_owned()).with_context(|| {
+            format!(
+                "--collector {:?}: {host:?} is not a TLS server name",
+                self.url
+            )
+        })?;
+        let conn = rustls::ClientConnection::new(config.clone(), name)
+            .with_context(|| format!("TLS to {}", self.url))?;
+        Ok(Box::new(rustls::StreamOwned::new(conn, tcp)))
+    }
+
+    fn connect_tcp(&self) -> anyhow::Result<TcpStream> {
         let url = &self.url;
         let addrs: Vec<_> = self
             .authority
@@ -169,13 +244,28 @@ impl Remote {
             request.push_str(&format!("Authorization: Bearer {t}\r\n"));
         }
         request.push_str("\r\n");
+        let tls_hint = if self.tls.is_some() {
+            " (a TLS failure: is --ca-file the collector's CA, and the URL its name?)"
+        } else {
+            ""
+        };
         stream
             .write_all(request.as_bytes())
-            .with_context(|| format!("sending the query to the collector at {url}"))?;
+            .and_then(|()| stream.flush())
+            .with_context(|| format!("sending the query to the collector at {url}{tls_hint}"))?;
         let mut raw = Vec::new();
-        stream
-            .read_to_end(&mut raw)
-            .with_context(|| format!("reading the collector's answer from {url}"))?;
+        match stream.read_to_end(&mut raw) {
+            Ok(_) => {}
+            // A TLS server that closes without close_notify after a
+            // `Connection: close` answer: the answer is whole when its
+            // framing says so (checked by `parse`).
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "reading the collector's answer from {url}{tls_hint}"
+                )));
+            }
+        }
         let answer = self.parse(&raw)?;
         self.withheld.set(answer.forced_withheld());
         Ok(answer)
@@ -373,6 +463,7 @@ mod tests {
             url: "http://127.0.0.1:1".into(),
             authority: "127.0.0.1:1".into(),
             token: None,
+            tls: None,
             withheld: std::cell::Cell::new(false),
         }
     }

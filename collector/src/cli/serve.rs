@@ -84,6 +84,13 @@ pub struct ServeArgs {
     /// records, and forced records are served to no one.
     #[arg(long, value_name = "PATH")]
     pub read_token_file: Option<PathBuf>,
+    /// Serve both ports over TLS with this PEM certificate chain (with --tls-key). Senders then
+    /// use grpcs:// / https:// endpoints, the CLI https:// URLs (--ca-file for a private CA).
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Also write every accepted batch as Parquet (schema cpt.records.v1, docs/parquet.md) into
     /// DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet; a batch is acknowledged only once it is in
     /// a finished (fsynced, renamed) file. Each group commit closes its own file per hour.
@@ -205,6 +212,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
              (a sender must not read); give each its own"
         );
     }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config = config.with_tls(cert, key);
+    }
     if let Some(dir) = &args.parquet_dir {
         anyhow::ensure!(
             args.parquet_max_file_mib > 0,
@@ -222,6 +232,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .context("cannot start the tokio runtime")?;
     let config_has_token = config.ingest_token.is_some();
     let config_has_read_token = config.read_token.is_some();
+    let tls = config.tls.is_some();
+    if tls {
+        eprintln!("cpt serve: both ports serve TLS only (--tls-cert / --tls-key)");
+    }
+    let (grpc_scheme, http_scheme) = if tls {
+        ("grpcs", "https")
+    } else {
+        ("grpc", "http")
+    };
     rt.block_on(async move {
         let collector = Collector::start(config).await?;
         eprintln!(
@@ -254,11 +273,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         if let Some(a) = collector.grpc_addr() {
             eprintln!("cpt serve: grpc listening on {a}");
+            eprintln!("cpt serve: exporters send to {grpc_scheme}://{a}");
         }
         if let Some(a) = collector.http_addr() {
-            eprintln!("cpt serve: http listening on http://{a}");
+            eprintln!("cpt serve: http listening on {http_scheme}://{a}");
             eprintln!(
-                "cpt serve: profiles: go tool pprof -http=: 'http://{a}/profile?service=SERVICE'"
+                "cpt serve: profiles: go tool pprof -http=: '{http_scheme}://{a}/profile?service=SERVICE'"
             );
         }
         collector.run_until(shutdown_signal()).await?;

@@ -10,6 +10,8 @@
 //! - **HTTP/2 streams**: at most [`ConnLimits::max_streams`] concurrent
 //!   streams per connection.
 //!
+//! With TLS, the handshake must finish within the header-read timeout.
+//!
 //! The body of an admitted request has its own deadline
 //! ([`super::ServeConfig::body_timeout`]), enforced by the handlers.
 
@@ -26,7 +28,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::codegen::Service;
 
@@ -38,13 +40,14 @@ pub(super) struct ConnLimits {
     pub(super) max_streams: u32,
 }
 
-/// Serve `service` on every connection `listener` accepts until `stop` is
-/// set, then let the open connections finish (each still under its idle
-/// timeout) and return.
+/// Serve `service` on every connection `listener` accepts (over TLS with
+/// `tls`) until `stop` is set, then let the open connections finish (each
+/// still under its idle timeout) and return.
 pub(super) async fn serve<S, B>(
     listener: TcpListener,
     service: S,
     limits: ConnLimits,
+    tls: Option<Arc<rustls::ServerConfig>>,
     mut stop: watch::Receiver<bool>,
 ) -> io::Result<()>
 where
@@ -58,6 +61,7 @@ where
 {
     let mut conns = tokio::task::JoinSet::new();
     let conn_stop = stop.clone();
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -70,7 +74,23 @@ where
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                conns.spawn(connection(stream, peer.ip(), service.clone(), limits, conn_stop.clone()));
+                let (service, stop, tls) = (service.clone(), conn_stop.clone(), tls.clone());
+                let peer = peer.ip();
+                conns.spawn(async move {
+                    match tls {
+                        None => connection(stream, peer, service, limits, stop).await,
+                        Some(acceptor) => {
+                            // A peer that never completes the handshake is
+                            // dropped like one that never sends its headers.
+                            let handshake = acceptor.accept(stream);
+                            if let Ok(Ok(stream)) =
+                                tokio::time::timeout(limits.header_read_timeout, handshake).await
+                            {
+                                connection(stream, peer, service, limits, stop).await;
+                            }
+                        }
+                    }
+                });
             }
             () = until_stopped(&mut stop) => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -81,13 +101,14 @@ where
     Ok(())
 }
 
-async fn connection<S, B>(
-    stream: TcpStream,
+async fn connection<T, S, B>(
+    stream: T,
     peer: std::net::IpAddr,
     service: S,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
 ) where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible>
         + Clone
         + Send
@@ -195,12 +216,12 @@ impl Drop for InFlight {
 }
 
 /// A stream that records when it last moved a byte.
-struct Tracked {
-    inner: TcpStream,
+struct Tracked<T> {
+    inner: T,
     activity: Arc<Activity>,
 }
 
-impl AsyncRead for Tracked {
+impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -215,7 +236,7 @@ impl AsyncRead for Tracked {
     }
 }
 
-impl AsyncWrite for Tracked {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

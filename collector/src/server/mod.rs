@@ -56,6 +56,7 @@
 //! | `errlog.rs` | failure details for the operator's log, rate-limited |
 //! | `grpc_api.rs` | `cpt.collector.v1.Collector/Export` |
 //! | `receiving.rs` | receiving slots shared fairly between peer addresses, the minimum body rate |
+//! | `tls.rs` | the TLS certificate and key of both ports |
 //! | `listen.rs` | accepting connections: header-read and idle timeouts, HTTP/2 stream limit |
 //! | [`store`] | the SQLite store both the server and `cpt import` write |
 //! | `mod.rs` (here) | [`ServeConfig`], starting and stopping a [`Collector`] |
@@ -79,6 +80,7 @@ mod http_api;
 mod listen;
 mod receiving;
 pub mod store;
+mod tls;
 mod writer;
 
 use admission::{Counters, Ingest};
@@ -89,6 +91,7 @@ use store::{Durability, Store, StoreError};
 use writer::write_loop;
 
 pub use crate::ingest::IngestLimits;
+pub use tls::{TlsError, TlsFiles};
 
 /// Default for [`ServeConfig::max_pending_batches`].
 pub const DEFAULT_MAX_PENDING_BATCHES: usize = 32;
@@ -183,6 +186,9 @@ pub struct ServeConfig {
     pub parquet_dir: Option<PathBuf>,
     /// A group's Parquet file is split once it passes this many bytes.
     pub parquet_max_file_bytes: u64,
+    /// Serve both ports over TLS with this certificate and key (`None`:
+    /// plaintext).
+    pub tls: Option<TlsFiles>,
 }
 
 impl ServeConfig {
@@ -208,6 +214,7 @@ impl ServeConfig {
             read_token: None,
             parquet_dir: None,
             parquet_max_file_bytes: crate::records::parquet::DEFAULT_MAX_FILE_BYTES,
+            tls: None,
         }
     }
 
@@ -283,6 +290,15 @@ impl ServeConfig {
         self
     }
 
+    /// Serve both ports over TLS ([`ServeConfig::tls`]).
+    pub fn with_tls(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls = Some(TlsFiles {
+            cert: cert.into(),
+            key: key.into(),
+        });
+        self
+    }
+
     /// Listen for gRPC on `addr`.
     pub fn with_grpc(mut self, addr: SocketAddr) -> Self {
         self.grpc = Some(addr);
@@ -349,6 +365,9 @@ pub enum ServeError {
     /// The Parquet directory cannot be created.
     #[error("--parquet-dir: {0}")]
     Parquet(crate::records::parquet::ParquetError),
+    /// The TLS certificate or key cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The writer thread could not start.
     #[error("cannot start the store writer thread: {0}")]
     Writer(std::io::Error),
@@ -411,6 +430,8 @@ impl Collector {
     ///
     /// When the store cannot be opened or an address cannot be bound.
     pub async fn start(config: ServeConfig) -> Result<Collector, ServeError> {
+        // Before anything is opened: a bad certificate fails the start.
+        let tls = config.tls.as_ref().map(tls::server_config).transpose()?;
         let store = Store::open_with(&config.store, config.durability)?;
         let store_path = store.path().to_path_buf();
         let max_pending = config.max_pending_batches.max(1);
@@ -481,8 +502,9 @@ impl Collector {
                 ingest: ingest.clone(),
             };
             let stopped = stopped.clone();
+            let tls = tls.clone();
             servers.push(tokio::spawn(async move {
-                listen::serve(listener, svc, conn_limits, stopped)
+                listen::serve(listener, svc, conn_limits, tls, stopped)
                     .await
                     .map_err(|e| ServeError::Server {
                         what: "grpc",
@@ -495,8 +517,9 @@ impl Collector {
             http_addr = Some(local_addr("http", addr, &listener)?);
             let app = router(ingest.clone());
             let stopped = stopped.clone();
+            let tls = tls.clone();
             servers.push(tokio::spawn(async move {
-                listen::serve(listener, app, conn_limits, stopped)
+                listen::serve(listener, app, conn_limits, tls, stopped)
                     .await
                     .map_err(|e| ServeError::Server {
                         what: "http",

@@ -12,6 +12,7 @@ mod overload;
 mod parquet;
 mod read_access;
 mod roundtrip;
+mod tls;
 
 #[cfg(feature = "client")]
 mod client;
