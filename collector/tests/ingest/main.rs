@@ -7,6 +7,7 @@ mod support;
 mod durability;
 mod fairness;
 mod hostile;
+mod limits;
 mod malformed;
 mod overload;
 mod parquet;
