@@ -33,11 +33,13 @@
 //!    that transaction, before it commits ([`Store::insert_group_then`]):
 //!    one file per hour partition per group (split past
 //!    [`ServeConfig::parquet_max_file_bytes`]), each finished (footer,
-//!    fsync, rename from a hidden `.tmp`, fsync of the directory). If that
-//!    fails the group's files are deleted and the transaction rolls back,
-//!    batch ids included (the senders retry). Only a failed commit after
-//!    finished files leaves a batch in Parquet alone, so Parquet may hold a
-//!    duplicate (`request_id` tells them apart); the store never does.
+//!    fsync, rename from a hidden `.tmp`, fsync of the directory) in a
+//!    hidden staging directory, and moved into its partition once the
+//!    store committed (`staging.rs`). If writing fails the group's files
+//!    are deleted and the transaction rolls back, batch ids included (the
+//!    senders retry); if the commit fails they are deleted too. A record is
+//!    in Parquet iff it is in the store, after `kill -9` too: a start
+//!    settles what a killed collector left staged.
 //! 4. **Acknowledgement.** Only after the commit returns does the request
 //!    answer 200 / `OK`. With [`Durability::Full`] the WAL was fsynced, so
 //!    an acknowledged batch survives `kill -9` and power loss.
@@ -51,6 +53,7 @@
 //! |---|---|
 //! | `admission.rs` | the permit, decoding off the async workers, waiting for the acknowledgement, the counters |
 //! | `writer.rs` | the single writer thread's group commit |
+//! | `staging.rs` | Parquet files staged until the store commits, settled at start |
 //! | `http_api.rs` | `POST /v1/records`, `GET /v1/records`, `GET /profile`, `GET /v1/stats`, `GET /healthz` |
 //! | `access.rs` | who may read (the read token), bearer parsing |
 //! | `errlog.rs` | failure details for the operator's log, rate-limited |
@@ -79,6 +82,7 @@ mod grpc_api;
 mod http_api;
 mod listen;
 mod receiving;
+mod staging;
 pub mod store;
 mod tls;
 mod writer;
@@ -365,6 +369,10 @@ pub enum ServeError {
     /// The Parquet directory cannot be created.
     #[error("--parquet-dir: {0}")]
     Parquet(crate::records::parquet::ParquetError),
+    /// What a stopped collector left staged in the Parquet directory cannot
+    /// be settled.
+    #[error("--parquet-dir: {0}")]
+    Staging(String),
     /// The TLS certificate or key cannot be used.
     #[error(transparent)]
     Tls(#[from] TlsError),
@@ -451,11 +459,29 @@ impl Collector {
             }
         }
         let parquet = match &config.parquet_dir {
-            Some(dir) => Some(
-                crate::records::parquet::PartitionedWriter::new(dir)
+            Some(dir) => {
+                let reader = staging::open_reader(&store_path).map_err(ServeError::Staging)?;
+                // Groups a stopped collector left staged: in place if the
+                // store committed them, deleted if not.
+                let committed = staging::max_id(&reader).map_err(ServeError::Staging)?;
+                let settled = staging::settle(dir, committed).map_err(ServeError::Staging)?;
+                if settled != staging::Settled::default() {
+                    eprintln!(
+                        "cpt serve: Parquet groups a stopped collector left: {} committed (moved into place), \
+                         {} not committed (deleted), {} unnamed staged files deleted",
+                        settled.published, settled.discarded, settled.orphans
+                    );
+                }
+                Some(writer::ParquetOut {
+                    root: dir.clone(),
+                    writer: crate::records::parquet::PartitionedWriter::new(
+                        dir.join(staging::STAGING),
+                    )
                     .map_err(ServeError::Parquet)?
                     .with_max_file_bytes(config.parquet_max_file_bytes),
-            ),
+                    reader,
+                })
+            }
             None => None,
         };
         let keep_records = parquet.is_some();
