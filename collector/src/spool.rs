@@ -200,7 +200,7 @@ fn entry_at(data: &[u8], pos: usize) -> Option<(u64, u32)> {
     let rest = data.get(pos..)?;
     let header = rest.get(..ENTRY_HEADER as usize)?;
     let n = u64::from(u32::from_le_bytes(header[..4].try_into().ok()?));
-    if n < 5 || n > MAX_ENTRY || ENTRY_HEADER + n > rest.len() as u64 {
+    if !(5..=MAX_ENTRY).contains(&n) || ENTRY_HEADER + n > rest.len() as u64 {
         return None;
     }
     let payload = &rest[ENTRY_HEADER as usize..(ENTRY_HEADER + n) as usize];

@@ -330,7 +330,9 @@ mod tests {
         let expired = mint(b"key", "id-1", "A", 300, NOW - 301);
         let too_long = mint(b"key", "id-1", "A", MAX_TTL_SECS + 60, NOW);
         let old_mac = "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843";
-        let cases: &[(&str, &str, Option<&str>, &[u8], Result<(), Rejection>)] = &[
+        // (case, service, request id, credential, outcome)
+        type Case<'a> = (&'a str, &'a str, Option<&'a str>, &'a [u8], Result<(), Rejection>);
+        let cases: &[Case<'_>] = &[
             ("other id",        "A", Some("id-2"), good.as_bytes(),      Err(Rejection::BadMac)),
             ("no id",           "A", None,         good.as_bytes(),      Err(Rejection::NoRequestId)),
             ("other key",       "A", Some("id-1"), other_key.as_bytes(), Err(Rejection::BadMac)),

@@ -159,7 +159,9 @@ mod tests {
         let read = ReadAccess::new(Some("r34d\n"));
         assert!(!read.is_open());
         assert!(!read.withholds_forced());
-        let cases: &[(&str, &[(&str, &str)], bool)] = &[
+        // (case, request headers, allowed)
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool);
+        let cases: &[Case<'_>] = &[
             ("none", &[], false),
             ("bearer", &[("authorization", "Bearer r34d")], true),
             (

@@ -266,7 +266,7 @@ mod tests {
         let root = dir.path();
         let staging = root.join(STAGING);
         let a = staged_file(root, "date=2026-01-01/hour=00/part-a.parquet");
-        let staged = stage(&staging, &[a.clone()], 0, 1).unwrap();
+        let staged = stage(&staging, std::slice::from_ref(&a), 0, 1).unwrap();
         // The file moved, then a crash before the manifest went.
         fs::create_dir_all(root.join("date=2026-01-01/hour=00")).unwrap();
         fs::rename(&a, root.join("date=2026-01-01/hour=00/part-a.parquet")).unwrap();
