@@ -106,3 +106,38 @@ fn parquet_and_the_store_hold_the_same_records_after_kill_9() {
         "files left staged: {left:?}"
     );
 }
+
+/// A store or Parquet failure answers 503 with `Retry-After` and a body that
+/// names no file (the collector's log has the paths).
+#[test]
+fn a_failed_write_answers_503_naming_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let pq = dir.path().join("pq");
+    let c = TestCollector::start(|c| c.with_parquet_dir(&pq));
+    // The staging directory replaced by a file: no group can be written.
+    let staging = pq.join(".staging");
+    std::fs::remove_dir_all(&staging).unwrap();
+    std::fs::write(&staging, b"in the way").unwrap();
+    let resp = post_records(
+        c.http(),
+        CONTENT_TYPE_JSON_LINES,
+        &json_lines(&records("fails", 3)),
+    );
+    assert_eq!(resp.status, 503, "{}", resp.text());
+    assert_eq!(resp.header("retry-after"), Some("1"));
+    let body = resp.text();
+    assert!(
+        body.contains("the collector's log has the detail"),
+        "{body}"
+    );
+    let root = dir.path().to_string_lossy();
+    assert!(
+        !body.contains(root.as_ref()),
+        "the body names a path: {body}"
+    );
+    assert!(
+        !body.contains("store.db") && !body.contains(".staging"),
+        "{body}"
+    );
+    assert!(c.stored().is_empty());
+}
