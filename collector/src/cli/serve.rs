@@ -277,9 +277,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         if let Some(a) = collector.http_addr() {
             eprintln!("cpt serve: http listening on {http_scheme}://{a}");
-            eprintln!(
-                "cpt serve: profiles: go tool pprof -http=: '{http_scheme}://{a}/profile?service=SERVICE'"
-            );
+            if config_has_read_token {
+                // pprof cannot send the bearer token: fetch, then open.
+                eprintln!(
+                    "cpt serve: profiles: cpt profile --collector {http_scheme}://{a} --read-token-file FILE \
+                     --service SERVICE -o p.pb.gz && go tool pprof -http=: p.pb.gz"
+                );
+            } else {
+                eprintln!(
+                    "cpt serve: profiles: go tool pprof -http=: '{http_scheme}://{a}/profile?service=SERVICE'"
+                );
+            }
         }
         collector.run_until(shutdown_signal()).await?;
         eprintln!("cpt serve: stopped");
