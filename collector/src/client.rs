@@ -76,89 +76,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use cpt_sdk::Record;
 use cpt_sdk::export::{Export, ExportError};
-use http::{StatusCode, Uri, header};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use prost::Message;
-use tonic::Code;
 
-use crate::ingest::codec::WireCodec;
-use crate::ingest::{self, proto};
+use crate::ingest::proto;
 use crate::spool::{AppendError, Spool, SpoolError};
 
 mod health;
+mod transport;
+
+use transport::{Attempt, Tls, Token, Transport};
+pub use transport::{CaFileError, Endpoint, EndpointError};
 
 /// The spool's bound when none is given (`CPT_SPOOL_MAX_BYTES` unset).
 pub const DEFAULT_SPOOL_MAX_BYTES: u64 = 64 << 20;
 /// How long one replay of the spool may keep the exporter's worker from its
 /// queue before it takes new records again.
 pub const REPLAY_SLICE: Duration = Duration::from_millis(250);
-
-/// Where the collector listens.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Endpoint {
-    /// gRPC, e.g. `http://127.0.0.1:7070` (plaintext HTTP/2).
-    Grpc(Uri),
-    /// HTTP ingest URL, e.g. `http://127.0.0.1:7071/v1/records`.
-    Http(Uri),
-}
-
-/// An endpoint string that is not understood.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("bad collector endpoint {input:?}: {reason}")]
-pub struct EndpointError {
-    input: String,
-    reason: String,
-}
-
-impl Endpoint {
-    /// Parse `grpc://HOST:PORT` (gRPC) or `http://HOST:PORT[/path]` (HTTP;
-    /// the path defaults to `/v1/records`).
-    ///
-    /// # Errors
-    ///
-    /// Another scheme (TLS is not supported by this client), or an invalid URI.
-    pub fn parse(s: &str) -> Result<Endpoint, EndpointError> {
-        let err = |reason: &str| EndpointError {
-            input: s.to_owned(),
-            reason: reason.to_owned(),
-        };
-        if let Some(rest) = s.strip_prefix("grpc://") {
-            let uri: Uri = format!("http://{rest}")
-                .parse()
-                .map_err(|_| err("not a URI"))?;
-            return Ok(Endpoint::Grpc(uri));
-        }
-        if s.starts_with("http://") {
-            let uri: Uri = s.parse().map_err(|_| err("not a URI"))?;
-            let uri = if uri.path() == "/" && !s.ends_with('/') {
-                format!("{s}{}", ingest::HTTP_RECORDS_PATH)
-                    .parse()
-                    .map_err(|_| err("not a URI"))?
-            } else {
-                uri
-            };
-            return Ok(Endpoint::Http(uri));
-        }
-        Err(err(
-            "expected grpc://HOST:PORT or http://HOST:PORT[/path] (TLS is not supported)",
-        ))
-    }
-}
-
-impl fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Endpoint::Grpc(u) => write!(f, "grpc {u}"),
-            Endpoint::Http(u) => write!(f, "http {u}"),
-        }
-    }
-}
 
 #[derive(Debug, Default)]
 struct Counters {
@@ -255,8 +190,10 @@ impl ClientStats {
         Self::load(&self.counters.spool_pending_records)
     }
 
-    /// Torn tails found (and cut off) when the spool was opened: a crash
-    /// while appending. [`last_error`](Self::last_error) describes the last.
+    /// Torn tails found (and cut off) and damaged entries skipped when the
+    /// spool was opened (a crash while appending, a corrupted disk);
+    /// [`last_error`](Self::last_error) describes the last, with the records
+    /// lost.
     pub fn spool_tears(&self) -> u64 {
         Self::load(&self.counters.spool_tears)
     }
@@ -284,16 +221,7 @@ pub struct CollectorClientBuilder {
     request_timeout: Duration,
     token: Option<Token>,
     spool: Option<(PathBuf, u64)>,
-}
-
-/// The ingest credential; never printed.
-#[derive(Clone)]
-struct Token(http::HeaderValue);
-
-impl fmt::Debug for Token {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Token(…)")
-    }
+    tls: Tls,
 }
 
 /// A token that cannot be sent in an HTTP header.
@@ -302,6 +230,18 @@ impl fmt::Debug for Token {
 pub struct TokenError(String);
 
 impl CollectorClientBuilder {
+    /// Trust the certificate authorities of this PEM file for a `grpcs://`
+    /// or `https://` endpoint (a private CA, or the collector's self-signed
+    /// certificate), instead of the system's roots.
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be read or holds no usable certificate.
+    pub fn with_ca_file(mut self, path: impl AsRef<std::path::Path>) -> Result<Self, CaFileError> {
+        self.tls = Tls::from_ca_file(path.as_ref())?;
+        Ok(self)
+    }
+
     /// Send `authorization: Bearer <token>` with every batch, for a
     /// collector started with `--ingest-token-file` (surrounding whitespace,
     /// such as a file's final newline, is trimmed). Default: none.
@@ -411,10 +351,16 @@ impl CollectorClientBuilder {
                 let c = &stats.counters;
                 c.spool_pending_records
                     .store(r.pending_records, Ordering::Relaxed);
-                c.spool_tears.store(r.torn.len() as u64, Ordering::Relaxed);
+                c.spool_tears
+                    .store((r.torn.len() + r.damaged.len()) as u64, Ordering::Relaxed);
                 if let Some(tear) = r.torn.last() {
                     stats.set_last_error(&format!(
                         "spool torn tail (a crash while appending): {tear}"
+                    ));
+                }
+                for damage in &r.damaged {
+                    stats.set_last_error(&format!(
+                        "spool damaged entry skipped (the entries after it are replayed): {damage}"
                     ));
                 }
                 if let Some(reset) = &r.cursor_reset {
@@ -523,17 +469,6 @@ pub enum SendError {
     },
 }
 
-/// How one attempt failed.
-enum Attempt {
-    Retry {
-        reason: String,
-        after: Option<Duration>,
-    },
-    Refused {
-        reason: String,
-    },
-}
-
 impl CollectorClient {
     /// Configure a client for `endpoint`.
     pub fn builder(endpoint: Endpoint) -> CollectorClientBuilder {
@@ -545,6 +480,7 @@ impl CollectorClient {
             request_timeout: Duration::from_secs(10),
             token: None,
             spool: None,
+            tls: Tls::default(),
         }
     }
 
@@ -758,7 +694,11 @@ impl CollectorClient {
             // tonic's lazy channel spawns onto the runtime it is made in.
             let transport = {
                 let _enter = rt.enter();
-                Transport::new(&self.config.endpoint, self.config.token.clone())
+                Transport::new(
+                    &self.config.endpoint,
+                    self.config.token.clone(),
+                    &self.config.tls,
+                )
             };
             self.conn = Some((rt, transport));
         }
@@ -857,170 +797,4 @@ fn jitter_seed() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     (nanos ^ u64::from(std::process::id()).rotate_left(32)) | 1
-}
-
-struct Transport {
-    token: Option<Token>,
-    kind: TransportKind,
-}
-
-enum TransportKind {
-    Http {
-        client: Box<HttpClient<HttpConnector, Full<Bytes>>>,
-        uri: Uri,
-    },
-    Grpc {
-        grpc: tonic::client::Grpc<tonic::transport::Channel>,
-    },
-}
-
-impl Transport {
-    fn new(endpoint: &Endpoint, token: Option<Token>) -> Transport {
-        Transport {
-            token,
-            kind: TransportKind::new(endpoint),
-        }
-    }
-
-    async fn send(
-        &mut self,
-        batch: &proto::RecordBatch,
-        batch_id: &http::HeaderValue,
-    ) -> Result<(), Attempt> {
-        self.kind.send(batch, batch_id, self.token.as_ref()).await
-    }
-}
-
-impl TransportKind {
-    fn new(endpoint: &Endpoint) -> TransportKind {
-        match endpoint {
-            Endpoint::Http(uri) => {
-                let mut connector = HttpConnector::new();
-                connector.set_nodelay(true);
-                connector.set_connect_timeout(Some(Duration::from_secs(5)));
-                TransportKind::Http {
-                    client: Box::new(HttpClient::builder(TokioExecutor::new()).build(connector)),
-                    uri: uri.clone(),
-                }
-            }
-            Endpoint::Grpc(uri) => {
-                let channel = tonic::transport::Endpoint::from(uri.clone())
-                    .connect_timeout(Duration::from_secs(5))
-                    .tcp_nodelay(true)
-                    .connect_lazy();
-                TransportKind::Grpc {
-                    grpc: tonic::client::Grpc::new(channel),
-                }
-            }
-        }
-    }
-
-    async fn send(
-        &mut self,
-        batch: &proto::RecordBatch,
-        batch_id: &http::HeaderValue,
-        token: Option<&Token>,
-    ) -> Result<(), Attempt> {
-        match self {
-            TransportKind::Http { client, uri } => {
-                let mut req = http::Request::post(uri.clone())
-                    .header(header::CONTENT_TYPE, ingest::CONTENT_TYPE_PROTOBUF)
-                    .header(ingest::BATCH_ID_HEADER, batch_id.clone())
-                    .body(Full::new(Bytes::from(batch.encode_to_vec())))
-                    .expect("a POST with a valid URI always builds; this is a bug");
-                if let Some(t) = token {
-                    req.headers_mut().insert(header::AUTHORIZATION, t.0.clone());
-                }
-                let resp = client.request(req).await.map_err(|e| Attempt::Retry {
-                    reason: format!("cannot reach the collector: {e}"),
-                    after: None,
-                })?;
-                let status = resp.status();
-                let after = resp
-                    .headers()
-                    .get(header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs);
-                // Read the body so the connection can be reused.
-                let text = resp
-                    .into_body()
-                    .collect()
-                    .await
-                    .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
-                    .unwrap_or_default();
-                if status.is_success() {
-                    return Ok(());
-                }
-                let reason = format!("HTTP {status}: {}", text.trim());
-                if status == StatusCode::TOO_MANY_REQUESTS
-                    || status == StatusCode::REQUEST_TIMEOUT
-                    || status.is_server_error()
-                {
-                    Err(Attempt::Retry { reason, after })
-                } else {
-                    Err(Attempt::Refused { reason })
-                }
-            }
-            TransportKind::Grpc { grpc } => {
-                grpc.ready().await.map_err(|e| Attempt::Retry {
-                    reason: format!("cannot reach the collector: {e}"),
-                    after: None,
-                })?;
-                let path = http::uri::PathAndQuery::from_static(ingest::GRPC_EXPORT_PATH);
-                let codec = WireCodec::<proto::RecordBatch, proto::ExportResponse>::default();
-                let mut req = tonic::Request::new(batch.clone());
-                req.metadata_mut().insert(
-                    ingest::BATCH_ID_HEADER,
-                    tonic::metadata::MetadataValue::try_from(batch_id.as_bytes())
-                        .expect("a batch id is valid ASCII metadata; this is a bug"),
-                );
-                if let Some(t) = token {
-                    let value = tonic::metadata::MetadataValue::try_from(t.0.as_bytes())
-                        .expect("a valid header value is valid ASCII metadata; this is a bug");
-                    req.metadata_mut().insert("authorization", value);
-                }
-                match grpc.unary(req, path, codec).await {
-                    Ok(_) => Ok(()),
-                    Err(status) => {
-                        let reason = format!("gRPC {:?}: {}", status.code(), status.message());
-                        match status.code() {
-                            Code::ResourceExhausted
-                            | Code::Unavailable
-                            | Code::DeadlineExceeded
-                            | Code::Aborted
-                            | Code::Cancelled
-                            | Code::Unknown => Err(Attempt::Retry {
-                                reason,
-                                after: None,
-                            }),
-                            _ => Err(Attempt::Refused { reason }),
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[rustfmt::skip]
-    const ENDPOINTS: &[(&str, Option<&str>)] = &[
-        ("grpc://127.0.0.1:7070", Some("grpc http://127.0.0.1:7070/")),
-        ("http://127.0.0.1:7071", Some("http http://127.0.0.1:7071/v1/records")),
-        ("http://127.0.0.1:7071/ingest", Some("http http://127.0.0.1:7071/ingest")),
-        ("https://collector:443", None),
-        ("127.0.0.1:7070", None),
-    ];
-
-    #[test]
-    fn endpoints_parse() {
-        for (input, want) in ENDPOINTS {
-            let got = Endpoint::parse(input).map(|e| e.to_string()).ok();
-            assert_eq!(got.as_deref(), *want, "{input}");
-        }
-    }
 }

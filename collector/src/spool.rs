@@ -23,11 +23,16 @@
 //!
 //! An entry is appended with one write and fsynced before
 //! [`Spool::append`] returns. A crash mid-append leaves a torn tail: on
-//! [`Spool::open`] every segment is scanned from the cursor, and the first
-//! entry that is incomplete, longer than its file or fails its checksum
-//! ends the segment: the file is truncated there (the entries before it are
-//! kept and replayed) and the tear is reported in [`Recovery::torn`], never
-//! fatal. A file named like a segment that does not start with the header
+//! [`Spool::open`] every segment is scanned from the cursor, and an entry
+//! that is incomplete, longer than its file or fails its checksum is
+//! damage. The scan then looks for the next offset where a whole entry
+//! starts (a plausible header, a payload that parses, a matching
+//! checksum): if there is one, only the damaged bytes are skipped, every
+//! intact entry after them is kept, and the damage is reported in
+//! [`Recovery::damaged`] with the records it held (when its own header
+//! still says so). If there is none, it was a torn tail: the file is
+//! truncated there (the entries before it are kept and replayed) and the
+//! tear is reported in [`Recovery::torn`]. Neither is fatal. A file named like a segment that does not start with the header
 //! is an error ([`SpoolError::NotASegment`]): the spool does not delete what
 //! it did not write.
 //!
@@ -155,6 +160,59 @@ impl std::fmt::Display for Tear {
     }
 }
 
+/// Damaged bytes in the middle of a segment, skipped when it was opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// The segment.
+    pub segment: PathBuf,
+    /// Where the damage starts.
+    pub offset: u64,
+    /// Bytes skipped, up to the next intact entry.
+    pub skipped_bytes: u64,
+    /// What was wrong at `offset`.
+    pub reason: String,
+    /// Records lost: what the damaged entry's own header says when it spans
+    /// exactly the skipped bytes and still parses; `None` when that cannot
+    /// be told (the damage hit the length or the record count).
+    pub records_lost: Option<u64>,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {} at byte {}; {} bytes skipped ({}), the entries after kept",
+            self.segment.display(),
+            self.reason,
+            self.offset,
+            self.skipped_bytes,
+            match self.records_lost {
+                Some(n) => format!("{n} records lost"),
+                None => "an unknown number of records lost".to_owned(),
+            }
+        )
+    }
+}
+
+/// The payload length and record count of a whole entry at `pos` of `data`,
+/// if one starts there.
+fn entry_at(data: &[u8], pos: usize) -> Option<(u64, u32)> {
+    let rest = data.get(pos..)?;
+    let header = rest.get(..ENTRY_HEADER as usize)?;
+    let n = u64::from(u32::from_le_bytes(header[..4].try_into().ok()?));
+    if !(5..=MAX_ENTRY).contains(&n) || ENTRY_HEADER + n > rest.len() as u64 {
+        return None;
+    }
+    let payload = &rest[ENTRY_HEADER as usize..(ENTRY_HEADER + n) as usize];
+    // Cheap checks before the checksum: a batch id of visible ASCII.
+    let (id, records, at) = parse_payload(payload)?;
+    if at as u64 > n || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return None;
+    }
+    let crc = u32::from_le_bytes(header[4..8].try_into().ok()?);
+    (crc32fast::hash(payload) == crc).then_some((n, records))
+}
+
 /// What [`Spool::open`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovery {
@@ -164,6 +222,9 @@ pub struct Recovery {
     pub pending_records: u64,
     /// Torn tails cut off (a crash while appending), oldest segment first.
     pub torn: Vec<Tear>,
+    /// Damaged entries in the middle of a segment, skipped (the intact
+    /// entries after them are kept), oldest first.
+    pub damaged: Vec<Damage>,
     /// Set when the cursor could not be read: replay starts at the oldest
     /// segment (batches sent before may be sent again; the collector keeps
     /// one copy of each batch id).
@@ -388,16 +449,49 @@ impl Spool {
             }
             let n = u64::from(u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")));
             let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-            if n > MAX_ENTRY || ENTRY_HEADER + n > rest.len() as u64 {
-                break Some(format!(
+            let damage = if n > MAX_ENTRY || ENTRY_HEADER + n > rest.len() as u64 {
+                Some(format!(
                     "entry of {n} bytes runs past the end of the file ({} bytes left)",
                     rest.len() as u64 - ENTRY_HEADER
-                ));
+                ))
+            } else {
+                let payload = &rest[ENTRY_HEADER as usize..(ENTRY_HEADER + n) as usize];
+                if crc32fast::hash(payload) != crc {
+                    Some("checksum mismatch".to_owned())
+                } else if parse_payload(payload).is_none() {
+                    Some("malformed entry payload".to_owned())
+                } else {
+                    None
+                }
+            };
+            if let Some(reason) = damage {
+                // The next whole entry after the damage, if any: skip only
+                // the damaged bytes. None: a torn tail.
+                let Some(next) = (pos as usize + 1..data.len())
+                    .find(|&q| entry_at(&data, q).is_some())
+                    .map(|q| q as u64)
+                else {
+                    break Some(reason);
+                };
+                // The damaged entry's own header, if it spans exactly the
+                // skipped bytes, says how many records were lost.
+                let records_lost = (pos + ENTRY_HEADER + n == next)
+                    .then(|| {
+                        parse_payload(&rest[ENTRY_HEADER as usize..(ENTRY_HEADER + n) as usize])
+                    })
+                    .flatten()
+                    .map(|(_, records, _)| u64::from(records));
+                self.recovery.damaged.push(Damage {
+                    segment: path.to_owned(),
+                    offset: pos,
+                    skipped_bytes: next - pos,
+                    reason,
+                    records_lost,
+                });
+                pos = next;
+                continue;
             }
             let payload = &rest[ENTRY_HEADER as usize..(ENTRY_HEADER + n) as usize];
-            if crc32fast::hash(payload) != crc {
-                break Some("checksum mismatch".to_owned());
-            }
             let Some((_, records, _)) = parse_payload(payload) else {
                 break Some("malformed entry payload".to_owned());
             };
@@ -605,7 +699,13 @@ impl Spool {
         let Some(p) = self.entries.front().copied() else {
             return Ok(0);
         };
-        write_cursor(&self.dir, p.seg, p.offset + p.size())?;
+        // The cursor goes to the next entry itself, past any damaged bytes
+        // skipped between the two (a restart does not scan them again).
+        let (seg, offset) = match self.entries.get(1) {
+            Some(next) => (next.seg, next.offset),
+            None => (p.seg, p.offset + p.size()),
+        };
+        write_cursor(&self.dir, seg, offset)?;
         self.entries.pop_front();
         self.pending_bytes -= p.size();
         self.pending_records -= u64::from(p.records);
@@ -671,164 +771,4 @@ fn write_cursor(dir: &Path, seq: u64, offset: u64) -> Result<(), SpoolError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn body(i: u32) -> Vec<u8> {
-        format!("batch {i}").into_bytes()
-    }
-
-    fn drain(spool: &mut Spool) -> Vec<String> {
-        let mut out = Vec::new();
-        while let Some(e) = spool.front().unwrap() {
-            out.push(e.batch_id);
-            spool.pop_front().unwrap();
-        }
-        out
-    }
-
-    #[test]
-    fn replay_progress_survives_a_restart() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
-        for i in 0..5 {
-            spool.append(&format!("b{i}"), i + 1, &body(i)).unwrap();
-        }
-        let first = spool.front().unwrap().unwrap();
-        assert_eq!((first.batch_id.as_str(), first.records), ("b0", 1));
-        assert_eq!(first.body, body(0));
-        spool.pop_front().unwrap();
-        spool.pop_front().unwrap();
-        drop(spool);
-        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
-        assert_eq!(spool.recovery().pending_batches, 3);
-        assert_eq!(spool.recovery().pending_records, 3 + 4 + 5);
-        assert!(spool.recovery().torn.is_empty());
-        assert_eq!(drain(&mut spool), ["b2", "b3", "b4"]);
-        drop(spool);
-        // Drained: nothing left on reopen, and no segment on disk.
-        let spool = Spool::open(dir.path(), 1 << 20).unwrap();
-        assert!(spool.is_empty());
-        let segs = fs::read_dir(dir.path())
-            .unwrap()
-            .filter(|e| e.as_ref().unwrap().path().extension() == Some("seg".as_ref()))
-            .count();
-        assert_eq!(segs, 0);
-    }
-
-    #[test]
-    fn segments_roll_and_replayed_ones_are_deleted() {
-        let dir = tempfile::tempdir().unwrap();
-        // 64 KiB segments; 10 KiB entries: several segments.
-        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
-        let big = vec![7u8; 10 << 10];
-        for i in 0..20 {
-            spool.append(&format!("b{i}"), 1, &big).unwrap();
-        }
-        let count_segs = || {
-            fs::read_dir(dir.path())
-                .unwrap()
-                .filter(|e| e.as_ref().unwrap().path().extension() == Some("seg".as_ref()))
-                .count()
-        };
-        let before = count_segs();
-        assert!(before >= 3, "{before} segments");
-        for _ in 0..12 {
-            spool.pop_front().unwrap();
-        }
-        assert!(count_segs() < before);
-        drop(spool);
-        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
-        let want: Vec<String> = (12..20).map(|i| format!("b{i}")).collect();
-        assert_eq!(drain(&mut spool), want);
-    }
-
-    #[test]
-    fn a_full_spool_refuses_the_new_batch_and_keeps_the_old() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut spool = Spool::open(dir.path(), 100).unwrap();
-        // Each entry: 8 + 1 + 2 + 4 + 7 = 22 bytes: four fit in 100.
-        let mut refused = 0;
-        for i in 0..6 {
-            match spool.append(&format!("b{i}"), 1, &body(i)) {
-                Ok(()) => {}
-                Err(AppendError::Full { .. }) => refused += 1,
-                Err(e) => panic!("{e}"),
-            }
-        }
-        assert_eq!(refused, 2);
-        assert_eq!(drain(&mut spool), ["b0", "b1", "b2", "b3"]);
-    }
-
-    #[test]
-    fn a_torn_tail_is_cut_off_and_reported() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
-        for i in 0..3 {
-            spool.append(&format!("b{i}"), 1, &body(i)).unwrap();
-        }
-        drop(spool);
-        // A crash in the middle of the fourth append: its header and half
-        // of its payload reached the file.
-        let seg = dir.path().join(seg_name(1));
-        let good_len = fs::metadata(&seg).unwrap().len();
-        let mut f = OpenOptions::new().append(true).open(&seg).unwrap();
-        f.write_all(&40u32.to_le_bytes()).unwrap();
-        f.write_all(&[1, 2, 3, 4, 5, 6, 7, 8, 9]).unwrap();
-        drop(f);
-        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
-        let torn = &spool.recovery().torn;
-        assert_eq!(torn.len(), 1, "{torn:?}");
-        assert_eq!(torn[0].offset, good_len);
-        assert_eq!(torn[0].discarded_bytes, 13);
-        assert!(torn[0].reason.contains("runs past the end"), "{}", torn[0]);
-        assert_eq!(fs::metadata(&seg).unwrap().len(), good_len);
-        // Appending after the repair follows the good entries.
-        spool.append("b3", 1, &body(3)).unwrap();
-        assert_eq!(drain(&mut spool), ["b0", "b1", "b2", "b3"]);
-    }
-
-    #[test]
-    fn a_flipped_byte_ends_the_segment_at_the_damaged_entry() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
-        for i in 0..3 {
-            spool.append(&format!("b{i}"), 1, &body(i)).unwrap();
-        }
-        drop(spool);
-        let seg = dir.path().join(seg_name(1));
-        let mut bytes = fs::read(&seg).unwrap();
-        let last = bytes.len() - 1;
-        bytes[last] ^= 0xff;
-        fs::write(&seg, &bytes).unwrap();
-        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
-        assert_eq!(spool.recovery().torn[0].reason, "checksum mismatch");
-        assert_eq!(drain(&mut spool), ["b0", "b1"]);
-    }
-
-    #[test]
-    fn a_foreign_file_named_like_a_segment_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join(seg_name(3)), b"not a spool segment at all").unwrap();
-        let err = Spool::open(dir.path(), 1 << 20).unwrap_err().to_string();
-        assert!(err.contains("not a cpt spool segment"), "{err}");
-        // Left alone.
-        assert!(dir.path().join(seg_name(3)).exists());
-    }
-
-    #[test]
-    fn a_damaged_cursor_replays_from_the_oldest_segment() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
-        for i in 0..3 {
-            spool.append(&format!("b{i}"), 1, &body(i)).unwrap();
-        }
-        spool.pop_front().unwrap();
-        drop(spool);
-        fs::write(dir.path().join(CURSOR), b"garbage").unwrap();
-        let mut spool = Spool::open(dir.path(), 1 << 20).unwrap();
-        assert!(spool.recovery().cursor_reset.is_some());
-        // b0 again: sent twice, stored once (the collector knows its id).
-        assert_eq!(drain(&mut spool), ["b0", "b1", "b2"]);
-    }
-}
+mod tests;

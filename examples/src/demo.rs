@@ -652,9 +652,11 @@ async fn drive(
                 });
                 let id = format!("demo-{i}");
                 if i % every == every / 2 {
-                    let cred = ForceAuth::sign(&key, &id);
-                    req.metadata_mut()
-                        .insert(key_of(&header::FORCE), cred.parse().expect("hex is ASCII"));
+                    let cred = ForceAuth::sign(&key, &id, "A", 300);
+                    req.metadata_mut().insert(
+                        key_of(&header::FORCE),
+                        cred.parse().expect("a credential is ASCII"),
+                    );
                 }
                 req.metadata_mut().insert(
                     key_of(&header::REQUEST_ID),

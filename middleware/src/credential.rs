@@ -1,29 +1,155 @@
 //! [`ForceAuth`]: which [`header::FORCE`](crate::header::FORCE) credentials force a trace.
 //!
 //! An operator forces a trace on one request by sending `x-cpt-force` with a
-//! credential, either
+//! credential `cpt force` minted ([`cpt_sdk::force`], version 1): an
+//! HMAC-SHA256 under a key the service is configured with
+//! ([`ForceAuth::hmac_key`]) over the request's `x-request-id`, the service
+//! it is for (or `*`), its expiry and a nonce. A service accepts it only
 //!
-//! - a **keyed MAC**: the lowercase hex HMAC-SHA256 of the request's
-//!   `x-request-id` under a key the service is configured with
-//!   ([`ForceAuth::hmac_key`], [`ForceAuth::sign`]); a leaked credential
-//!   forces only the one request id it was made for; or
-//! - a **token** configured on the service ([`ForceAuth::token`]).
+//! - for that request id (a leaked credential forces nothing else),
+//! - for itself (or a `*` credential),
+//! - before it expires (at most [`MAX_TTL_SECS`] ahead; clocks must agree
+//!   to within that much), and
+//! - once: the MACs it accepted are remembered until they expire, in a
+//!   cache of [`REPLAY_CACHE_CAPACITY`] entries per process shared by every
+//!   layer in it. When it is full of unexpired credentials, further ones
+//!   are refused ([`Rejection::ReplayCacheFull`]) rather than forgetting
+//!   one. The cache cannot see other processes: behind a load balancer, a
+//!   credential replayed within its lifetime to another replica of the same
+//!   service forces one more request there (keep the lifetime short).
 //!
-//! Both are compared in constant time. A force without a valid credential
-//! is ignored (the request is sampled as usual) and counted in
-//! [`Stats::force_rejected`](crate::Stats::force_rejected). The default
-//! accepts no credential: forcing is off until configured.
+//! A force without a valid credential is ignored (the request is sampled as
+//! usual), counted in [`Stats`](crate::Stats) by [`Rejection`], and logged
+//! once per reason per minute with the number since. The default accepts no
+//! credential: forcing is off until configured.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use subtle::ConstantTimeEq;
+use cpt_sdk::force::MAX_TTL_SECS;
+use cpt_sdk::force::{FormatError, parse};
+
+/// MACs of accepted credentials a process remembers, at most (see the
+/// module docs). 32 bytes and an expiry each: about 4 MiB when full.
+pub const REPLAY_CACHE_CAPACITY: usize = 65_536;
+
+/// Why a force credential was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// Not a credential at all.
+    Malformed,
+    /// A credential of the format before version 1 (a bare MAC or a fixed
+    /// token): `cpt force` mints the new one.
+    OldFormat,
+    /// The request carries no `x-request-id` to check the MAC against.
+    NoRequestId,
+    /// The MAC does not match (another key, request id, or edited fields).
+    BadMac,
+    /// Past its expiry, or expiring further ahead than [`MAX_TTL_SECS`].
+    Expired,
+    /// Minted for another service.
+    ForeignService,
+    /// Already accepted once by this process.
+    Replayed,
+    /// The replay cache is full of unexpired credentials.
+    ReplayCacheFull,
+}
+
+impl Rejection {
+    /// Every reason, in [`Stats`](crate::Stats) order.
+    pub const ALL: [Rejection; 8] = [
+        Rejection::Malformed,
+        Rejection::OldFormat,
+        Rejection::NoRequestId,
+        Rejection::BadMac,
+        Rejection::Expired,
+        Rejection::ForeignService,
+        Rejection::Replayed,
+        Rejection::ReplayCacheFull,
+    ];
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// What the log says about it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Rejection::Malformed => {
+                "not a force credential (expected cpt1.<expires>.<nonce>.<service>.<mac> as `cpt force` prints it)"
+            }
+            Rejection::OldFormat => {
+                "a force credential in the old format (no expiry, service or nonce); mint a new one with `cpt force --service NAME`"
+            }
+            Rejection::NoRequestId => "a force credential on a request without x-request-id",
+            Rejection::BadMac => {
+                "a force credential whose MAC does not match (another key or request id, or edited)"
+            }
+            Rejection::Expired => {
+                "an expired force credential (or one expiring too far ahead; check the clocks); mint a new one with `cpt force --ttl`"
+            }
+            Rejection::ForeignService => {
+                "a force credential minted for another service (`cpt force --service` names the service that checks it)"
+            }
+            Rejection::Replayed => "a force credential this process already accepted once",
+            Rejection::ReplayCacheFull => {
+                "a force credential while the replay cache is full of unexpired credentials"
+            }
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+/// The MACs accepted and not yet expired (see the module docs).
+#[derive(Debug, Default)]
+struct ReplayCache {
+    seen: HashMap<[u8; 32], u64>,
+    capacity: usize,
+}
+
+impl ReplayCache {
+    /// Remember `tag` until `expires`; `Err` when it was seen or there is no
+    /// room.
+    fn insert(&mut self, tag: [u8; 32], expires: u64, now: u64) -> Result<(), Rejection> {
+        if self.seen.contains_key(&tag) {
+            return Err(Rejection::Replayed);
+        }
+        if self.seen.len() >= self.capacity {
+            self.seen.retain(|_, e| *e >= now);
+            if self.seen.len() >= self.capacity {
+                return Err(Rejection::ReplayCacheFull);
+            }
+        }
+        self.seen.insert(tag, expires);
+        Ok(())
+    }
+}
+
+fn process_cache() -> Arc<Mutex<ReplayCache>> {
+    static CACHE: OnceLock<Arc<Mutex<ReplayCache>>> = OnceLock::new();
+    CACHE
+        .get_or_init(|| {
+            Arc::new(Mutex::new(ReplayCache {
+                seen: HashMap::new(),
+                capacity: REPLAY_CACHE_CAPACITY,
+            }))
+        })
+        .clone()
+}
 
 /// The credentials a service accepts in `x-cpt-force`.
 #[derive(Clone, Default)]
 pub struct ForceAuth {
     keys: Vec<Arc<[u8]>>,
-    tokens: Vec<Arc<[u8]>>,
+    /// `None`: the process-wide cache.
+    cache: Option<Arc<Mutex<ReplayCache>>>,
 }
 
 impl ForceAuth {
@@ -32,7 +158,8 @@ impl ForceAuth {
         ForceAuth::default()
     }
 
-    /// Also accept `hex(HMAC-SHA256(key, request_id))`.
+    /// Also accept credentials minted under `key` ([`cpt_sdk::force::mint`],
+    /// `cpt force --key-file`).
     ///
     /// # Panics
     ///
@@ -48,59 +175,122 @@ impl ForceAuth {
         self
     }
 
-    /// Also accept this fixed token.
+    /// Also accept credentials minted under `token` used as a key (`cpt
+    /// force --token-file`). The token itself is never sent: a request
+    /// carrying it verbatim is refused ([`Rejection::OldFormat`]), since a
+    /// fixed token would force any request, any number of times.
     ///
     /// # Panics
     ///
     /// If `token` is empty.
     #[must_use]
-    pub fn token(mut self, token: impl AsRef<[u8]>) -> Self {
-        let token = token.as_ref();
-        assert!(
-            !token.is_empty(),
-            "ForceAuth::token: the token must not be empty"
-        );
-        self.tokens.push(token.into());
+    pub fn token(self, token: impl AsRef<[u8]>) -> Self {
+        self.hmac_key(token)
+    }
+
+    /// Remember accepted credentials in a cache of `capacity` entries of
+    /// this `ForceAuth` and its clones only, instead of the process-wide
+    /// one of [`REPLAY_CACHE_CAPACITY`].
+    #[must_use]
+    pub fn with_replay_cache_capacity(mut self, capacity: usize) -> Self {
+        self.cache = Some(Arc::new(Mutex::new(ReplayCache {
+            seen: HashMap::new(),
+            capacity: capacity.max(1),
+        })));
         self
     }
 
-    /// Whether any credential is configured.
+    /// Whether any key is configured.
     pub fn is_enabled(&self) -> bool {
-        !self.keys.is_empty() || !self.tokens.is_empty()
+        !self.keys.is_empty()
     }
 
-    /// The credential an operator sends to force request `request_id`:
-    /// lowercase hex HMAC-SHA256 of the id under `key`.
+    /// The credential an operator sends to force request `request_id` on
+    /// `service` (or `*`) for the next `ttl_secs` seconds.
     ///
     /// # Examples
     ///
     /// ```
     /// use cpt_middleware::ForceAuth;
-    /// let cred = ForceAuth::sign(b"ops-key", "req-42");
-    /// assert!(ForceAuth::none().hmac_key(b"ops-key").verify(Some("req-42"), cred.as_bytes()));
-    /// assert!(!ForceAuth::none().hmac_key(b"ops-key").verify(Some("req-43"), cred.as_bytes()));
+    /// let auth = ForceAuth::none().hmac_key(b"ops-key");
+    /// let cred = ForceAuth::sign(b"ops-key", "req-42", "checkout", 300);
+    /// assert!(auth.verify("checkout", Some("req-43"), cred.as_bytes()).is_err());
+    /// assert!(auth.verify("search", Some("req-42"), cred.as_bytes()).is_err());
+    /// assert!(auth.verify("checkout", Some("req-42"), cred.as_bytes()).is_ok());
+    /// // Once only.
+    /// assert!(auth.verify("checkout", Some("req-42"), cred.as_bytes()).is_err());
     /// ```
-    pub fn sign(key: impl AsRef<[u8]>, request_id: &str) -> String {
-        cpt_sdk::force::sign(key, request_id)
+    pub fn sign(key: impl AsRef<[u8]>, request_id: &str, service: &str, ttl_secs: u64) -> String {
+        cpt_sdk::force::mint(
+            key,
+            request_id,
+            service,
+            ttl_secs,
+            cpt_sdk::force::now_unix_secs(),
+        )
     }
 
-    /// Whether `credential` is valid for a request with this id. A MAC
-    /// credential needs the request id; a token does not.
-    pub fn verify(&self, request_id: Option<&str>, credential: &[u8]) -> bool {
+    /// Check `credential` for a request to `service` with this id, now, and
+    /// remember it when accepted.
+    ///
+    /// # Errors
+    ///
+    /// Why it is refused.
+    pub fn verify(
+        &self,
+        service: &str,
+        request_id: Option<&str>,
+        credential: &[u8],
+    ) -> Result<(), Rejection> {
+        self.verify_at(
+            service,
+            request_id,
+            credential,
+            cpt_sdk::force::now_unix_secs(),
+        )
+    }
+
+    /// [`ForceAuth::verify`] at `now` (Unix seconds).
+    ///
+    /// # Errors
+    ///
+    /// Why it is refused.
+    pub fn verify_at(
+        &self,
+        service: &str,
+        request_id: Option<&str>,
+        credential: &[u8],
+        now: u64,
+    ) -> Result<(), Rejection> {
+        if self.keys.is_empty() {
+            return Err(Rejection::BadMac);
+        }
+        let parsed = parse(credential).map_err(|e| match e {
+            FormatError::OldFormat => Rejection::OldFormat,
+            FormatError::Malformed => Rejection::Malformed,
+        })?;
+        let request_id = request_id.ok_or(Rejection::NoRequestId)?;
+        // The MAC first: nothing about an unauthenticated credential (its
+        // service, its expiry) is worth telling apart.
         let mut ok = subtle::Choice::from(0);
-        for token in &self.tokens {
-            ok |= credential.ct_eq(token);
+        for key in &self.keys {
+            ok |= subtle::Choice::from(u8::from(parsed.mac_matches(key, request_id)));
         }
-        if let Some(id) = request_id
-            && !self.keys.is_empty()
-            && let Some(tag) = cpt_sdk::force::decode_hex_bytes(credential)
-        {
-            for key in &self.keys {
-                // Compares in constant time.
-                ok |= subtle::Choice::from(u8::from(cpt_sdk::force::verify(key, id, &tag)));
-            }
+        if !bool::from(ok) {
+            return Err(Rejection::BadMac);
         }
-        bool::from(ok)
+        let expires = parsed.expires_unix_secs();
+        if expires < now || expires > now.saturating_add(MAX_TTL_SECS) {
+            return Err(Rejection::Expired);
+        }
+        if !parsed.is_for(service) {
+            return Err(Rejection::ForeignService);
+        }
+        let cache = self.cache.clone().unwrap_or_else(process_cache);
+        let mut cache = cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        cache.insert(*parsed.tag(), expires, now)
     }
 }
 
@@ -108,7 +298,7 @@ impl fmt::Debug for ForceAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ForceAuth")
             .field("hmac_keys", &self.keys.len())
-            .field("tokens", &self.tokens.len())
+            .field("own_replay_cache", &self.cache.is_some())
             .finish()
     }
 }
@@ -116,36 +306,94 @@ impl fmt::Debug for ForceAuth {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cpt_sdk::force::mint;
+
+    const NOW: u64 = 1_800_000_000;
 
     #[test]
     fn none_accepts_nothing() {
         let a = ForceAuth::none();
         assert!(!a.is_enabled());
-        assert!(!a.verify(Some("r"), b""));
-        assert!(!a.verify(Some("r"), ForceAuth::sign(b"k", "r").as_bytes()));
+        assert!(a.verify_at("A", Some("r"), b"", NOW).is_err());
+        let cred = mint(b"k", "r", "A", 60, NOW);
+        assert!(a.verify_at("A", Some("r"), cred.as_bytes(), NOW).is_err());
     }
 
     #[rustfmt::skip]
     #[test]
-    fn hmac_and_token() {
-        let a = ForceAuth::none().hmac_key(b"key").token("tok");
-        let good = ForceAuth::sign(b"key", "id-1");
-        let upper = good.to_uppercase();
-        let other_key = ForceAuth::sign(b"kex", "id-1");
-        let cases: &[(&str, Option<&str>, &[u8], bool)] = &[
-            ("mac ok",          Some("id-1"), good.as_bytes(), true),
-            ("mac upper hex",   Some("id-1"), upper.as_bytes(), true),
-            ("mac other id",    Some("id-2"), good.as_bytes(), false),
-            ("mac no id",       None,         good.as_bytes(), false),
-            ("mac other key",   Some("id-1"), other_key.as_bytes(), false),
-            ("mac truncated",   Some("id-1"), &good.as_bytes()[..62], false),
-            ("token ok",        None,         b"tok", true),
-            ("token prefix",    None,         b"to", false),
-            ("token longer",    None,         b"tok!", false),
-            ("empty",           Some("id-1"), b"", false),
+    fn each_refusal_has_its_reason() {
+        let a = ForceAuth::none().hmac_key(b"key").with_replay_cache_capacity(16);
+        let good = mint(b"key", "id-1", "A", 300, NOW);
+        let any = mint(b"key", "id-1", "*", 300, NOW);
+        let other_key = mint(b"kex", "id-1", "A", 300, NOW);
+        let for_b = mint(b"key", "id-1", "B", 300, NOW);
+        let expired = mint(b"key", "id-1", "A", 300, NOW - 301);
+        let too_long = mint(b"key", "id-1", "A", MAX_TTL_SECS + 60, NOW);
+        let old_mac = "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843";
+        // (case, service, request id, credential, outcome)
+        type Case<'a> = (&'a str, &'a str, Option<&'a str>, &'a [u8], Result<(), Rejection>);
+        let cases: &[Case<'_>] = &[
+            ("other id",        "A", Some("id-2"), good.as_bytes(),      Err(Rejection::BadMac)),
+            ("no id",           "A", None,         good.as_bytes(),      Err(Rejection::NoRequestId)),
+            ("other key",       "A", Some("id-1"), other_key.as_bytes(), Err(Rejection::BadMac)),
+            ("other service",   "A", Some("id-1"), for_b.as_bytes(),     Err(Rejection::ForeignService)),
+            ("expired",         "A", Some("id-1"), expired.as_bytes(),   Err(Rejection::Expired)),
+            ("too long",        "A", Some("id-1"), too_long.as_bytes(),  Err(Rejection::Expired)),
+            ("old mac",         "A", Some("id-1"), old_mac.as_bytes(),   Err(Rejection::OldFormat)),
+            ("fixed token",     "A", Some("id-1"), b"key",               Err(Rejection::OldFormat)),
+            ("truncated",       "A", Some("id-1"), &good.as_bytes()[..good.len() - 2], Err(Rejection::Malformed)),
+            ("empty",           "A", Some("id-1"), b"",                  Err(Rejection::OldFormat)),
+            ("ok",              "A", Some("id-1"), good.as_bytes(),      Ok(())),
+            ("replayed",        "A", Some("id-1"), good.as_bytes(),      Err(Rejection::Replayed)),
+            ("wildcard",        "C", Some("id-1"), any.as_bytes(),       Ok(())),
+            ("wildcard again",  "D", Some("id-1"), any.as_bytes(),       Err(Rejection::Replayed)),
         ];
-        for (name, id, cred, want) in cases {
-            assert_eq!(a.verify(*id, cred), *want, "case {name}");
+        for (name, service, id, cred, want) in cases {
+            assert_eq!(a.verify_at(service, *id, cred, NOW), *want, "case {name}");
         }
+    }
+
+    #[test]
+    fn a_token_is_a_key_and_never_a_credential_for_any_request() {
+        let a = ForceAuth::none()
+            .token("tok")
+            .with_replay_cache_capacity(16);
+        for id in [Some("r1"), Some("r2"), None] {
+            assert_eq!(a.verify_at("A", id, b"tok", NOW), Err(Rejection::OldFormat));
+        }
+        let cred = mint(b"tok", "r1", "A", 60, NOW);
+        assert_eq!(
+            a.verify_at("A", Some("r2"), cred.as_bytes(), NOW),
+            Err(Rejection::BadMac)
+        );
+        assert_eq!(a.verify_at("A", Some("r1"), cred.as_bytes(), NOW), Ok(()));
+    }
+
+    #[test]
+    fn a_full_replay_cache_refuses_until_entries_expire() {
+        let a = ForceAuth::none()
+            .hmac_key(b"k")
+            .with_replay_cache_capacity(2);
+        let creds: Vec<String> = (0..3)
+            .map(|i| mint(b"k", &format!("r{i}"), "A", 10, NOW))
+            .collect();
+        assert_eq!(
+            a.verify_at("A", Some("r0"), creds[0].as_bytes(), NOW),
+            Ok(())
+        );
+        assert_eq!(
+            a.verify_at("A", Some("r1"), creds[1].as_bytes(), NOW),
+            Ok(())
+        );
+        assert_eq!(
+            a.verify_at("A", Some("r2"), creds[2].as_bytes(), NOW),
+            Err(Rejection::ReplayCacheFull)
+        );
+        // Once the first two expired, there is room; the third is still valid.
+        let later = mint(b"k", "r3", "A", 10, NOW + 11);
+        assert_eq!(
+            a.verify_at("A", Some("r3"), later.as_bytes(), NOW + 11),
+            Ok(())
+        );
     }
 }

@@ -48,8 +48,10 @@
 //! only to callers its [`TrustPolicy`] accepts (default: none;
 //! [`SharedSecret`], [`PeerAllowList`], closures). Operators force a trace
 //! with [`header::FORCE`] and a credential checked by [`ForceAuth`] (an
-//! HMAC-SHA256 of the request id or a configured token, compared in constant
-//! time); an invalid one is ignored and counted in [`Stats`].
+//! HMAC-SHA256 over the request id, the service, an expiry and a nonce,
+//! compared in constant time, accepted once); an invalid, expired,
+//! foreign-service or replayed one is ignored and counted by [`Rejection`]
+//! in [`Stats`].
 //!
 //! # Streams
 //!
@@ -82,7 +84,7 @@ mod stats;
 mod trust;
 
 pub use client::{Client, ClientLayer};
-pub use credential::ForceAuth;
+pub use credential::{ForceAuth, REPLAY_CACHE_CAPACITY, Rejection};
 pub use route::Route;
 pub use server::{ROOT_LABEL, Role, Server, ServerLayer, StreamEnd};
 pub use stats::Stats;

@@ -2,8 +2,17 @@
 //! failing the request.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use crate::credential::Rejection;
+
+/// A refused force is logged at most once per reason in this interval, with
+/// the number refused since the last line.
+pub(crate) const FORCE_WARN_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Per reason: when it was last logged and how many since.
+type ForceWarnings = [(Option<Instant>, u64); Rejection::ALL.len()];
 
 /// How often a misconfiguration that goes on is said again.
 pub(crate) const WARN_EVERY: Duration = Duration::from_secs(60);
@@ -52,6 +61,8 @@ pub(crate) fn more(n: u64) -> String {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) force_rejected: AtomicU64,
+    force_rejected_by: [AtomicU64; Rejection::ALL.len()],
+    force_warnings: Mutex<ForceWarnings>,
     pub(crate) trigger_untrusted: AtomicU64,
     pub(crate) path_withheld: AtomicU64,
     pub(crate) paths_returned: AtomicU64,
@@ -59,7 +70,6 @@ pub(crate) struct Counters {
     pub(crate) callee_path_missing: AtomicU64,
     pub(crate) callee_path_invalid: AtomicU64,
     pub(crate) callee_path_oversize: AtomicU64,
-    warned_force: AtomicBool,
     warned_invalid: AtomicBool,
     /// The layer's configuration was checked when it wrapped a service.
     pub(crate) checked_config: AtomicBool,
@@ -76,14 +86,40 @@ impl Counters {
         counter.fetch_add(1, Relaxed);
     }
 
-    /// Count a rejected force and warn the first time.
-    pub(crate) fn force_rejected(&self) {
+    /// Count a rejected force by reason, and warn once per reason per
+    /// [`FORCE_WARN_INTERVAL`] with the number refused since.
+    pub(crate) fn force_rejected(&self, service: &str, why: Rejection) {
         Self::bump(&self.force_rejected);
-        if !self.warned_force.swap(true, Relaxed) {
+        Self::bump(&self.force_rejected_by[why.index()]);
+        let now = Instant::now();
+        let mut warnings = self
+            .force_warnings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (last, since) = &mut warnings[why.index()];
+        *since += 1;
+        if last.is_some_and(|t| now.duration_since(t) < FORCE_WARN_INTERVAL) {
+            return;
+        }
+        let count = std::mem::take(since);
+        let first = last.is_none();
+        *last = Some(now);
+        drop(warnings);
+        if first {
             tracing::warn!(
                 target: "cpt_middleware",
-                "ignored an x-cpt-force header without a valid credential \
-                 (further ones are only counted in Stats::force_rejected)"
+                service,
+                reason = ?why,
+                "ignored x-cpt-force: {why} (the request is sampled as usual; further ones are \
+                 logged at most once a minute per reason and counted in Stats)"
+            );
+        } else {
+            tracing::warn!(
+                target: "cpt_middleware",
+                service,
+                reason = ?why,
+                count,
+                "ignored x-cpt-force {count} times in the last minute or more: {why}"
             );
         }
     }
@@ -104,9 +140,21 @@ impl Counters {
         }
     }
 
+    fn by(&self, why: Rejection) -> u64 {
+        self.force_rejected_by[why.index()].load(Relaxed)
+    }
+
     pub(crate) fn snapshot(&self) -> Stats {
         Stats {
             force_rejected: self.force_rejected.load(Relaxed),
+            force_malformed: self.by(Rejection::Malformed),
+            force_old_format: self.by(Rejection::OldFormat),
+            force_no_request_id: self.by(Rejection::NoRequestId),
+            force_bad_mac: self.by(Rejection::BadMac),
+            force_expired: self.by(Rejection::Expired),
+            force_foreign_service: self.by(Rejection::ForeignService),
+            force_replayed: self.by(Rejection::Replayed),
+            force_replay_cache_full: self.by(Rejection::ReplayCacheFull),
             trigger_untrusted: self.trigger_untrusted.load(Relaxed),
             path_withheld: self.path_withheld.load(Relaxed),
             paths_returned: self.paths_returned.load(Relaxed),
@@ -122,8 +170,26 @@ impl Counters {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Server: `x-cpt-force` headers ignored for want of a valid credential.
+    /// Server: `x-cpt-force` headers ignored for want of a valid credential
+    /// (the sum of the `force_*` reasons below).
     pub force_rejected: u64,
+    /// Server: of them, not a credential at all.
+    pub force_malformed: u64,
+    /// Server: of them, credentials of the format before version 1 (or a
+    /// fixed token sent verbatim).
+    pub force_old_format: u64,
+    /// Server: of them, on requests without `x-request-id`.
+    pub force_no_request_id: u64,
+    /// Server: of them, with a MAC that does not match.
+    pub force_bad_mac: u64,
+    /// Server: of them, expired (or expiring too far ahead).
+    pub force_expired: u64,
+    /// Server: of them, minted for another service.
+    pub force_foreign_service: u64,
+    /// Server: of them, replays of a credential accepted before.
+    pub force_replayed: u64,
+    /// Server: of them, refused because the replay cache was full.
+    pub force_replay_cache_full: u64,
     /// Server: propagated triggers ignored because the caller is not trusted.
     pub trigger_untrusted: u64,
     /// Server: paths asked for by untrusted callers and not returned.

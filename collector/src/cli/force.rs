@@ -1,11 +1,13 @@
 //! `cpt force`: mint the headers that force a trace on one request.
 //!
-//! The credential is the lowercase hex HMAC-SHA256 of the request id under
-//! the services' force key ([`cpt_sdk::force::sign`], the same function the
-//! middleware's `ForceAuth` checks with), or a configured token. The key or
-//! token is read from a file (`--key-file` / `--token-file`) or an
-//! environment variable (`CPT_FORCE_KEY`, or `--key-env VAR`), never from the
-//! command line (it would land in shell history and `ps`), and never printed.
+//! The credential ([`cpt_sdk::force`], version 1) is an HMAC-SHA256 under
+//! the services' force key (or a token configured as one) over the request
+//! id, the service it is for (`--service`, or `*`), its expiry (`--ttl`,
+//! default five minutes) and a nonce: valid for that request id on that
+//! service, once, until it expires. The key or token is read from a file
+//! (`--key-file` / `--token-file`) or an environment variable
+//! (`CPT_FORCE_KEY`, or `--key-env VAR`), never from the command line (it
+//! would land in shell history and `ps`), and never printed.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -17,7 +19,8 @@ pub const KEY_ENV: &str = "CPT_FORCE_KEY";
 
 /// Print `x-request-id` and `x-cpt-force` headers that force a trace on one request. The key
 /// (or token) comes from --key-file, --token-file, --key-env VAR or CPT_FORCE_KEY; it is never
-/// printed. Send the request with exactly this request id: the credential is valid for it only.
+/// printed. Send the request with exactly this request id to the --service named: the
+/// credential is valid for that request id on that service only, once, until --ttl passes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ForceArgs {
     /// File holding the services' force key (`ForceAuth::hmac_key`); one trailing newline is
@@ -33,6 +36,13 @@ pub struct ForceArgs {
     /// The request id to force (default: a fresh random one).
     #[arg(long, value_name = "ID")]
     pub request_id: Option<String>,
+    /// The service the credential is for: the name its ServerLayer was given (usually the entry
+    /// service the request is sent to), or `*` for any service that has the key.
+    #[arg(long, value_name = "NAME", required = true)]
+    pub service: String,
+    /// How long the credential stays valid (e.g. 5m, 90s; at most 1h, what services accept).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_ttl)]
+    pub ttl: std::time::Duration,
     /// Print the headers as curl flags (`-H 'x-request-id: …' -H 'x-cpt-force: …'`).
     #[arg(long, conflicts_with = "grpcurl")]
     pub curl: bool,
@@ -41,22 +51,23 @@ pub struct ForceArgs {
     pub grpcurl: bool,
 }
 
-/// What `cpt force` prints: the request id and its credential.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Forced {
-    /// The `x-request-id` to send.
-    pub request_id: String,
-    /// The `x-cpt-force` value.
-    pub credential: String,
+fn parse_ttl(s: &str) -> Result<std::time::Duration, String> {
+    let d =
+        humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (expected e.g. 5m, 90s)"))?;
+    if d.as_secs() == 0 {
+        return Err(format!("{s:?}: a credential must live at least one second"));
+    }
+    if d.as_secs() > cpt_sdk::force::MAX_TTL_SECS {
+        return Err(format!(
+            "{s:?}: services refuse credentials living longer than {}s (1h); mint a new one when needed",
+            cpt_sdk::force::MAX_TTL_SECS
+        ));
+    }
+    Ok(d)
 }
 
-impl std::fmt::Debug for Forced {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Forced")
-            .field("request_id", &self.request_id)
-            .finish_non_exhaustive()
-    }
-}
+/// What `cpt force` prints: the request id and its credential.
+pub type Forced = cpt_sdk::force::Minted;
 
 enum Secret {
     Key(Vec<u8>),
@@ -143,10 +154,24 @@ pub fn mint(args: &ForceArgs) -> anyhow::Result<Forced> {
         }
         None => cpt_sdk::force::new_request_id(),
     };
-    let credential = match read_secret(args)? {
-        Secret::Key(key) => cpt_sdk::force::sign(&key, &request_id),
-        Secret::Token(token) => token,
+    anyhow::ensure!(
+        cpt_sdk::force::valid_service(&args.service),
+        "--service {:?}: a service name is visible ASCII without spaces (or `*` for any service)",
+        args.service
+    );
+    let key = match read_secret(args)? {
+        Secret::Key(key) => key,
+        // A token is a key: the credential is minted from it, never the
+        // token itself.
+        Secret::Token(token) => token.into_bytes(),
     };
+    let credential = cpt_sdk::force::mint(
+        &key,
+        &request_id,
+        &args.service,
+        args.ttl.as_secs(),
+        cpt_sdk::force::now_unix_secs(),
+    );
     Ok(Forced {
         request_id,
         credential,
@@ -191,7 +216,10 @@ pub fn run(args: ForceArgs) -> anyhow::Result<()> {
     let forced = mint(&args)?;
     print!("{}", render(&args, &forced));
     eprintln!(
-        "cpt: send the request with exactly this x-request-id, then: cpt show --request-id {} --wait 10s …",
+        "cpt: valid once, for service {} (`*`: any), for the next {}; send the request with exactly \
+         this x-request-id, then: cpt show --request-id {} --wait 10s …",
+        args.service,
+        humantime::format_duration(args.ttl),
         forced.request_id
     );
     Ok(())

@@ -13,6 +13,7 @@ pub mod mystery;
 pub mod predict;
 pub mod profile;
 pub mod reference;
+pub mod remote;
 #[cfg(feature = "server")]
 pub mod serve;
 pub mod show;

@@ -419,6 +419,13 @@ pub struct ProfileArgs {
     select: SelectArgs,
     #[command(flatten)]
     source: SourceArgs,
+    /// Ask a running collector (`cpt serve --http`, e.g. http://127.0.0.1:7071) for the profile
+    /// (its GET /profile) instead of folding records here.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["inputs", "store", "from_aggregate"])]
+    collector: Option<String>,
+    /// How to read from the collector (its read token).
+    #[command(flatten)]
+    remote: super::remote::RemoteArgs,
     /// Output file (gzipped profile.proto).
     #[arg(short, long, value_name = "OUT.pb.gz")]
     output: PathBuf,
@@ -430,6 +437,25 @@ pub struct ProfileArgs {
 ///
 /// Unreadable inputs, a bad line under `--strict`, an unwritable output.
 pub fn run_profile(args: ProfileArgs) -> anyhow::Result<()> {
+    if let Some(url) = &args.collector {
+        let remote = super::remote::Remote::new(url, &args.remote)?;
+        let query = super::remote::selection_query(&args.select.selection());
+        let answer = remote.get(&format!("/profile?{query}"))?;
+        write_out(Some(&args.output), &answer.body)?;
+        eprintln!(
+            "cpt: wrote {} ({} bytes) from the collector at {url}",
+            args.output.display(),
+            answer.body.len()
+        );
+        if answer.forced_withheld() {
+            eprintln!("cpt: note: the collector has no read token, so forced records are left out");
+        }
+        eprintln!(
+            "cpt: open it with: go tool pprof -http=: {}",
+            args.output.display()
+        );
+        return Ok(());
+    }
     let agg = aggregate(&args.source, &args.select, false)?;
     write_out(Some(&args.output), &profile::encode_gzip(&agg))?;
     eprintln!("cpt: wrote {}: {}", args.output.display(), summary(&agg));

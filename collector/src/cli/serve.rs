@@ -14,7 +14,8 @@ use crate::ingest::limits::{
 use crate::server::store::Durability;
 use crate::server::{
     Collector, DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_GROUP_RECORDS, DEFAULT_MAX_PENDING_BATCHES,
-    DEFAULT_MAX_RECEIVING_BODIES, DEFAULT_MAX_STREAMS_PER_CONNECTION, ServeConfig,
+    DEFAULT_MAX_RECEIVING_BODIES, DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_MIN_BODY_RATE,
+    ServeConfig,
 };
 
 /// Run the collector: accept record batches over gRPC (cpt.collector.v1.Collector/Export) and
@@ -51,6 +52,15 @@ pub struct ServeArgs {
     /// slow senders hold these instead.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_RECEIVING_BODIES)]
     pub max_receiving_bodies: usize,
+    /// Receiving slots one peer address (IP) may hold at once; beyond it that peer gets 429 /
+    /// RESOURCE_EXHAUSTED while others still find slots (default: a quarter of
+    /// --max-receiving-bodies, at least 1).
+    #[arg(long, value_name = "N")]
+    pub max_receiving_bodies_per_peer: Option<usize>,
+    /// Bytes per second a request body must average after its first 5 s; a slower sender is cut
+    /// (HTTP 408 / DEADLINE_EXCEEDED) and its slot freed. 0: no minimum.
+    #[arg(long, value_name = "BYTES_PER_SEC", default_value_t = DEFAULT_MIN_BODY_RATE)]
+    pub min_body_rate: u64,
     /// How long a client may take to send a request body (HTTP 408 / DEADLINE_EXCEEDED after).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
     pub body_timeout: Duration,
@@ -68,6 +78,19 @@ pub struct ServeArgs {
     /// records.
     #[arg(long, value_name = "PATH")]
     pub ingest_token_file: Option<PathBuf>,
+    /// Require `Authorization: Bearer <token>` on every read (GET /v1/records, /profile,
+    /// /v1/stats; /healthz stays open), the token being this file's content. A role separate
+    /// from the ingest token. Without it anyone who can reach the HTTP port reads sampled
+    /// records, and forced records are served to no one.
+    #[arg(long, value_name = "PATH")]
+    pub read_token_file: Option<PathBuf>,
+    /// Serve both ports over TLS with this PEM certificate chain (with --tls-key). Senders then
+    /// use grpcs:// / https:// endpoints, the CLI https:// URLs (--ca-file for a private CA).
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Also write every accepted batch as Parquet (schema cpt.records.v1, docs/parquet.md) into
     /// DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet; a batch is acknowledged only once it is in
     /// a finished (fsynced, renamed) file. Each group commit closes its own file per hour.
@@ -108,18 +131,20 @@ pub struct ServeArgs {
     pub max_latency: Duration,
 }
 
-fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+fn read_token(flag: &str, path: &std::path::Path) -> anyhow::Result<String> {
     let token = std::fs::read_to_string(path)
-        .with_context(|| format!("--ingest-token-file {}: cannot read it", path.display()))?;
+        .with_context(|| format!("--{flag} {}: cannot read it", path.display()))?;
     let token = token.trim();
     anyhow::ensure!(
         !token.is_empty(),
-        "--ingest-token-file {}: the file is empty; put the token in it",
+        "--{flag} {}: the file is empty; put the token in it",
         path.display()
     );
     anyhow::ensure!(
-        token.bytes().all(|b| b.is_ascii_graphic()),
-        "--ingest-token-file {}: the token must be visible ASCII without spaces (it travels in an HTTP header)",
+        token
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b';' && b != b'"' && b != b','),
+        "--{flag} {}: the token must be visible ASCII without spaces, `;`, `,` or `\"` (it travels in an HTTP header or cookie)",
         path.display()
     );
     Ok(token.to_owned())
@@ -154,6 +179,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_max_group_records(args.max_group_records)
         .with_max_receiving_bodies(args.max_receiving_bodies)
         .with_body_timeout(args.body_timeout)
+        .with_min_body_rate(args.min_body_rate)
         .with_header_read_timeout(args.header_read_timeout)
         .with_idle_timeout(args.idle_timeout)
         .with_max_streams_per_connection(args.max_streams_per_connection)
@@ -170,8 +196,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .with_max_batch_stored_bytes(args.max_batch_stored_bytes)
                 .with_max_latency(args.max_latency),
         );
+    if let Some(n) = args.max_receiving_bodies_per_peer {
+        config = config.with_max_receiving_bodies_per_peer(n);
+    }
     if let Some(path) = &args.ingest_token_file {
-        config = config.with_ingest_token(read_token(path)?);
+        config = config.with_ingest_token(read_token("ingest-token-file", path)?);
+    }
+    if let Some(path) = &args.read_token_file {
+        config = config.with_read_token(read_token("read-token-file", path)?);
+    }
+    if let (Some(i), Some(r)) = (&config.ingest_token, &config.read_token) {
+        anyhow::ensure!(
+            i != r,
+            "--ingest-token-file and --read-token-file hold the same token: they are separate roles \
+             (a sender must not read); give each its own"
+        );
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config = config.with_tls(cert, key);
     }
     if let Some(dir) = &args.parquet_dir {
         anyhow::ensure!(
@@ -189,6 +231,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the tokio runtime")?;
     let config_has_token = config.ingest_token.is_some();
+    let config_has_read_token = config.read_token.is_some();
+    let tls = config.tls.is_some();
+    if tls {
+        eprintln!("cpt serve: both ports serve TLS only (--tls-cert / --tls-key)");
+    }
+    let (grpc_scheme, http_scheme) = if tls {
+        ("grpcs", "https")
+    } else {
+        ("grpc", "http")
+    };
     rt.block_on(async move {
         let collector = Collector::start(config).await?;
         eprintln!(
@@ -209,14 +261,33 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 "cpt serve: ingest is open to anyone who can reach the ports (see --ingest-token-file)"
             );
         }
+        if config_has_read_token {
+            eprintln!(
+                "cpt serve: reads (records, profiles, stats) require the bearer token from --read-token-file"
+            );
+        } else {
+            eprintln!(
+                "cpt serve: reads are open to anyone who can reach the http port (sampled records only; \
+                 forced records are withheld until --read-token-file is set)"
+            );
+        }
         if let Some(a) = collector.grpc_addr() {
             eprintln!("cpt serve: grpc listening on {a}");
+            eprintln!("cpt serve: exporters send to {grpc_scheme}://{a}");
         }
         if let Some(a) = collector.http_addr() {
-            eprintln!("cpt serve: http listening on http://{a}");
-            eprintln!(
-                "cpt serve: profiles: go tool pprof -http=: 'http://{a}/profile?service=SERVICE'"
-            );
+            eprintln!("cpt serve: http listening on {http_scheme}://{a}");
+            if config_has_read_token {
+                // pprof cannot send the bearer token: fetch, then open.
+                eprintln!(
+                    "cpt serve: profiles: cpt profile --collector {http_scheme}://{a} --read-token-file FILE \
+                     --service SERVICE -o p.pb.gz && go tool pprof -http=: p.pb.gz"
+                );
+            } else {
+                eprintln!(
+                    "cpt serve: profiles: go tool pprof -http=: '{http_scheme}://{a}/profile?service=SERVICE'"
+                );
+            }
         }
         collector.run_until(shutdown_signal()).await?;
         eprintln!("cpt serve: stopped");

@@ -10,8 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -19,6 +18,7 @@ use anyhow::{Context as _, bail};
 use cpt_sdk::path::SegmentKind;
 use cpt_sdk::record::Record;
 
+use super::remote::{Remote, RemoteArgs, check_request_id, check_trace_id, selection_query};
 use crate::format::fmt_ns;
 use crate::profile::aggregate::Aggregate;
 use crate::profile::flame::{FlameOptions, flame_svg};
@@ -31,10 +31,10 @@ use crate::records::{ReadOptions, RecordReader};
 #[derive(Debug, Clone, clap::Args)]
 pub struct ShowArgs {
     /// The request id (the x-request-id the request carried, as `cpt force` printed it).
-    #[arg(long, value_name = "ID", required_unless_present = "trace_id")]
+    #[arg(long, value_name = "ID", required_unless_present = "trace_id", value_parser = parse_request_id)]
     pub request_id: Option<String>,
     /// The OpenTelemetry trace id instead (32 hex digits).
-    #[arg(long, value_name = "HEX", conflicts_with = "request_id")]
+    #[arg(long, value_name = "HEX", conflicts_with = "request_id", value_parser = parse_trace_id)]
     pub trace_id: Option<String>,
     /// JSON Lines record files (`-` = stdin; gzip is recognised by its content).
     #[arg(value_name = "INPUT")]
@@ -45,6 +45,9 @@ pub struct ShowArgs {
     /// Ask a running collector (`cpt serve --http`), e.g. http://127.0.0.1:4318.
     #[arg(long, value_name = "URL", conflicts_with_all = ["inputs", "store"])]
     pub collector: Option<String>,
+    /// How to read from the collector (its read token).
+    #[command(flatten)]
+    pub remote: RemoteArgs,
     /// Keep looking until the record arrives or this time has passed (e.g. 10s, 500ms).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub wait: Option<Duration>,
@@ -63,6 +66,14 @@ pub struct ShowArgs {
     pub top: usize,
 }
 
+fn parse_request_id(s: &str) -> Result<String, String> {
+    check_request_id(s).map(|()| s.to_owned())
+}
+
+fn parse_trace_id(s: &str) -> Result<String, String> {
+    check_trace_id(s).map(|()| s.to_ascii_lowercase())
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (expected e.g. 10s, 500ms, 1m)"))
 }
@@ -72,7 +83,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 enum Source<'a> {
     Store(&'a std::path::Path),
     Files(&'a [PathBuf]),
-    Collector(&'a str),
+    Collector(Remote),
 }
 
 impl Source<'_> {
@@ -84,7 +95,7 @@ impl Source<'_> {
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
-            Source::Collector(u) => format!("collector {u}"),
+            Source::Collector(r) => format!("collector {}", r.url()),
         }
     }
 
@@ -113,9 +124,12 @@ impl Source<'_> {
                 out.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
                 Ok(out)
             }
-            Source::Collector(url) => {
+            Source::Collector(remote) => {
                 let query = format!("{}&limit={limit}", selection_query(sel));
-                let body = http_get(url, &format!("/v1/records?{query}"))?;
+                let answer = remote.get(&format!("/v1/records?{query}"))?;
+                let url = remote.url();
+                let body = String::from_utf8(answer.body)
+                    .context("the collector's answer is not UTF-8")?;
                 body.lines()
                     .filter(|l| !l.trim().is_empty())
                     .map(|l| {
@@ -125,120 +139,6 @@ impl Source<'_> {
                     .collect()
             }
         }
-    }
-}
-
-/// A selection as a `GET` query (values percent-encoded).
-fn selection_query(sel: &Selection) -> String {
-    sel.to_string()
-        .split(' ')
-        .map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            format!("{k}={}", percent_encode(v))
-        })
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-fn percent_encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
-
-/// A plain HTTP/1.1 GET (the collector's HTTP API); the body on 200.
-fn http_get(url: &str, path_and_query: &str) -> anyhow::Result<String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        anyhow::anyhow!(
-            "--collector {url:?}: expected http://HOST:PORT (the collector's HTTP address, `cpt serve --http`)"
-        )
-    })?;
-    let authority = rest.trim_end_matches('/');
-    anyhow::ensure!(
-        !authority.is_empty() && !authority.contains('/'),
-        "--collector {url:?}: expected http://HOST:PORT without a path"
-    );
-    let addrs: Vec<_> = authority
-        .to_socket_addrs()
-        .with_context(|| format!("--collector {url:?}: cannot resolve {authority}"))?
-        .collect();
-    let mut last = None;
-    let mut stream = None;
-    for a in &addrs {
-        match TcpStream::connect_timeout(a, Duration::from_secs(5)) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    let Some(mut stream) = stream else {
-        bail!(
-            "cannot reach the collector at {url}: {}; is `cpt serve --http` running there?",
-            last.map_or_else(|| "no address".to_owned(), |e| e.to_string())
-        );
-    };
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        stream,
-        "GET {path_and_query} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/x-ndjson\r\nConnection: close\r\n\r\n"
-    )
-    .with_context(|| format!("sending the query to the collector at {url}"))?;
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
-        .with_context(|| format!("reading the collector's answer from {url}"))?;
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| anyhow::anyhow!("{url} did not answer with HTTP"))?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut body = raw[split + 4..].to_vec();
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("{url} did not answer with HTTP"))?;
-    if head.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("transfer-encoding: chunked")
-    }) {
-        body = dechunk(&body).ok_or_else(|| anyhow::anyhow!("{url}: bad chunked body"))?;
-    }
-    let body = String::from_utf8(body).context("the collector's answer is not UTF-8")?;
-    if status == 404 {
-        bail!(
-            "the collector at {url} has no GET /v1/records (HTTP 404): it is older than this cpt; upgrade it"
-        );
-    }
-    if status != 200 {
-        bail!(
-            "the collector at {url} answered HTTP {status}: {}",
-            body.trim()
-        );
-    }
-    Ok(body)
-}
-
-fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = b.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = std::str::from_utf8(&b[..eol]).ok()?;
-        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        b = &b[eol + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(b.get(..size)?);
-        b = b.get(size + 2..)?;
     }
 }
 
@@ -524,12 +424,20 @@ fn find(args: &ShowArgs, source: &Source<'_>, sel: &Selection) -> anyhow::Result
                     (_, Some(id)) => format!("trace id {id:?}"),
                     _ => unreachable!("clap requires one"),
                 };
-                let hint = match args.wait {
+                let mut hint = match args.wait {
                     Some(w) => format!("(waited {})", humantime::format_duration(w)),
                     None => "(records reach the collector milliseconds to seconds after the response: try --wait 10s; \
                          was the request traced? A force with a wrong credential is ignored)"
                         .to_owned(),
                 };
+                if let Source::Collector(remote) = source
+                    && remote.forced_withheld()
+                {
+                    hint.push_str(
+                        "; the collector has no read token, so it serves no forced record: \
+                         start it with --read-token-file and read with that token",
+                    );
+                }
                 bail!("no record with {what} in {} {hint}", source.describe());
             }
         }
@@ -558,7 +466,7 @@ pub fn run(args: ShowArgs) -> anyhow::Result<()> {
 pub fn show(args: &ShowArgs) -> anyhow::Result<String> {
     let source = match (&args.store, &args.collector) {
         (Some(s), _) => Source::Store(s),
-        (_, Some(u)) => Source::Collector(u),
+        (_, Some(u)) => Source::Collector(Remote::new(u, &args.remote)?),
         _ if !args.inputs.is_empty() => Source::Files(&args.inputs),
         _ => bail!(
             "no input: give --store PATH, --collector http://HOST:PORT, or JSON Lines record files"

@@ -52,12 +52,28 @@ pub(super) struct Job {
 /// What went wrong with a submitted batch.
 #[derive(Debug)]
 pub(super) enum SubmitError {
-    Overloaded { pending: usize },
-    Receiving { max: usize },
+    Overloaded {
+        pending: usize,
+    },
+    Receiving {
+        max: usize,
+    },
+    PeerBusy {
+        max: usize,
+    },
+    BodyTooSlow {
+        min_rate: u64,
+        received: usize,
+        after: Duration,
+    },
     Unauthenticated,
-    BodyTimeout { after: Duration },
+    BodyTimeout {
+        after: Duration,
+    },
     Malformed(BatchError),
-    TooLarge { limit: usize },
+    TooLarge {
+        limit: usize,
+    },
     Store(Arc<StoreError>),
     ShuttingDown,
 }
@@ -65,7 +81,10 @@ pub(super) enum SubmitError {
 impl SubmitError {
     pub(super) fn count(&self, c: &Counters) {
         let counter = match self {
-            SubmitError::Overloaded { .. } | SubmitError::Receiving { .. } => &c.overloaded,
+            SubmitError::Overloaded { .. }
+            | SubmitError::Receiving { .. }
+            | SubmitError::PeerBusy { .. } => &c.overloaded,
+            SubmitError::BodyTooSlow { .. } => &c.rejected_batches,
             SubmitError::Malformed(_)
             | SubmitError::TooLarge { .. }
             | SubmitError::Unauthenticated
@@ -83,6 +102,18 @@ impl SubmitError {
             SubmitError::Receiving { max } => format!(
                 "collector busy: {max} request bodies already being received; retry later with backoff"
             ),
+            SubmitError::PeerBusy { max } => format!(
+                "collector busy for this address: it is already sending {max} request bodies \
+                 (each peer address gets at most that many at once); retry later with backoff"
+            ),
+            SubmitError::BodyTooSlow {
+                min_rate,
+                received,
+                after,
+            } => format!(
+                "batch rejected, nothing stored: request body too slow ({received} bytes in \
+                 {after:.1?}, under the minimum of {min_rate} bytes/s)"
+            ),
             SubmitError::Unauthenticated => {
                 "ingest requires a credential: send `authorization: Bearer <token>` with the collector's ingest token".into()
             }
@@ -94,11 +125,22 @@ impl SubmitError {
                 format!("batch rejected, nothing stored: body larger than {limit} bytes")
             }
             SubmitError::Store(e) => {
-                format!("batch not stored (store error; retry later): {e}")
+                // The detail names the store's or the Parquet directory's
+                // files: the operator's log gets it, the client does not.
+                super::errlog::error("storing a batch failed", || e.to_string());
+                "batch not stored (store error; the collector's log has the detail): retry later"
+                    .into()
             }
             SubmitError::ShuttingDown => "collector shutting down; retry later".into(),
         }
     }
+}
+
+/// Why a body was not received: refused (counted), or the connection failed.
+#[derive(Debug)]
+pub(super) enum BodyFailure {
+    Refused(SubmitError),
+    Read(String),
 }
 
 /// The state the gRPC and HTTP front ends share.
@@ -112,6 +154,13 @@ pub(super) struct Ingest {
     pub(super) limits: IngestLimits,
     pub(super) body_timeout: Duration,
     pub(super) token: Option<Arc<str>>,
+    /// Receiving slots held per peer address, and each one's share.
+    pub(super) peer_slots: Arc<super::receiving::PeerSlots>,
+    pub(super) max_receiving_per_peer: usize,
+    /// Bytes per second a body must average after the grace (0: none).
+    pub(super) min_body_rate: u64,
+    /// Who may read (`GET /v1/records`, `/profile`, `/v1/stats`).
+    pub(super) read: super::access::ReadAccess,
     pub(super) jobs: mpsc::Sender<Job>,
     pub(super) counters: Counters,
     pub(super) store_path: PathBuf,
@@ -134,9 +183,9 @@ impl Ingest {
             return Ok(());
         };
         let presented = authorization
-            .and_then(|v| v.strip_prefix(b"Bearer ".as_slice()))
+            .and_then(super::access::bearer)
             .unwrap_or_default();
-        if constant_time_eq(presented.trim_ascii(), token.as_bytes()) {
+        if super::access::constant_time_eq(presented, token.as_bytes()) {
             Ok(())
         } else {
             let e = SubmitError::Unauthenticated;
@@ -145,15 +194,60 @@ impl Ingest {
         }
     }
 
-    /// A slot to receive a body in (none left: refused at once).
-    pub(super) fn receive(&self) -> Result<OwnedSemaphorePermit, SubmitError> {
-        self.receiving.clone().try_acquire_owned().map_err(|_| {
-            let e = SubmitError::Receiving {
-                max: self.max_receiving,
+    /// A slot to receive a body from `peer` in (its share or every slot
+    /// taken: refused at once; see `receiving.rs`).
+    pub(super) fn receive(
+        &self,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<super::receiving::Receiving, SubmitError> {
+        use super::receiving::{NoSlot, take_slot};
+        take_slot(
+            &self.peer_slots,
+            &self.receiving,
+            peer,
+            self.max_receiving_per_peer,
+        )
+        .map_err(|no| {
+            let e = match no {
+                NoSlot::Peer => SubmitError::PeerBusy {
+                    max: self.max_receiving_per_peer,
+                },
+                NoSlot::All => SubmitError::Receiving {
+                    max: self.max_receiving,
+                },
             };
             e.count(&self.counters);
             e
         })
+    }
+
+    /// Receive a body of at most `limit` bytes under the body timeout and
+    /// the minimum rate.
+    pub(super) async fn receive_body<B>(
+        &self,
+        body: B,
+        limit: usize,
+    ) -> Result<bytes::Bytes, BodyFailure>
+    where
+        B: hyper::body::Body,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        use super::receiving::{BodyError, collect};
+        let e = match collect(body, limit, self.body_timeout, self.min_body_rate).await {
+            Ok(b) => return Ok(b),
+            Err(BodyError::TooLarge) => SubmitError::TooLarge { limit },
+            Err(BodyError::Timeout) => SubmitError::BodyTimeout {
+                after: self.body_timeout,
+            },
+            Err(BodyError::TooSlow { received, after }) => SubmitError::BodyTooSlow {
+                min_rate: self.min_body_rate,
+                received,
+                after,
+            },
+            Err(BodyError::Read(e)) => return Err(BodyFailure::Read(e)),
+        };
+        e.count(&self.counters);
+        Err(BodyFailure::Refused(e))
     }
 
     /// A writer permit for a received body (none left: refused at once).
@@ -267,30 +361,5 @@ struct CancelOnDrop(Arc<AtomicBool>);
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Compare without an early exit on the first differing byte, so the time
-/// taken does not tell how much of a guessed token was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = u8::from(a.len() != b.len());
-    for (i, &y) in b.iter().enumerate() {
-        let x = a.get(i).copied().unwrap_or(!y);
-        diff |= x ^ y;
-    }
-    diff == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::constant_time_eq;
-
-    #[test]
-    fn token_comparison_needs_every_byte() {
-        assert!(constant_time_eq(b"s3cret", b"s3cret"));
-        assert!(!constant_time_eq(b"s3cre", b"s3cret"));
-        assert!(!constant_time_eq(b"s3cret!", b"s3cret"));
-        assert!(!constant_time_eq(b"s3creT", b"s3cret"));
-        assert!(!constant_time_eq(b"", b"s3cret"));
     }
 }

@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::Full;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::Status;
 use tonic::server::{Grpc, NamedService, UnaryService};
 
+use super::admission::BodyFailure;
 use super::admission::{Ingest, SubmitError};
 use crate::ingest::codec::RawCodec;
 use crate::ingest::{self, BatchError, BodyFormat, proto};
@@ -21,11 +22,13 @@ impl SubmitError {
     fn into_status(self) -> Status {
         let msg = self.message();
         match self {
-            SubmitError::Overloaded { .. } | SubmitError::Receiving { .. } => {
-                Status::resource_exhausted(msg)
-            }
+            SubmitError::Overloaded { .. }
+            | SubmitError::Receiving { .. }
+            | SubmitError::PeerBusy { .. } => Status::resource_exhausted(msg),
             SubmitError::Unauthenticated => Status::unauthenticated(msg),
-            SubmitError::BodyTimeout { .. } => Status::deadline_exceeded(msg),
+            SubmitError::BodyTimeout { .. } | SubmitError::BodyTooSlow { .. } => {
+                Status::deadline_exceeded(msg)
+            }
             SubmitError::Malformed(_) => Status::invalid_argument(msg),
             SubmitError::TooLarge { .. } => Status::out_of_range(msg),
             SubmitError::Store(_) | SubmitError::ShuttingDown => Status::unavailable(msg),
@@ -121,28 +124,27 @@ where
             .get(http::header::AUTHORIZATION)
             .map(http::HeaderValue::as_bytes),
     )?;
-    let receiving = ingest.receive()?;
+    let peer = req
+        .extensions()
+        .get::<super::receiving::PeerIp>()
+        .map(|p| p.0);
+    let receiving = ingest.receive(peer)?;
     let limit = ingest.max_batch_bytes;
     let (parts, body) = req.into_parts();
-    let timeout = ingest.body_timeout;
     let malformed = |reason: String| {
         let e = SubmitError::Malformed(BatchError::new("body", reason));
         e.count(&ingest.counters);
         e
     };
     // One message: a 5-byte frame header and at most `limit` bytes.
-    let bytes = match tokio::time::timeout(timeout, Limited::new(body, limit + 5).collect()).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            let e = SubmitError::TooLarge { limit };
-            e.count(&ingest.counters);
-            return Err(e);
+    let bytes = match ingest.receive_body(body, limit + 5).await {
+        Ok(b) => b,
+        Err(BodyFailure::Refused(SubmitError::TooLarge { .. })) => {
+            return Err(SubmitError::TooLarge { limit });
         }
-        Ok(Err(e)) => return Err(malformed(format!("cannot read the request body: {e}"))),
-        Err(_) => {
-            let e = SubmitError::BodyTimeout { after: timeout };
-            e.count(&ingest.counters);
-            return Err(e);
+        Err(BodyFailure::Refused(e)) => return Err(e),
+        Err(BodyFailure::Read(e)) => {
+            return Err(malformed(format!("cannot read the request body: {e}")));
         }
     };
     drop(receiving);

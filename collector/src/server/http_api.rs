@@ -2,9 +2,15 @@
 //! `GET /v1/stats`, `GET /healthz`.
 //!
 //! `GET /v1/records?request_id=ID` (or `trace_id=HEX`, or any other selection
-//! key but `percentile`, plus `limit=N`, default [`RECORDS_LIMIT`]) returns
-//! the matching records as JSON Lines, oldest first, forced or not when an id
-//! is given; an empty body when none matches (yet).
+//! key but `percentile`, plus `limit=N`, default
+//! [`DEFAULT_RECORDS_LIMIT`](super::DEFAULT_RECORDS_LIMIT), at most
+//! [`MAX_RECORDS_LIMIT`](super::MAX_RECORDS_LIMIT)) streams the matching
+//! records as JSON Lines, oldest first, forced or not when an id is given; an
+//! empty body when none matches (yet).
+//!
+//! Every read needs the read token when the collector has one
+//! ([`super::access`]); without one, forced records are withheld and the
+//! answer says so in [`FORCED_HEADER`].
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -15,23 +21,32 @@ use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::MAX_PROFILE_FILTERS;
-use super::admission::{Ingest, SubmitError};
+use super::access::ReadAccess;
+use super::admission::{BodyFailure, Ingest, SubmitError};
+use super::errlog;
+use super::receiving::PeerIp;
 use super::store::{Store, StoreError};
+use super::{DEFAULT_RECORDS_LIMIT, MAX_PROFILE_FILTERS, MAX_RECORDS_LIMIT};
 use crate::ingest::{self, BatchError, BodyFormat};
+use crate::records::selection::{Selection, TriggerFilter};
+
+/// On every read answer of a collector without a read token:
+/// `withheld`, forced records were left out.
+pub(crate) const FORCED_HEADER: &str = "x-cpt-forced-records";
 
 impl SubmitError {
     fn into_response(self) -> Response {
         let msg = self.message();
         let mut body = serde_json::json!({ "error": msg });
         let status = match &self {
-            SubmitError::Overloaded { .. } | SubmitError::Receiving { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            SubmitError::Overloaded { .. }
+            | SubmitError::Receiving { .. }
+            | SubmitError::PeerBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             SubmitError::Unauthenticated => StatusCode::UNAUTHORIZED,
-            SubmitError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            SubmitError::BodyTimeout { .. } | SubmitError::BodyTooSlow { .. } => {
+                StatusCode::REQUEST_TIMEOUT
+            }
             SubmitError::Malformed(e) => {
                 body["problems"] = e
                     .problems()
@@ -49,6 +64,7 @@ impl SubmitError {
             self,
             SubmitError::Overloaded { .. }
                 | SubmitError::Receiving { .. }
+                | SubmitError::PeerBusy { .. }
                 | SubmitError::Store(_)
                 | SubmitError::ShuttingDown
         ) {
@@ -82,6 +98,7 @@ pub(super) fn router(ingest: Arc<Ingest>) -> Router {
 
 async fn post_records(
     State(ingest): State<Arc<Ingest>>,
+    peer: Option<axum::Extension<PeerIp>>,
     headers: HeaderMap,
     body: AxumBody,
 ) -> Response {
@@ -98,7 +115,7 @@ async fn post_records(
     // A receiving slot while the body arrives; the writer's permit only
     // once it has (see the module docs of `server`), so slow senders hold
     // receiving slots, not the writer's.
-    let receiving = match ingest.receive() {
+    let receiving = match ingest.receive(peer.map(|p| p.0.0)) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -149,15 +166,21 @@ async fn post_records(
         e.count(&ingest.counters);
         return e.into_response();
     }
-    let timeout = ingest.body_timeout;
-    let bytes = match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            let e = SubmitError::TooLarge { limit };
-            e.count(&ingest.counters);
-            return e.into_response();
+    let bytes = match ingest.receive_body(body, limit).await {
+        Ok(b) => b,
+        Err(BodyFailure::Refused(e)) => {
+            let closes = matches!(
+                e,
+                SubmitError::BodyTimeout { .. } | SubmitError::BodyTooSlow { .. }
+            );
+            let mut resp = e.into_response();
+            if closes {
+                resp.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            return resp;
         }
-        Ok(Err(e)) => {
+        Err(BodyFailure::Read(e)) => {
             ingest
                 .counters
                 .rejected_batches
@@ -166,14 +189,6 @@ async fn post_records(
                 StatusCode::BAD_REQUEST,
                 &serde_json::json!({ "error": format!("cannot read the request body: {e}") }),
             );
-        }
-        Err(_) => {
-            let e = SubmitError::BodyTimeout { after: timeout };
-            e.count(&ingest.counters);
-            let mut resp = e.into_response();
-            resp.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return resp;
         }
     };
     drop(receiving);
@@ -226,7 +241,10 @@ fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
     Ok(out)
 }
 
-async fn get_stats(State(ingest): State<Arc<Ingest>>) -> Response {
+async fn get_stats(State(ingest): State<Arc<Ingest>>, headers: HeaderMap) -> Response {
+    if let Some(denied) = read_denied(&ingest.read, &headers) {
+        return denied;
+    }
     let s = ingest.counters.snapshot();
     json_response(
         StatusCode::OK,
@@ -242,11 +260,82 @@ async fn get_stats(State(ingest): State<Arc<Ingest>>) -> Response {
     )
 }
 
-async fn get_profile(State(ingest): State<Arc<Ingest>>, RawQuery(query): RawQuery) -> Response {
+/// `Some(401)` unless the request may read.
+fn read_denied(read: &ReadAccess, headers: &HeaderMap) -> Option<Response> {
+    if read.allows(headers) {
+        return None;
+    }
+    let mut resp = json_response(
+        StatusCode::UNAUTHORIZED,
+        &serde_json::json!({ "error": "reading needs the collector's read token: send             `Authorization: Bearer <token>` (cpt show/profile: --read-token-file FILE or             CPT_READ_TOKEN); the ingest token does not read" }),
+    );
+    resp.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    Some(resp)
+}
+
+/// Without a read token, a selection keeps sampled records only: forced
+/// records' labels and ids are never served nor matched. Asking for them
+/// outright is refused, saying why.
+fn restrict(read: &ReadAccess, sel: Selection) -> Result<Selection, ProfileError> {
+    if !read.withholds_forced() {
+        return Ok(sel);
+    }
+    match sel.triggers() {
+        TriggerFilter::Sampled => Ok(sel),
+        TriggerFilter::All => Ok(sel.with_triggers(TriggerFilter::Sampled)),
+        TriggerFilter::Forced => Err(ProfileError::Forbidden(
+            "forced records are only served with the read token, and this collector has none:              start `cpt serve` with --read-token-file FILE and read with that token"
+                .into(),
+        )),
+    }
+}
+
+fn mark_withheld(read: &ReadAccess, resp: &mut Response) {
+    if read.withholds_forced() {
+        resp.headers_mut()
+            .insert(FORCED_HEADER, HeaderValue::from_static("withheld"));
+    }
+}
+
+impl ProfileError {
+    fn into_response(self, what: &'static str) -> Response {
+        match self {
+            ProfileError::BadQuery(msg) => json_response(
+                StatusCode::BAD_REQUEST,
+                &serde_json::json!({ "error": msg }),
+            ),
+            ProfileError::Forbidden(msg) => {
+                json_response(StatusCode::FORBIDDEN, &serde_json::json!({ "error": msg }))
+            }
+            ProfileError::Store(e) => {
+                // The detail names the store's file: the operator's log gets
+                // it, the client does not.
+                errlog::error(what, || e.to_string());
+                json_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &serde_json::json!({ "error": format!(
+                        "{what}: the store could not be read (the collector's log has the detail); retry later"
+                    ) }),
+                )
+            }
+        }
+    }
+}
+
+async fn get_profile(
+    State(ingest): State<Arc<Ingest>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if let Some(denied) = read_denied(&ingest.read, &headers) {
+        return denied;
+    }
     let path = ingest.store_path.clone();
     let query = query.unwrap_or_default();
-    let built = tokio::task::spawn_blocking(move || profile_from_store(&path, &query)).await;
-    match built {
+    let read = ingest.read.clone();
+    let built = tokio::task::spawn_blocking(move || profile_from_store(&path, &query, &read)).await;
+    let mut resp = match built {
         Ok(Ok(gz)) => (
             StatusCode::OK,
             [
@@ -259,44 +348,40 @@ async fn get_profile(State(ingest): State<Arc<Ingest>>, RawQuery(query): RawQuer
             gz,
         )
             .into_response(),
-        Ok(Err(ProfileError::BadQuery(msg))) => json_response(
-            StatusCode::BAD_REQUEST,
-            &serde_json::json!({ "error": msg }),
-        ),
-        Ok(Err(ProfileError::Store(e))) => {
-            // The detail names the store's file: the operator's log gets it,
-            // the client does not.
-            eprintln!("cpt serve: GET /profile failed: {e}");
-            json_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &serde_json::json!({ "error": "the profile could not be built from the store (the collector's log has the detail); retry later" }),
-            )
-        }
+        Ok(Err(e)) => e.into_response("building a profile failed"),
         Err(e) => json_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             &serde_json::json!({ "error": format!("profile task failed: {e}") }),
         ),
-    }
+    };
+    mark_withheld(&ingest.read, &mut resp);
+    resp
 }
 
 enum ProfileError {
     BadQuery(String),
+    Forbidden(String),
     Store(StoreError),
 }
 
-/// Build the gzipped profile for a `GET /profile` query string.
 /// Records per batch folded in parallel for `GET /profile`.
 const PROFILE_BATCH: usize = 16 * 1024;
 
-fn profile_from_store(path: &std::path::Path, query: &str) -> Result<Vec<u8>, ProfileError> {
+/// Build the gzipped profile for a `GET /profile` query string.
+fn profile_from_store(
+    path: &std::path::Path,
+    query: &str,
+    read: &ReadAccess,
+) -> Result<Vec<u8>, ProfileError> {
     let params = query.split('&').filter(|p| !p.is_empty()).count();
     if params > MAX_PROFILE_FILTERS {
         return Err(ProfileError::BadQuery(format!(
             "bad profile query: {params} parameters, over the limit of {MAX_PROFILE_FILTERS}; narrow the selection"
         )));
     }
-    let sel = crate::records::selection::Selection::from_query(query)
+    let sel = Selection::from_query(query)
         .map_err(|e| ProfileError::BadQuery(format!("bad profile query {query:?}: {e}")))?;
+    let sel = restrict(read, sel)?;
     let store = Store::open_read_only(path).map_err(ProfileError::Store)?;
     let mut agg = crate::profile::aggregate::Aggregator::new(sel.clone());
     store
@@ -306,39 +391,118 @@ fn profile_from_store(path: &std::path::Path, query: &str) -> Result<Vec<u8>, Pr
     Ok(crate::profile::encode_gzip(&agg))
 }
 
-/// Records `GET /v1/records` returns when the query gives no `limit`.
-const RECORDS_LIMIT: u64 = 1000;
+/// JSON Lines bytes gathered before a chunk of a `GET /v1/records` answer
+/// is sent.
+const RECORDS_CHUNK_BYTES: usize = 64 * 1024;
+/// Chunks in flight between the store reader and the connection: with
+/// [`RECORDS_CHUNK_BYTES`], what one answer holds in memory at most (besides
+/// one record).
+const RECORDS_CHUNKS_IN_FLIGHT: usize = 4;
 
-async fn get_records(State(ingest): State<Arc<Ingest>>, RawQuery(query): RawQuery) -> Response {
-    let path = ingest.store_path.clone();
+async fn get_records(
+    State(ingest): State<Arc<Ingest>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if let Some(denied) = read_denied(&ingest.read, &headers) {
+        return denied;
+    }
     let query = query.unwrap_or_default();
-    let found = tokio::task::spawn_blocking(move || records_from_store(&path, &query)).await;
-    match found {
-        Ok(Ok(body)) => (
+    let q = match records_query(&query, &ingest.read) {
+        Ok(q) => q,
+        Err(e) => return e.into_response("reading records failed"),
+    };
+    let path = ingest.store_path.clone();
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (chunks_tx, chunks) = tokio::sync::mpsc::channel(RECORDS_CHUNKS_IN_FLIGHT);
+    tokio::task::spawn_blocking(move || stream_records(&path, &q, started_tx, &chunks_tx));
+    let mut resp = match started.await {
+        Ok(Ok(())) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, ingest::CONTENT_TYPE_JSON_LINES)],
-            body,
+            AxumBody::new(ChunkBody(chunks)),
         )
             .into_response(),
-        Ok(Err(ProfileError::BadQuery(msg))) => json_response(
-            StatusCode::BAD_REQUEST,
-            &serde_json::json!({ "error": msg }),
-        ),
-        Ok(Err(ProfileError::Store(e))) => json_response(
+        Ok(Err(e)) => ProfileError::Store(e).into_response("reading records failed"),
+        Err(_) => json_response(
             StatusCode::INTERNAL_SERVER_ERROR,
-            &serde_json::json!({ "error": e.to_string() }),
+            &serde_json::json!({ "error": "records task failed" }),
         ),
-        Err(e) => json_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &serde_json::json!({ "error": format!("records task failed: {e}") }),
-        ),
+    };
+    mark_withheld(&ingest.read, &mut resp);
+    resp
+}
+
+type Chunk = Result<bytes::Bytes, std::io::Error>;
+
+/// Open the store and run the query (its outcome on `started`), then send
+/// the records as JSON Lines chunks until done, the client leaves (the
+/// receiver is dropped), or a read fails (an error chunk: the connection is
+/// cut, so the client sees a broken answer rather than a short one).
+fn stream_records(
+    path: &std::path::Path,
+    q: &super::store::StoreQuery,
+    started: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+    chunks: &tokio::sync::mpsc::Sender<Chunk>,
+) {
+    let rows = match Store::open_read_only(path).and_then(|s| s.query(q)) {
+        Ok(rows) => {
+            let _ = started.send(Ok(()));
+            rows
+        }
+        Err(e) => {
+            let _ = started.send(Err(e));
+            return;
+        }
+    };
+    let mut buf = Vec::with_capacity(RECORDS_CHUNK_BYTES);
+    for r in rows {
+        match r {
+            Ok(r) => {
+                buf.extend_from_slice(r.to_json().as_bytes());
+                buf.push(b'\n');
+                if buf.len() >= RECORDS_CHUNK_BYTES {
+                    let chunk = bytes::Bytes::from(std::mem::take(&mut buf));
+                    if chunks.blocking_send(Ok(chunk)).is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                errlog::error("reading records failed", || e.to_string());
+                let _ = chunks.blocking_send(Err(std::io::Error::other(
+                    "the store could not be read; the answer is incomplete",
+                )));
+                return;
+            }
+        }
+    }
+    if !buf.is_empty() {
+        let _ = chunks.blocking_send(Ok(bytes::Bytes::from(buf)));
+    }
+}
+
+/// A response body fed by [`stream_records`].
+struct ChunkBody(tokio::sync::mpsc::Receiver<Chunk>);
+
+impl hyper::body::Body for ChunkBody {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|c| c.map(|c| c.map(hyper::body::Frame::data)))
     }
 }
 
 /// Split `limit=N` off a `GET /v1/records` query; the rest is a selection.
-fn records_query(query: &str) -> Result<super::store::StoreQuery, ProfileError> {
+fn records_query(query: &str, read: &ReadAccess) -> Result<super::store::StoreQuery, ProfileError> {
     let bad = |msg: String| ProfileError::BadQuery(format!("bad records query {query:?}: {msg}"));
-    let mut limit = RECORDS_LIMIT;
+    let mut limit = DEFAULT_RECORDS_LIMIT;
     let mut rest = Vec::new();
     for pair in query.trim_start_matches('?').split('&') {
         match pair.split_once('=') {
@@ -348,12 +512,17 @@ fn records_query(query: &str) -> Result<super::store::StoreQuery, ProfileError> 
                     .ok()
                     .filter(|n| *n > 0)
                     .ok_or_else(|| bad(format!("limit {n:?}: expected a positive integer")))?;
+                if limit > MAX_RECORDS_LIMIT {
+                    return Err(bad(format!(
+                        "limit {limit} is over the maximum of {MAX_RECORDS_LIMIT}; ask for fewer \
+                         and page with since/until"
+                    )));
+                }
             }
             _ => rest.push(pair),
         }
     }
-    let sel = crate::records::selection::Selection::from_query(&rest.join("&"))
-        .map_err(|e| bad(e.to_string()))?;
+    let sel = Selection::from_query(&rest.join("&")).map_err(|e| bad(e.to_string()))?;
     if sel.percentile().is_some() {
         return Err(bad(
             "percentile is a profile's band (GET /profile); records are selected by request_id, \
@@ -361,18 +530,8 @@ fn records_query(query: &str) -> Result<super::store::StoreQuery, ProfileError> 
                 .into(),
         ));
     }
+    let sel = restrict(read, sel)?;
     let mut q = super::store::StoreQuery::from_selection(&sel);
     q.limit = Some(limit);
     Ok(q)
-}
-
-fn records_from_store(path: &std::path::Path, query: &str) -> Result<Vec<u8>, ProfileError> {
-    let q = records_query(query)?;
-    let store = Store::open_read_only(path).map_err(ProfileError::Store)?;
-    let mut body = Vec::new();
-    for r in store.query(&q).map_err(ProfileError::Store)? {
-        body.extend_from_slice(r.map_err(ProfileError::Store)?.to_json().as_bytes());
-        body.push(b'\n');
-    }
-    Ok(body)
 }

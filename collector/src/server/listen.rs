@@ -10,6 +10,8 @@
 //! - **HTTP/2 streams**: at most [`ConnLimits::max_streams`] concurrent
 //!   streams per connection.
 //!
+//! With TLS, the handshake must finish within the header-read timeout.
+//!
 //! The body of an admitted request has its own deadline
 //! ([`super::ServeConfig::body_timeout`]), enforced by the handlers.
 //!
@@ -34,7 +36,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::codegen::Service;
 
@@ -53,13 +55,14 @@ pub(super) struct ConnLimits {
     pub(super) max_streams: u32,
 }
 
-/// Serve `service` on every connection `listener` accepts until `stop` is
-/// set, then let the open connections finish (each still under its idle
-/// timeout) and return.
+/// Serve `service` on every connection `listener` accepts (over TLS with
+/// `tls`) until `stop` is set, then let the open connections finish (each
+/// still under its idle timeout) and return.
 pub(super) async fn serve<S, B>(
     listener: TcpListener,
     service: S,
     limits: ConnLimits,
+    tls: Option<Arc<rustls::ServerConfig>>,
     mut stop: watch::Receiver<bool>,
 ) -> io::Result<()>
 where
@@ -73,11 +76,12 @@ where
 {
     let mut conns = tokio::task::JoinSet::new();
     let conn_stop = stop.clone();
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((s, _)) => s,
+                let (stream, peer) = match accepted {
+                    Ok(s) => s,
                     // Out of file descriptors and the like: back off, keep serving.
                     Err(_) => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -85,7 +89,23 @@ where
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                conns.spawn(connection(stream, service.clone(), limits, conn_stop.clone()));
+                let (service, stop, tls) = (service.clone(), conn_stop.clone(), tls.clone());
+                let peer = peer.ip();
+                conns.spawn(async move {
+                    match tls {
+                        None => connection(stream, peer, service, limits, stop).await,
+                        Some(acceptor) => {
+                            // A peer that never completes the handshake is
+                            // dropped like one that never sends its headers.
+                            let handshake = acceptor.accept(stream);
+                            if let Ok(Ok(stream)) =
+                                tokio::time::timeout(limits.header_read_timeout, handshake).await
+                            {
+                                connection(stream, peer, service, limits, stop).await;
+                            }
+                        }
+                    }
+                });
             }
             () = until_stopped(&mut stop) => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -96,12 +116,14 @@ where
     Ok(())
 }
 
-async fn connection<S, B>(
-    stream: TcpStream,
+async fn connection<T, S, B>(
+    stream: T,
+    peer: std::net::IpAddr,
     service: S,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
 ) where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible>
         + Clone
         + Send
@@ -133,7 +155,9 @@ async fn connection<S, B>(
         .max_pending_accept_reset_streams(Some(limits.max_streams as usize * 2))
         .max_local_error_reset_streams(Some(limits.max_streams as usize * 2));
     let counted = activity.clone();
-    let svc = hyper::service::service_fn(move |req| {
+    let svc = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+        // Admission shares receiving slots fairly between peer addresses.
+        req.extensions_mut().insert(super::receiving::PeerIp(peer));
         let guard = InFlight::enter(counted.clone());
         let mut service = service.clone();
         async move {
@@ -219,12 +243,12 @@ impl Drop for InFlight {
 }
 
 /// A stream that records when it last moved a byte.
-struct Tracked {
-    inner: TcpStream,
+struct Tracked<T> {
+    inner: T,
     activity: Arc<Activity>,
 }
 
-impl AsyncRead for Tracked {
+impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -239,7 +263,7 @@ impl AsyncRead for Tracked {
     }
 }
 
-impl AsyncWrite for Tracked {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -33,11 +33,13 @@
 //!    that transaction, before it commits ([`Store::insert_group_then`]):
 //!    one file per hour partition per group (split past
 //!    [`ServeConfig::parquet_max_file_bytes`]), each finished (footer,
-//!    fsync, rename from a hidden `.tmp`, fsync of the directory). If that
-//!    fails the group's files are deleted and the transaction rolls back,
-//!    batch ids included (the senders retry). Only a failed commit after
-//!    finished files leaves a batch in Parquet alone, so Parquet may hold a
-//!    duplicate (`request_id` tells them apart); the store never does.
+//!    fsync, rename from a hidden `.tmp`, fsync of the directory) in a
+//!    hidden staging directory, and moved into its partition once the
+//!    store committed (`staging.rs`). If writing fails the group's files
+//!    are deleted and the transaction rolls back, batch ids included (the
+//!    senders retry); if the commit fails they are deleted too. A record is
+//!    in Parquet iff it is in the store, after `kill -9` too: a start
+//!    settles what a killed collector left staged.
 //! 4. **Acknowledgement.** Only after the commit returns does the request
 //!    answer 200 / `OK`. With [`Durability::Full`] the WAL was fsynced, so
 //!    an acknowledged batch survives `kill -9` and power loss.
@@ -51,8 +53,13 @@
 //! |---|---|
 //! | `admission.rs` | the permit, decoding off the async workers, waiting for the acknowledgement, the counters |
 //! | `writer.rs` | the single writer thread's group commit |
-//! | `http_api.rs` | `POST /v1/records`, `GET /profile`, `GET /v1/stats`, `GET /healthz` |
+//! | `staging.rs` | Parquet files staged until the store commits, settled at start |
+//! | `http_api.rs` | `POST /v1/records`, `GET /v1/records`, `GET /profile`, `GET /v1/stats`, `GET /healthz` |
+//! | `access.rs` | who may read (the read token), bearer parsing |
+//! | `errlog.rs` | failure details for the operator's log, rate-limited |
 //! | `grpc_api.rs` | `cpt.collector.v1.Collector/Export` |
+//! | `receiving.rs` | receiving slots shared fairly between peer addresses, the minimum body rate |
+//! | `tls.rs` | the TLS certificate and key of both ports |
 //! | `listen.rs` | accepting connections: header-read and idle timeouts, HTTP/2 stream limit |
 //! | [`store`] | the SQLite store both the server and `cpt import` write |
 //! | `mod.rs` (here) | [`ServeConfig`], starting and stopping a [`Collector`] |
@@ -68,11 +75,16 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 
+mod access;
 mod admission;
+mod errlog;
 mod grpc_api;
 mod http_api;
 mod listen;
+mod receiving;
+mod staging;
 pub mod store;
+mod tls;
 mod writer;
 
 use admission::{Counters, Ingest};
@@ -83,6 +95,7 @@ use store::{Durability, Store, StoreError};
 use writer::write_loop;
 
 pub use crate::ingest::IngestLimits;
+pub use tls::{TlsError, TlsFiles};
 
 /// Default for [`ServeConfig::max_pending_batches`].
 pub const DEFAULT_MAX_PENDING_BATCHES: usize = 32;
@@ -92,6 +105,9 @@ pub const DEFAULT_MAX_BATCH_BYTES: usize = 4 << 20;
 pub const DEFAULT_MAX_GROUP_RECORDS: usize = 20_000;
 /// Default for [`ServeConfig::max_receiving_bodies`].
 pub const DEFAULT_MAX_RECEIVING_BODIES: usize = 256;
+/// Default for [`ServeConfig::min_body_rate`]: 1 KiB/s.
+pub const DEFAULT_MIN_BODY_RATE: u64 = 1024;
+pub use receiving::BODY_RATE_GRACE;
 /// Default for [`ServeConfig::body_timeout`].
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default for [`ServeConfig::header_read_timeout`].
@@ -100,6 +116,12 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default for [`ServeConfig::max_streams_per_connection`].
 pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 64;
+/// Records `GET /v1/records` returns when the query gives no `limit`.
+pub const DEFAULT_RECORDS_LIMIT: u64 = 1000;
+/// Largest `limit` a `GET /v1/records` query may ask for (400 beyond: page
+/// with `since` / `until`). The answer is streamed, so the cap bounds the
+/// work one query costs, not memory.
+pub const MAX_RECORDS_LIMIT: u64 = 100_000;
 /// Most filters (`label=` and the like) one `GET /profile` query may have.
 pub const MAX_PROFILE_FILTERS: usize = 64;
 
@@ -129,9 +151,18 @@ pub struct ServeConfig {
     /// ([`ServeConfig::max_pending_batches`]) is taken only once a body has
     /// arrived, so slow senders hold these, not the writer's.
     pub max_receiving_bodies: usize,
+    /// Receiving slots one peer address may hold at once (429 /
+    /// `RESOURCE_EXHAUSTED` beyond, while other peers still find slots).
+    /// `None`: a quarter of [`ServeConfig::max_receiving_bodies`], at least
+    /// one. See `receiving.rs` for the rule.
+    pub max_receiving_bodies_per_peer: Option<usize>,
     /// How long a client may take to send a request body (HTTP 408 / gRPC
     /// `DEADLINE_EXCEEDED` after).
     pub body_timeout: Duration,
+    /// Bytes per second a request body must average once
+    /// [`BODY_RATE_GRACE`] has passed; a slower sender is cut (HTTP 408 /
+    /// `DEADLINE_EXCEEDED`). `0`: no minimum.
+    pub min_body_rate: u64,
     /// How long a client may take to send an HTTP/1 request's headers (the
     /// connection is closed after).
     pub header_read_timeout: Duration,
@@ -145,6 +176,13 @@ pub struct ServeConfig {
     /// `UNAUTHENTICATED`. `None` (the default): anyone who can reach the
     /// port may send records.
     pub ingest_token: Option<String>,
+    /// When set, every read (`GET /v1/records`, `GET /profile`,
+    /// `GET /v1/stats`) requires `Authorization: Bearer <token>` (or the
+    /// `cpt_read_token` cookie); others get 401. A role separate from
+    /// [`ServeConfig::ingest_token`]: neither token grants the other's
+    /// role. `None` (the default): anyone who can reach the HTTP port reads
+    /// sampled records; forced records are withheld from everyone.
+    pub read_token: Option<String>,
     /// When set, every accepted batch is also written as Parquet (schema
     /// `cpt.records.v1`) into `DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet`,
     /// and acknowledged only once its file is finished (fsynced and renamed):
@@ -152,6 +190,9 @@ pub struct ServeConfig {
     pub parquet_dir: Option<PathBuf>,
     /// A group's Parquet file is split once it passes this many bytes.
     pub parquet_max_file_bytes: u64,
+    /// Serve both ports over TLS with this certificate and key (`None`:
+    /// plaintext).
+    pub tls: Option<TlsFiles>,
 }
 
 impl ServeConfig {
@@ -167,13 +208,17 @@ impl ServeConfig {
             max_group_records: DEFAULT_MAX_GROUP_RECORDS,
             limits: IngestLimits::default(),
             max_receiving_bodies: DEFAULT_MAX_RECEIVING_BODIES,
+            max_receiving_bodies_per_peer: None,
             body_timeout: DEFAULT_BODY_TIMEOUT,
+            min_body_rate: DEFAULT_MIN_BODY_RATE,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
             ingest_token: None,
+            read_token: None,
             parquet_dir: None,
             parquet_max_file_bytes: crate::records::parquet::DEFAULT_MAX_FILE_BYTES,
+            tls: None,
         }
     }
 
@@ -198,6 +243,18 @@ impl ServeConfig {
     /// Set [`ServeConfig::max_receiving_bodies`] (at least 1).
     pub fn with_max_receiving_bodies(mut self, n: usize) -> Self {
         self.max_receiving_bodies = n.max(1);
+        self
+    }
+
+    /// Set [`ServeConfig::max_receiving_bodies_per_peer`] (at least 1).
+    pub fn with_max_receiving_bodies_per_peer(mut self, n: usize) -> Self {
+        self.max_receiving_bodies_per_peer = Some(n.max(1));
+        self
+    }
+
+    /// Set [`ServeConfig::min_body_rate`] (bytes per second; 0: none).
+    pub fn with_min_body_rate(mut self, bytes_per_sec: u64) -> Self {
+        self.min_body_rate = bytes_per_sec;
         self
     }
 
@@ -228,6 +285,21 @@ impl ServeConfig {
     /// Require this bearer token on ingest ([`ServeConfig::ingest_token`]).
     pub fn with_ingest_token(mut self, token: impl Into<String>) -> Self {
         self.ingest_token = Some(token.into());
+        self
+    }
+
+    /// Require this bearer token on reads ([`ServeConfig::read_token`]).
+    pub fn with_read_token(mut self, token: impl Into<String>) -> Self {
+        self.read_token = Some(token.into());
+        self
+    }
+
+    /// Serve both ports over TLS ([`ServeConfig::tls`]).
+    pub fn with_tls(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls = Some(TlsFiles {
+            cert: cert.into(),
+            key: key.into(),
+        });
         self
     }
 
@@ -297,6 +369,13 @@ pub enum ServeError {
     /// The Parquet directory cannot be created.
     #[error("--parquet-dir: {0}")]
     Parquet(crate::records::parquet::ParquetError),
+    /// What a stopped collector left staged in the Parquet directory cannot
+    /// be settled.
+    #[error("--parquet-dir: {0}")]
+    Staging(String),
+    /// The TLS certificate or key cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The writer thread could not start.
     #[error("cannot start the store writer thread: {0}")]
     Writer(std::io::Error),
@@ -359,17 +438,50 @@ impl Collector {
     ///
     /// When the store cannot be opened or an address cannot be bound.
     pub async fn start(config: ServeConfig) -> Result<Collector, ServeError> {
+        // Before anything is opened: a bad certificate fails the start.
+        let tls = config.tls.as_ref().map(tls::server_config).transpose()?;
         let store = Store::open_with(&config.store, config.durability)?;
         let store_path = store.path().to_path_buf();
         let max_pending = config.max_pending_batches.max(1);
         let (jobs, rx) = mpsc::channel(max_pending);
         let max_group = config.max_group_records.max(1);
+        if let Some(dir) = &config.parquet_dir {
+            match writer::remove_stale_temp_files(dir) {
+                Ok(0) => {}
+                Ok(n) => eprintln!(
+                    "cpt serve: removed {n} unfinished Parquet temp file(s) a stopped collector left in {}",
+                    dir.display()
+                ),
+                Err(e) => eprintln!(
+                    "cpt serve: warning: cannot clear unfinished Parquet temp files in {}: {e}",
+                    dir.display()
+                ),
+            }
+        }
         let parquet = match &config.parquet_dir {
-            Some(dir) => Some(
-                crate::records::parquet::PartitionedWriter::new(dir)
+            Some(dir) => {
+                let reader = staging::open_reader(&store_path).map_err(ServeError::Staging)?;
+                // Groups a stopped collector left staged: in place if the
+                // store committed them, deleted if not.
+                let committed = staging::max_id(&reader).map_err(ServeError::Staging)?;
+                let settled = staging::settle(dir, committed).map_err(ServeError::Staging)?;
+                if settled != staging::Settled::default() {
+                    eprintln!(
+                        "cpt serve: Parquet groups a stopped collector left: {} committed (moved into place), \
+                         {} not committed (deleted), {} unnamed staged files deleted",
+                        settled.published, settled.discarded, settled.orphans
+                    );
+                }
+                Some(writer::ParquetOut {
+                    root: dir.clone(),
+                    writer: crate::records::parquet::PartitionedWriter::new(
+                        dir.join(staging::STAGING),
+                    )
                     .map_err(ServeError::Parquet)?
                     .with_max_file_bytes(config.parquet_max_file_bytes),
-            ),
+                    reader,
+                })
+            }
             None => None,
         };
         let keep_records = parquet.is_some();
@@ -383,10 +495,17 @@ impl Collector {
             receiving: Arc::new(Semaphore::new(max_receiving)),
             max_pending,
             max_receiving,
+            peer_slots: Arc::default(),
+            max_receiving_per_peer: config
+                .max_receiving_bodies_per_peer
+                .unwrap_or(max_receiving / 4)
+                .clamp(1, max_receiving),
+            min_body_rate: config.min_body_rate,
             max_batch_bytes: config.max_batch_bytes,
             limits: config.limits,
             body_timeout: config.body_timeout,
             token: config.ingest_token.clone().map(|t| Arc::from(t.trim())),
+            read: access::ReadAccess::new(config.read_token.as_deref()),
             jobs,
             counters: Counters::default(),
             store_path,
@@ -409,8 +528,9 @@ impl Collector {
                 ingest: ingest.clone(),
             };
             let stopped = stopped.clone();
+            let tls = tls.clone();
             servers.push(tokio::spawn(async move {
-                listen::serve(listener, svc, conn_limits, stopped)
+                listen::serve(listener, svc, conn_limits, tls, stopped)
                     .await
                     .map_err(|e| ServeError::Server {
                         what: "grpc",
@@ -423,8 +543,9 @@ impl Collector {
             http_addr = Some(local_addr("http", addr, &listener)?);
             let app = router(ingest.clone());
             let stopped = stopped.clone();
+            let tls = tls.clone();
             servers.push(tokio::spawn(async move {
-                listen::serve(listener, app, conn_limits, stopped)
+                listen::serve(listener, app, conn_limits, tls, stopped)
                     .await
                     .map_err(|e| ServeError::Server {
                         what: "http",

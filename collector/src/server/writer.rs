@@ -5,30 +5,43 @@
 //! id was committed before) are written as Parquet inside the store's
 //! transaction, before it commits: one file per hour partition per group
 //! (split past the size bound), each finished (footer, fsync, rename, fsync
-//! of the directory) before the commit, so before any batch of the group is
-//! acknowledged. A failed Parquet write rolls the group back (the senders
-//! retry); a failed commit after finished files leaves records in Parquet
-//! only, and the retry writes them again: Parquet can hold a duplicate, the
-//! store never does. Under load a group holds
+//! of the directory) in the hidden staging directory, and moved into its
+//! partition only once the store committed (`staging.rs`), before any batch
+//! of the group is acknowledged. A failed Parquet write rolls the group
+//! back (the senders retry); a failed commit deletes the staged files: a
+//! record is in Parquet iff it is in the store, also after `kill -9`.
+//! Under load a group holds
 //! up to `max_group_records` records, so files grow with the load; at low
 //! load files are small (one per group): the price of acknowledging only
 //! what is in a finished file. `cpt export DIR --parquet-dir NEW` compacts
 //! them.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
 use super::admission::Job;
+use super::staging::{self, Staged};
 use super::store::{EncodedBatch, Store, StoreError};
 use crate::records::parquet::PartitionedWriter;
+
+/// The Parquet side of the writer: files staged under `root/.staging`.
+#[derive(Debug)]
+pub(super) struct ParquetOut {
+    pub(super) root: std::path::PathBuf,
+    /// Writes into `root/.staging`.
+    pub(super) writer: PartitionedWriter,
+    /// Reads the store's highest committed record id.
+    pub(super) reader: rusqlite::Connection,
+}
 
 /// The single writer: group commit of whatever batches are waiting.
 pub(super) fn write_loop(
     mut store: Store,
     mut jobs: mpsc::Receiver<Job>,
     max_group_records: usize,
-    mut parquet: Option<PartitionedWriter>,
+    mut parquet: Option<ParquetOut>,
 ) {
     while let Some(first) = jobs.blocking_recv() {
         let mut records = first.batch.len();
@@ -43,10 +56,28 @@ pub(super) fn write_loop(
             }
         }
         let batches: Vec<&EncodedBatch> = group.iter().map(|j| &j.batch).collect();
+        let mut staged: Option<Staged> = None;
         let inserted = store.insert_group_then(&batches, |results| match &mut parquet {
-            Some(w) => write_parquet(w, &group, results),
+            Some(out) => {
+                staged = write_parquet(out, &group, results)?;
+                Ok(())
+            }
             None => Ok(()),
         });
+        if let (Some(out), Some(staged)) = (&parquet, &staged) {
+            if inserted.is_ok() {
+                // Committed: into place before the acknowledgement. A failed
+                // move leaves the manifest; the next start moves them.
+                if let Err(e) = staging::publish(&out.root, staged) {
+                    super::errlog::error(
+                        "moving committed Parquet files into place failed",
+                        || format!("{e} (the next start of cpt serve moves them)"),
+                    );
+                }
+            } else {
+                staging::discard(&out.root, staged);
+            }
+        }
         match inserted {
             Ok(results) => {
                 for (job, result) in group.into_iter().zip(results) {
@@ -64,17 +95,17 @@ pub(super) fn write_loop(
 }
 
 /// Write the records of the batches the store is about to commit as
-/// Parquet and finish the files, before the store's transaction commits.
-/// A batch whose id was committed before (`Ok(0)`: a resend after a lost
-/// acknowledgement) is in a finished file already and is not written again.
-/// On failure the files of this group are removed and the error rolls the
-/// store's transaction back, batch ids included: the senders retry, and
-/// their records are in neither the store nor a finished file.
+/// Parquet, finished in the staging directory with a manifest, before the
+/// store's transaction commits. A batch whose id was committed before
+/// (`Ok(0)`: a resend after a lost acknowledgement) is in Parquet already
+/// and is not written again. On failure the group's files are removed and
+/// the error rolls the store's transaction back, batch ids included: the
+/// senders retry, and their records are in neither place.
 fn write_parquet(
-    w: &mut PartitionedWriter,
+    out: &mut ParquetOut,
     group: &[Job],
     results: &[Result<u64, StoreError>],
-) -> Result<(), StoreError> {
+) -> Result<Option<Staged>, StoreError> {
     let stored: Vec<&cpt_sdk::Record> = group
         .iter()
         .zip(results)
@@ -82,14 +113,88 @@ fn write_parquet(
         .flat_map(|(job, _)| job.records.iter().flatten())
         .collect();
     if stored.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
-    let outcome = w.write_refs(&stored).and_then(|()| w.finish());
-    outcome.map(drop).map_err(|e| {
-        w.discard();
-        StoreError::Parquet {
-            dir: w.dir().to_path_buf(),
-            message: e.to_string(),
+    let failed = |message: String| StoreError::Parquet {
+        dir: out.root.clone(),
+        message,
+    };
+    // Nothing commits while this runs: the highest id committed now is the
+    // one before this group's records.
+    let before = staging::max_id(&out.reader).map_err(failed)?;
+    let w = &mut out.writer;
+    let files = match w.write_refs(&stored).and_then(|()| w.finish()) {
+        Ok(files) => files,
+        Err(e) => {
+            w.discard();
+            return Err(failed(e.to_string()));
         }
-    })
+    };
+    staging::stage(w.dir(), &files, before, stored.len() as u64)
+        .map(Some)
+        .map_err(|e| {
+            for f in &files {
+                let _ = std::fs::remove_file(f);
+            }
+            failed(e)
+        })
+}
+
+/// Remove the hidden `.part-*.parquet.tmp` files a killed collector left
+/// under `dir` (files of groups that never committed: no acknowledged
+/// record is only in one). Returns how many were removed.
+pub(super) fn remove_stale_temp_files(dir: &Path) -> std::io::Result<usize> {
+    let mut removed = 0;
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        let entries = match std::fs::read_dir(&d) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() && name.starts_with(".part-") && name.ends_with(".parquet.tmp")
+            {
+                std::fs::remove_file(entry.path())?;
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn stale_parquet_temp_files_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour = dir.path().join("date=2026-01-01/hour=03");
+        std::fs::create_dir_all(&hour).unwrap();
+        for name in [
+            ".part-a.parquet.tmp",
+            ".part-b.parquet.tmp",
+            "part-c.parquet",
+            "notes.tmp",
+        ] {
+            std::fs::write(hour.join(name), b"x").unwrap();
+        }
+        std::fs::write(dir.path().join(".part-top.parquet.tmp"), b"x").unwrap();
+        assert_eq!(super::remove_stale_temp_files(dir.path()).unwrap(), 3);
+        let mut left: Vec<_> = std::fs::read_dir(&hour)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["notes.tmp", "part-c.parquet"]);
+        assert_eq!(
+            super::remove_stale_temp_files(&dir.path().join("missing")).unwrap(),
+            0
+        );
+    }
 }

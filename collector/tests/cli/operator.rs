@@ -10,49 +10,67 @@ fn forced_record(id: &str) -> Record {
     r
 }
 
+/// The `x-cpt-force` value in `cpt force`'s plain output.
+fn credential_of(out: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix("x-cpt-force: "))
+        .unwrap_or_else(|| panic!("no credential in {out}"))
+        .to_owned()
+}
+
+/// Whether `cred` is a version-1 credential for `request_id` on `service`
+/// under `key`, expiring within `ttl_secs` from now.
+fn assert_credential(cred: &str, key: &[u8], request_id: &str, service: &str, ttl_secs: u64) {
+    let p = cpt_sdk::force::parse(cred).unwrap_or_else(|e| panic!("{cred}: {e}"));
+    assert!(p.mac_matches(key, request_id), "{cred}");
+    assert_eq!(p.service(), service);
+    let now = cpt_sdk::force::now_unix_secs();
+    let expires = p.expires_unix_secs();
+    assert!(
+        expires <= now + ttl_secs && expires + 60 >= now + ttl_secs,
+        "expires {expires}, now {now}, ttl {ttl_secs}"
+    );
+}
+
 #[test]
 fn force_prints_the_request_id_and_its_mac_never_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let key = write(dir.path(), "force.key", b"s3cret-ops-key\n");
-    let (out, _) = run(
-        &["force", "--key-file", s(&key), "--request-id", "req-7"],
-        true,
+    let base = [
+        "force",
+        "--key-file",
+        s(&key),
+        "--request-id",
+        "req-7",
+        "--service",
+        "A",
+    ];
+    let (out, err) = run(&base, true);
+    assert!(
+        out.starts_with("x-request-id: req-7\nx-cpt-force: cpt1."),
+        "{out}"
     );
-    let want = cpt_sdk::force::sign(b"s3cret-ops-key", "req-7");
-    assert_eq!(out, format!("x-request-id: req-7\nx-cpt-force: {want}\n"));
-    let (curl, err) = run(
-        &[
-            "force",
-            "--key-file",
-            s(&key),
-            "--request-id",
-            "req-7",
-            "--curl",
-        ],
-        true,
+    let cred = credential_of(&out);
+    assert_credential(&cred, b"s3cret-ops-key", "req-7", "A", 300);
+    assert!(err.contains("valid once, for service A"), "{err}");
+    let (curl, _) = run(&[&base[..], &["--curl"]].concat(), true);
+    assert!(
+        curl.starts_with("-H 'x-request-id: req-7' -H 'x-cpt-force: cpt1."),
+        "{curl}"
     );
-    assert_eq!(
-        curl,
-        format!("-H 'x-request-id: req-7' -H 'x-cpt-force: {want}'\n")
+    let (grpcurl, _) = run(&[&base[..], &["--grpcurl"]].concat(), true);
+    assert!(
+        grpcurl.starts_with("-rpc-header 'x-request-id: req-7' -rpc-header 'x-cpt-force: cpt1.")
     );
-    let (grpcurl, _) = run(
-        &[
-            "force",
-            "--key-file",
-            s(&key),
-            "--request-id",
-            "req-7",
-            "--grpcurl",
-        ],
-        true,
-    );
-    assert!(grpcurl.starts_with("-rpc-header 'x-request-id: req-7' -rpc-header 'x-cpt-force: "));
     for text in [&out, &curl, &err] {
         assert!(!text.contains("s3cret"), "the key was echoed: {text}");
     }
+    // Two credentials for the same request differ (a nonce each).
+    let (again, _) = run(&base, true);
+    assert_ne!(credential_of(&again), cred);
     // A generated request id: fresh on each run, with its own credential.
-    let (a, _) = run(&["force", "--key-file", s(&key)], true);
-    let (b, _) = run(&["force", "--key-file", s(&key)], true);
+    let (a, _) = run(&["force", "--key-file", s(&key), "--service", "*"], true);
+    let (b, _) = run(&["force", "--key-file", s(&key), "--service", "*"], true);
     assert_ne!(a, b);
     let id = a
         .lines()
@@ -60,47 +78,83 @@ fn force_prints_the_request_id_and_its_mac_never_the_key() {
         .unwrap()
         .strip_prefix("x-request-id: ")
         .unwrap();
-    assert!(a.contains(&cpt_sdk::force::sign(b"s3cret-ops-key", id)));
+    assert_credential(&credential_of(&a), b"s3cret-ops-key", id, "*", 300);
+}
+
+#[test]
+fn force_ttl_sets_the_expiry_and_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = write(dir.path(), "force.key", b"k");
+    let base = [
+        "force",
+        "--key-file",
+        s(&key),
+        "--request-id",
+        "r",
+        "--service",
+        "A",
+    ];
+    let (out, _) = run(&[&base[..], &["--ttl", "90s"]].concat(), true);
+    assert_credential(&credential_of(&out), b"k", "r", "A", 90);
+    let (_, err) = run(&[&base[..], &["--ttl", "2h"]].concat(), false);
+    assert!(err.contains("longer than 3600s"), "{err}");
+    let (_, err) = run(&[&base[..], &["--ttl", "0s"]].concat(), false);
+    assert!(err.contains("at least one second"), "{err}");
+    let (_, err) = run(&["force", "--key-file", s(&key)], false);
+    assert!(err.contains("--service"), "{err}");
 }
 
 #[test]
 fn force_reads_the_key_from_the_environment_or_a_token_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_cpt"))
-        .args(["force", "--request-id", "r1"])
+        .args(["force", "--request-id", "r1", "--service", "A"])
         .env("CPT_FORCE_KEY", "env-key")
         .output()
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        text.contains(&cpt_sdk::force::sign(b"env-key", "r1")),
-        "{text}"
-    );
+    assert_credential(&credential_of(&text), b"env-key", "r1", "A", 300);
     let out = Command::new(env!("CARGO_BIN_EXE_cpt"))
-        .args(["force", "--request-id", "r1", "--key-env", "MY_KEY"])
+        .args([
+            "force",
+            "--request-id",
+            "r1",
+            "--key-env",
+            "MY_KEY",
+            "--service",
+            "A",
+        ])
         .env("MY_KEY", "other-key")
         .env_remove("CPT_FORCE_KEY")
         .output()
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        text.contains(&cpt_sdk::force::sign(b"other-key", "r1")),
-        "{text}"
-    );
+    assert_credential(&credential_of(&text), b"other-key", "r1", "A", 300);
+    // A token is a key too: the credential is minted from it, and the token
+    // itself is never printed.
     let token = write(dir.path(), "token", b"tok-123\n");
     let (text, _) = run(
-        &["force", "--token-file", s(&token), "--request-id", "r1"],
+        &[
+            "force",
+            "--token-file",
+            s(&token),
+            "--request-id",
+            "r1",
+            "--service",
+            "A",
+        ],
         true,
     );
-    assert_eq!(text, "x-request-id: r1\nx-cpt-force: tok-123\n");
+    assert!(!text.contains("tok-123"), "{text}");
+    assert_credential(&credential_of(&text), b"tok-123", "r1", "A", 300);
 }
 
 #[test]
 fn force_without_a_key_or_with_a_bad_request_id_says_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_cpt"))
-        .args(["force"])
+        .args(["force", "--service", "A"])
         .env_remove("CPT_FORCE_KEY")
         .output()
         .unwrap();
@@ -108,14 +162,24 @@ fn force_without_a_key_or_with_a_bad_request_id_says_what_to_do() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("no force key: give --key-file FILE"), "{err}");
     let empty = write(dir.path(), "empty.key", b"");
-    let (_, err) = run(&["force", "--key-file", s(&empty)], false);
+    let (_, err) = run(&["force", "--key-file", s(&empty), "--service", "A"], false);
     assert!(err.contains("is empty"), "{err}");
     let key = write(dir.path(), "k", b"k");
     let (_, err) = run(
-        &["force", "--key-file", s(&key), "--request-id", "a b"],
+        &[
+            "force",
+            "--key-file",
+            s(&key),
+            "--request-id",
+            "a b",
+            "--service",
+            "A",
+        ],
         false,
     );
     assert!(err.contains("visible ASCII without spaces"), "{err}");
+    let (_, err) = run(&["force", "--key-file", s(&key), "--service", "a b"], false);
+    assert!(err.contains("--service"), "{err}");
 }
 
 #[test]

@@ -148,9 +148,9 @@ fn hostile_limits_are_configurable() {
 
 // === 2. a small protobuf batch expands without bound ===
 
-/// Peak resident memory of this process, in bytes (Linux).
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+/// Peak resident memory of process `pid`, in bytes (Linux).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kb: u64 = status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -183,37 +183,49 @@ fn amplifying(segments: usize, depth: usize) -> proto::RecordBatch {
     proto::RecordBatch { records: vec![r] }
 }
 
+/// The collector runs as a child process, so the memory measured is the
+/// server's alone (not the test's, which builds the batches).
 #[test]
 fn hostile_amplifying_protobuf_batch_is_refused_and_memory_stays_flat() {
-    let c = TestCollector::start(|c| c);
-    let before = peak_rss();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    let served = serve_child(&store, true, &[]);
+    let pid = served.child.id();
     // 101 kB: one segment, 100 000 × the 1 kB frame (100 MB expanded).
     let deep = prost::Message::encode_to_vec(&amplifying(1, 100_000));
     assert!(deep.len() < 110_000, "{}", deep.len());
-    let resp = post_records(c.http(), CONTENT_TYPE_PROTOBUF, &deep);
+    // Within the depth limit: 3000 segments × 128 × 1 kB (390 MB expanded)
+    // from a 400 kB body, over gRPC.
+    let wide = amplifying(3000, 128);
+    let before = peak_rss(pid);
+    let resp = post_records(served.http, CONTENT_TYPE_PROTOBUF, &deep);
     assert_eq!(resp.status, 400, "{}", resp.text());
     let (at, reason) = problem(&resp);
     assert_eq!(at, "records[0].segments[0].stack");
     assert!(reason.contains("max_depth = 128"), "{reason}");
 
-    // Within the depth limit: 3000 segments × 128 × 1 kB (390 MB expanded)
-    // from a 400 kB body, over gRPC.
-    let wide = amplifying(3000, 128);
-    let status = c.export(wide).unwrap_err();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let status = rt
+        .block_on(grpc_export(served.grpc.unwrap(), wide))
+        .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     assert!(
         status.message().contains("max_record_bytes"),
         "{}",
         status.message()
     );
-    let grown = peak_rss().saturating_sub(before);
+    let grown = peak_rss(pid).saturating_sub(before);
     assert!(
         grown < 64 << 20,
-        "peak memory grew by {} MB while refusing the batches",
+        "the collector's peak memory grew by {} MB while refusing the batches",
         grown >> 20
     );
-    assert!(c.stored().is_empty());
-    assert_eq!(c.stats().rejected_batches, 2);
+    let stats = http(served.http, "GET", "/v1/stats", "", b"")
+        .unwrap()
+        .json();
+    assert_eq!(stats["rejected_batches"], 2, "{stats}");
+    kill_9(served);
+    assert!(stored(&store).is_empty());
 }
 
 // === 3. slow senders shut out everyone ===

@@ -5,11 +5,15 @@
 mod support;
 
 mod durability;
+mod fairness;
 mod hostile;
+mod limits;
 mod malformed;
 mod overload;
 mod parquet;
+mod read_access;
 mod roundtrip;
+mod tls;
 
 #[cfg(feature = "client")]
 mod client;

@@ -565,15 +565,20 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
             let request_id = headers
                 .get(header::REQUEST_ID)
                 .and_then(|v| v.to_str().ok());
-            if config.force.verify(request_id, credential.as_bytes()) {
-                return Some(Decision {
-                    trigger: Trigger::Forced,
-                    return_path: false,
-                    path_version: codec_single(),
-                    started_here: true,
-                });
+            match config
+                .force
+                .verify(&config.service, request_id, credential.as_bytes())
+            {
+                Ok(()) => {
+                    return Some(Decision {
+                        trigger: Trigger::Forced,
+                        return_path: false,
+                        path_version: codec_single(),
+                        started_here: true,
+                    });
+                }
+                Err(why) => config.counters.force_rejected(&config.service, why),
             }
-            config.counters.force_rejected();
         }
     }
     if config.role == Role::Internal {

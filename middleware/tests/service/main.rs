@@ -175,7 +175,12 @@ fn an_internal_service_still_honours_trusted_triggers_and_forces() {
         );
         assert_eq!(records(&sink, &handle), vec![], "the caller records, not B");
 
-        serve(&b, grpc(&[(header::FORCE, "ops-token")])).await;
+        let cred = ForceAuth::sign("ops-token", "req-b", "B", 60);
+        serve(
+            &b,
+            grpc(&[(header::REQUEST_ID, "req-b"), (header::FORCE, &cred)]),
+        )
+        .await;
         let recs = records(&sink, &handle);
         assert_eq!(recs.len(), 1);
         assert_eq!(recs[0].trigger, Trigger::Forced);
@@ -217,7 +222,12 @@ fn user_labels_cannot_fake_the_root_label() {
                 .into_iter()
                 .collect()
             });
-        serve(&b, grpc(&[(header::FORCE, "t")])).await;
+        let cred = ForceAuth::sign("t", "req-l", "B", 60);
+        serve(
+            &b,
+            grpc(&[(header::REQUEST_ID, "req-l"), (header::FORCE, &cred)]),
+        )
+        .await;
         let recs = records(&sink, &handle);
         assert_eq!(root_label(&recs[0]), Some("internal"));
         assert_eq!(recs[0].labels.get("arm").map(String::as_str), Some("b"));
@@ -359,7 +369,7 @@ fn a_server_layer_takes_sampler_trust_and_force_key_from_the_environment() {
         // CPT_TRUST_SECRET: the caller is trusted.
         assert!(serve(&layer, asking()).await.contains_key(header::PATH));
         // CPT_FORCE_KEY: a signed force is accepted.
-        let credential = ForceAuth::sign("ops-key", "req-1");
+        let credential = ForceAuth::sign("ops-key", "req-1", "S", 60);
         serve(
             &layer,
             grpc(&[(header::REQUEST_ID, "req-1"), (header::FORCE, &credential)]),

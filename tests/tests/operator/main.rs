@@ -71,6 +71,10 @@ fn forced_request_is_shown_as_a_tree_over_a_b_c_and_unforced_ones_are_not() {
         ..Config::default()
     };
     std::fs::write(&key_file, format!("{}\n", services.force_key)).unwrap();
+    // Forced records are served only to a reader with the read token.
+    let read_token_file = dir.path().join("read.token");
+    std::fs::write(&read_token_file, "op-read-token\n").unwrap();
+    let read_token_file = read_token_file.to_str().unwrap();
 
     // The collector, on a runtime of its own, gRPC ingest + HTTP queries.
     let collector_rt = tokio::runtime::Builder::new_multi_thread()
@@ -83,7 +87,8 @@ fn forced_request_is_shown_as_a_tree_over_a_b_c_and_unforced_ones_are_not() {
         .block_on(Collector::start(
             ServeConfig::new(&store_path)
                 .with_grpc(loopback)
-                .with_http(loopback),
+                .with_http(loopback)
+                .with_read_token("op-read-token"),
         ))
         .unwrap();
     let grpc = collector.grpc_addr().unwrap();
@@ -107,6 +112,8 @@ fn forced_request_is_shown_as_a_tree_over_a_b_c_and_unforced_ones_are_not() {
         key_file.to_str().unwrap(),
         "--request-id",
         "op-good",
+        "--service",
+        "A",
     ]))
     .unwrap();
     let wrong_key = dir.path().join("wrong.key");
@@ -116,13 +123,14 @@ fn forced_request_is_shown_as_a_tree_over_a_b_c_and_unforced_ones_are_not() {
         wrong_key.to_str().unwrap(),
         "--request-id",
         "op-wrong",
+        "--service",
+        "A",
     ]))
     .unwrap();
     // A credential is valid for its request id only.
-    assert_eq!(
-        good.credential,
-        cpt_sdk::force::sign(services.force_key.as_bytes(), "op-good")
-    );
+    let parsed = cpt_sdk::force::parse(&good.credential).unwrap();
+    assert!(parsed.mac_matches(services.force_key.as_bytes(), "op-good"));
+    assert!(!parsed.mac_matches(services.force_key.as_bytes(), "op-replayed"));
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -144,6 +152,8 @@ fn forced_request_is_shown_as_a_tree_over_a_b_c_and_unforced_ones_are_not() {
     let text = cli::show::show(&show_args(&[
         "--collector",
         &http,
+        "--read-token-file",
+        read_token_file,
         "--request-id",
         "op-good",
         "--wait",
@@ -186,9 +196,16 @@ fn forced_request_is_shown_as_a_tree_over_a_b_c_and_unforced_ones_are_not() {
     // Not forced (and, at sample rate 0, not traced at all).
     for id in ["op-none", "op-wrong", "op-replayed"] {
         assert!(by_id(id).is_empty(), "{id} was traced");
-        let err = cli::show::show(&show_args(&["--collector", &http, "--request-id", id]))
-            .unwrap_err()
-            .to_string();
+        let err = cli::show::show(&show_args(&[
+            "--collector",
+            &http,
+            "--read-token-file",
+            read_token_file,
+            "--request-id",
+            id,
+        ]))
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains(&format!("no record with request id \"{id}\"")),
             "{err}"

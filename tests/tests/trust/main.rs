@@ -118,13 +118,18 @@ fn forced_header_without_valid_credential_is_not_honoured() {
             .with_sampler(())
             .with_force_auth(ForceAuth::none().hmac_key("ops-key").token("ops-token"));
         let addr = serve_grpc(layer.clone(), c_service()).await;
-        let signed_other = ForceAuth::sign("ops-key", "r-other");
-        let signed_wrong_key = ForceAuth::sign("not-the-key", "r1");
+        let signed_other = ForceAuth::sign("ops-key", "r-other", "C", 300);
+        let signed_wrong_key = ForceAuth::sign("not-the-key", "r1", "C", 300);
+        // A bare 64-digit MAC: the format before version 1.
+        let old_format = "0".repeat(64);
         for (id, cred) in [
             ("r1", "deadbeef"),
             ("r1", signed_other.as_str()),
             ("r1", signed_wrong_key.as_str()),
             ("r1", "ops-toke"),
+            // A configured token sent verbatim forces nothing, for no id.
+            ("r1", "ops-token"),
+            ("r1", old_format.as_str()),
         ] {
             let md = raw_c1(addr, &[(&header::REQUEST_ID, id), (&header::FORCE, cred)]).await;
             assert!(!has_path(&md));
@@ -133,15 +138,23 @@ fn forced_header_without_valid_credential_is_not_honoured() {
             recorder.settled().await.is_empty(),
             "no forced trace without a valid credential"
         );
-        assert_eq!(layer.stats().force_rejected, 4);
+        let stats = layer.stats();
+        assert_eq!(stats.force_rejected, 6);
+        assert_eq!(stats.force_bad_mac, 2);
+        assert_eq!(stats.force_old_format, 4);
 
-        let good = ForceAuth::sign("ops-key", "r2");
+        let good = ForceAuth::sign("ops-key", "r2", "C", 300);
+        let by_token = ForceAuth::sign("ops-token", "r3", "C", 300);
         raw_c1(
             addr,
             &[(&header::REQUEST_ID, "r2"), (&header::FORCE, &good)],
         )
         .await;
-        raw_c1(addr, &[(&header::FORCE, "ops-token")]).await;
+        raw_c1(
+            addr,
+            &[(&header::REQUEST_ID, "r3"), (&header::FORCE, &by_token)],
+        )
+        .await;
         let records = recorder.wait_for(2).await;
         assert_eq!(records.len(), 2, "{records:#?}");
         assert!(
@@ -150,7 +163,45 @@ fn forced_header_without_valid_credential_is_not_honoured() {
                 .all(|r| r.trigger == Trigger::Forced && r.service == "C")
         );
         assert_eq!(records[0].request_id.as_deref(), Some("r2"));
-        assert_eq!(layer.stats().force_rejected, 4);
+        assert_eq!(layer.stats().force_rejected, 6);
+    });
+}
+
+#[test]
+fn a_credential_replayed_expired_or_for_another_service_is_refused_and_counted_by_reason() {
+    run(|recorder| async move {
+        let layer = ServerLayer::grpc("C")
+            .with_sampler(())
+            .with_force_auth(ForceAuth::none().hmac_key("ops-key"));
+        let addr = serve_grpc(layer.clone(), c_service()).await;
+        let now = cpt_sdk::force::now_unix_secs();
+        let good = ForceAuth::sign("ops-key", "r-good", "C", 300);
+        // Minted 7 minutes ago with the default 5-minute lifetime.
+        let expired = cpt_sdk::force::mint("ops-key", "r-old", "C", 300, now - 420);
+        // Minted for the entry service A, sent straight to C.
+        let for_a = ForceAuth::sign("ops-key", "r-a", "A", 300);
+        let any = ForceAuth::sign("ops-key", "r-any", "*", 300);
+        for (id, cred) in [
+            ("r-good", good.as_str()),
+            ("r-good", good.as_str()),
+            ("r-good", good.as_str()),
+            ("r-old", expired.as_str()),
+            ("r-a", for_a.as_str()),
+            ("r-any", any.as_str()),
+        ] {
+            raw_c1(addr, &[(&header::REQUEST_ID, id), (&header::FORCE, cred)]).await;
+        }
+        let records = recorder.wait_for(2).await;
+        let ids: Vec<_> = records
+            .iter()
+            .map(|r| r.request_id.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(ids, ["r-good", "r-any"], "forced once each, nothing else");
+        let stats = layer.stats();
+        assert_eq!(stats.force_replayed, 2, "{stats:?}");
+        assert_eq!(stats.force_expired, 1, "{stats:?}");
+        assert_eq!(stats.force_foreign_service, 1, "{stats:?}");
+        assert_eq!(stats.force_rejected, 4, "{stats:?}");
     });
 }
 

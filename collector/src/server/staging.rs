@@ -1,0 +1,293 @@
+//! `--parquet-dir` holds a record iff the store does: a group's Parquet
+//! files are finished in a hidden staging directory before the store's
+//! transaction commits, and moved into the partitions only after it did.
+//!
+//! # How
+//!
+//! 1. Before the group, the writer notes the store's highest committed
+//!    record id (`before`).
+//! 2. Inside the transaction, before it commits, the group's new records
+//!    are written as finished files (footer, fsync, rename from `.tmp`)
+//!    under `DIR/.staging/date=…/hour=…/`, and a manifest
+//!    `DIR/.staging/group-<unique>.manifest` names them with `before` and
+//!    the number of records (fsynced).
+//! 3. The transaction commits; then each staged file is renamed to the same
+//!    path under `DIR` (an atomic rename on one file system), the
+//!    directories fsynced, and the manifest deleted. Only then is the group
+//!    acknowledged.
+//!
+//! A failed commit deletes the staged files and the manifest: the senders
+//! retry, and their records are in neither place.
+//!
+//! # After a crash
+//!
+//! At start, every manifest left in `.staging` is settled: if the store's
+//! highest record id reaches `before + records`, the group committed and its
+//! files are moved into place; otherwise it did not, and they are deleted.
+//! (The store has one writer, and nothing is settled while it writes, so no
+//! other group can have inserted those ids.) Files in `.staging` without a
+//! manifest (a crash before the manifest was written: the group never
+//! committed) are deleted. Readers skip `.staging`: hidden names are not
+//! records.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The staging directory's name under `--parquet-dir`.
+pub(super) const STAGING: &str = ".staging";
+const MANIFEST_SUFFIX: &str = ".manifest";
+
+/// A read-only connection to the store, for [`max_id`].
+pub(super) fn open_reader(store: &Path) -> Result<rusqlite::Connection, String> {
+    rusqlite::Connection::open_with_flags(
+        store,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| format!("open the store {} to read: {e}", store.display()))
+}
+
+/// The store's highest committed record id (0 when empty).
+pub(super) fn max_id(conn: &rusqlite::Connection) -> Result<i64, String> {
+    conn.query_row("SELECT coalesce(max(id), 0) FROM records", [], |r| r.get(0))
+        .map_err(|e| format!("read the store's highest record id: {e}"))
+}
+
+/// A group's staged files, waiting for the store's commit.
+#[derive(Debug)]
+pub(super) struct Staged {
+    manifest: PathBuf,
+    /// Paths relative to the staging directory.
+    files: Vec<PathBuf>,
+}
+
+fn io(what: &str, path: &Path, e: std::io::Error) -> String {
+    format!("{what} {}: {e}", path.display())
+}
+
+fn sync_dir(dir: &Path) -> Result<(), String> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io("fsync", dir, e))
+}
+
+/// Write the manifest of a group whose finished `files` (under `staging`)
+/// hold `records` records, the store's highest id being `before`.
+pub(super) fn stage(
+    staging: &Path,
+    files: &[PathBuf],
+    before: i64,
+    records: u64,
+) -> Result<Staged, String> {
+    let rel: Vec<PathBuf> = files
+        .iter()
+        .map(|f| f.strip_prefix(staging).unwrap_or(f).to_path_buf())
+        .collect();
+    let manifest = staging.join(format!(
+        "group-{}-{}{MANIFEST_SUFFIX}",
+        std::process::id(),
+        cpt_sdk::force::new_request_id()
+    ));
+    let mut text = format!("cpt-staging 1\nbefore {before}\nrecords {records}\n");
+    for f in &rel {
+        text.push_str(&format!("file {}\n", f.display()));
+    }
+    let mut file = fs::File::create(&manifest).map_err(|e| io("create", &manifest, e))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| io("write", &manifest, e))?;
+    sync_dir(staging)?;
+    Ok(Staged {
+        manifest,
+        files: rel,
+    })
+}
+
+/// Move a committed group's files into place and drop its manifest.
+pub(super) fn publish(root: &Path, staged: &Staged) -> Result<(), String> {
+    let staging = root.join(STAGING);
+    let mut dirs = std::collections::BTreeSet::new();
+    for rel in &staged.files {
+        let from = staging.join(rel);
+        let to = root.join(rel);
+        if let Some(parent) = to.parent() {
+            if !parent.is_dir() {
+                fs::create_dir_all(parent).map_err(|e| io("create", parent, e))?;
+                if let Some(grand) = parent.parent() {
+                    dirs.insert(grand.to_path_buf());
+                }
+                dirs.insert(root.to_path_buf());
+            }
+            dirs.insert(parent.to_path_buf());
+        }
+        match fs::rename(&from, &to) {
+            Ok(()) => {}
+            // Moved before a crash, the manifest not yet deleted.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => {}
+            Err(e) => return Err(io("move", &from, e)),
+        }
+    }
+    for d in &dirs {
+        sync_dir(d)?;
+    }
+    fs::remove_file(&staged.manifest).map_err(|e| io("remove", &staged.manifest, e))?;
+    Ok(())
+}
+
+/// Delete an uncommitted group's files and manifest.
+pub(super) fn discard(root: &Path, staged: &Staged) {
+    let staging = root.join(STAGING);
+    for rel in &staged.files {
+        let _ = fs::remove_file(staging.join(rel));
+    }
+    let _ = fs::remove_file(&staged.manifest);
+}
+
+fn read_manifest(path: &Path) -> Option<(i64, u64, Vec<PathBuf>)> {
+    let text = fs::read_to_string(path).ok()?;
+    let mut lines = text.lines();
+    if lines.next()? != "cpt-staging 1" {
+        return None;
+    }
+    let before = lines.next()?.strip_prefix("before ")?.parse().ok()?;
+    let records = lines.next()?.strip_prefix("records ")?.parse().ok()?;
+    let files = lines
+        .map(|l| l.strip_prefix("file ").map(PathBuf::from))
+        .collect::<Option<Vec<_>>>()?;
+    Some((before, records, files))
+}
+
+/// What settling the staging directory did at start.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Settled {
+    /// Groups that had committed: their files moved into place.
+    pub(super) published: usize,
+    /// Groups that had not: their files deleted.
+    pub(super) discarded: usize,
+    /// Staged files without a manifest, deleted.
+    pub(super) orphans: usize,
+}
+
+/// Settle what a stopped collector left in `root/.staging` (see the module
+/// docs), given the store's highest committed record id.
+pub(super) fn settle(root: &Path, committed: i64) -> Result<Settled, String> {
+    let staging = root.join(STAGING);
+    let mut settled = Settled::default();
+    if !staging.is_dir() {
+        return Ok(settled);
+    }
+    let mut manifests = Vec::new();
+    for entry in fs::read_dir(&staging).map_err(|e| io("list", &staging, e))? {
+        let path = entry.map_err(|e| io("list", &staging, e))?.path();
+        if path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().ends_with(MANIFEST_SUFFIX))
+        {
+            manifests.push(path);
+        }
+    }
+    for manifest in manifests {
+        let Some((before, records, files)) = read_manifest(&manifest) else {
+            // Torn while written: the group never reached its commit.
+            let _ = fs::remove_file(&manifest);
+            continue;
+        };
+        let staged = Staged { manifest, files };
+        let records = i64::try_from(records).unwrap_or(i64::MAX);
+        if committed >= before.saturating_add(records) {
+            publish(root, &staged)?;
+            settled.published += 1;
+        } else {
+            discard(root, &staged);
+            settled.discarded += 1;
+        }
+    }
+    // Whatever is left was never named by a manifest.
+    let mut dirs = vec![staging.clone()];
+    while let Some(d) = dirs.pop() {
+        for entry in fs::read_dir(&d).map_err(|e| io("list", &d, e))? {
+            let entry = entry.map_err(|e| io("list", &d, e))?;
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                fs::remove_file(&path).map_err(|e| io("remove", &path, e))?;
+                settled.orphans += 1;
+            }
+        }
+    }
+    Ok(settled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn staged_file(root: &Path, rel: &str) -> PathBuf {
+        let p = root.join(STAGING).join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, b"parquet").unwrap();
+        p
+    }
+
+    #[test]
+    fn a_committed_group_is_moved_into_place_and_an_uncommitted_one_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let staging = root.join(STAGING);
+        let a = staged_file(root, "date=2026-01-01/hour=00/part-a.parquet");
+        stage(&staging, &[a], 10, 5).unwrap();
+        let b = staged_file(root, "date=2026-01-01/hour=01/part-b.parquet");
+        stage(&staging, &[b], 15, 5).unwrap();
+        staged_file(root, "date=2026-01-01/hour=02/.part-c.parquet.tmp");
+        // The store holds ids up to 15: the first group (11..=15) committed,
+        // the second (16..=20) did not.
+        let settled = settle(root, 15).unwrap();
+        assert_eq!(
+            settled,
+            Settled {
+                published: 1,
+                discarded: 1,
+                orphans: 1
+            }
+        );
+        assert!(
+            root.join("date=2026-01-01/hour=00/part-a.parquet")
+                .is_file()
+        );
+        assert!(!root.join("date=2026-01-01/hour=01/part-b.parquet").exists());
+        let left: Vec<_> = walk(&staging);
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn publishing_twice_after_a_crash_mid_publish_is_harmless() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let staging = root.join(STAGING);
+        let a = staged_file(root, "date=2026-01-01/hour=00/part-a.parquet");
+        let staged = stage(&staging, std::slice::from_ref(&a), 0, 1).unwrap();
+        // The file moved, then a crash before the manifest went.
+        fs::create_dir_all(root.join("date=2026-01-01/hour=00")).unwrap();
+        fs::rename(&a, root.join("date=2026-01-01/hour=00/part-a.parquet")).unwrap();
+        assert_eq!(settle(root, 1).unwrap().published, 1);
+        assert!(!staged.manifest.exists());
+        assert!(
+            root.join("date=2026-01-01/hour=00/part-a.parquet")
+                .is_file()
+        );
+    }
+
+    fn walk(d: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
+    }
+}
