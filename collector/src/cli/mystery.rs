@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use serde_json::json;
 
 use crate::format::plural;
-use crate::traces::analysis::fmt_ns;
+use crate::format::fmt_ns;
 use crate::traces::analysis::mystery::{self, Model, Models, Request, RequestSlack};
 use crate::traces::{Endpoint, Format, RepairOptions, RootSelector};
 
@@ -47,7 +47,7 @@ impl MysteryInput {
 
     /// Read `files` with these choices and cut them into requests.
     fn requests_of(&self, files: &[PathBuf]) -> anyhow::Result<Vec<Request>> {
-        let set = super::traces::load_traces("", files, self.from, self.orphans_as_roots)?;
+        let set = super::load::load_traces("", files, self.from, self.orphans_as_roots)?;
         let sel = if self.roots.is_empty() {
             RootSelector::AllRoots
         } else {
@@ -332,7 +332,7 @@ pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
             paths.len() - args.top
         );
     }
-    let [both, model_only, crisp_only, neither] = mystery::slack::compare_with_crisp(&pairs);
+    let [both, model_only, crisp_only, neither] = mystery::versus::compare_with_crisp(&pairs);
     let all = (both + model_only + crisp_only + neither).max(1);
     let _ = writeln!(
         out,
