@@ -62,6 +62,7 @@ pub mod model;
 // The format readers and the skew repair live in `import`, the CRISP walk
 // in `analysis`; these keep the paths they had before the move.
 pub use analysis::crisp;
+pub use analysis::crisp_reference::Accounting;
 pub use import::{jaeger, nezha, otlp, skew, zipkin};
 
 pub use crisp::{OverlapThreshold, Piece};
@@ -158,8 +159,12 @@ pub struct ImportOptions {
     pub build: BuildOptions,
     /// Clock-skew repair choices.
     pub repair: RepairOptions,
-    /// Happens-before overlap allowance.
+    /// Happens-before overlap allowance (in [`Accounting::Crisp`], only its
+    /// fraction: CRISP's reference has no absolute cap).
     pub overlap: OverlapThreshold,
+    /// How the path's time is shared between spans: cpt's walk or CRISP's
+    /// reference ([`Accounting`]).
+    pub accounting: Accounting,
     /// Which spans get records.
     pub roots: RootSelector,
     /// Jaeger, Zipkin and OTLP files whose (decompressed) size exceeds this
@@ -178,6 +183,7 @@ impl Default for ImportOptions {
             build: BuildOptions::default(),
             repair: RepairOptions::default(),
             overlap: OverlapThreshold::default(),
+            accounting: Accounting::default(),
             roots: RootSelector::default(),
             stream_above_bytes: 256 << 20,
         }
@@ -208,6 +214,11 @@ pub struct Analyzed {
     /// What the clock-skew repair and the walk adjusted under the root (also
     /// in the record's `skew.*` labels).
     pub adjustments: Adjustments,
+    /// With [`Accounting::Crisp`]: per call path (CRISP's
+    /// `[service] operation;…` spelling), the exclusive ns (negatives
+    /// zeroed) and the number of spans, for CRISP's conformance CCT
+    /// ([`analysis::crisp_reference::conformance_cct`]). Empty otherwise.
+    pub call_paths: Vec<(String, i64, u64)>,
 }
 
 /// Counters of one import.
@@ -868,7 +879,20 @@ pub fn analyze(
     let mut out = Vec::with_capacity(roots.len());
     for (k, &root) in roots.iter().enumerate() {
         pieces.clear();
-        let walk = crisp::walk(trace, &rep, root, &opts.overlap, scratch, pieces);
+        let mut call_paths = Vec::new();
+        let walk = match opts.accounting {
+            Accounting::Cpt => crisp::walk(trace, &rep, root, &opts.overlap, scratch, pieces),
+            Accounting::Crisp => {
+                use analysis::crisp_reference as reference;
+                let path = reference::critical_path(trace, &rep, root, opts.overlap.fraction);
+                reference::pieces(trace, root, &path, pieces);
+                call_paths = reference::by_call_path(trace, root, &path)
+                    .into_iter()
+                    .map(|(k, _, ns, n)| (k, ns, n))
+                    .collect();
+                crisp::WalkStats::default()
+            }
+        };
         let mut adj = adjs[k];
         adj.overlaps = walk.overlaps;
         adj.overlap_ns = walk.overlap_ns;
@@ -882,6 +906,7 @@ pub fn analyze(
             record,
             shape,
             adjustments: adj,
+            call_paths,
         });
     }
     out

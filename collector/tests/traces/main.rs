@@ -1,11 +1,12 @@
 //! Trace import and CRISP critical paths (issue 5).
 //!
-//! Data: `testdata/crisp` (33 Jaeger traces from uber-research/CRISP),
+//! Data: `testdata/crisp` (34 Jaeger traces from uber-research/CRISP and their conformance goldens),
 //! `testdata/traces/traceweaver-{media,hotel}` (DeathStarBench) and
 //! `testdata/traces/zipkin-lens`.
 
 mod async_children;
 mod crisp_files;
+mod crisp_goldens;
 mod dsb;
 mod edge;
 mod importers;

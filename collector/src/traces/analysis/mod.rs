@@ -12,6 +12,7 @@ use cpt_sdk::{Record, SegmentKind};
 
 pub mod bottomup;
 pub mod crisp;
+pub mod crisp_reference;
 pub mod flows;
 pub mod heatmap;
 pub mod histograms;
