@@ -38,6 +38,7 @@
 //! | `skew.truncated_spans` / `skew.truncated_ns` | spans cut to fit their parent, and the time cut |
 //! | `skew.dropped_spans` / `skew.dropped_ns` | spans dropped (wholly outside their parent), and the dropped subtree roots' time |
 //! | `skew.overlaps` / `skew.overlap_ns` | sibling overlaps read as sequential (§5.2), and the time clipped |
+//! | `import.duplicate_span_ids` | span records of the trace that shared an id with a differing record (kept as `ID~dupK`) |
 //!
 //! Client spans' own time around their server span is
 //! [`SegmentKind::Network`](cpt_sdk::SegmentKind) and is summed in
@@ -239,6 +240,8 @@ pub struct ImportStats {
     pub records: u64,
     /// Exact duplicate span records dropped.
     pub duplicates_dropped: u64,
+    /// Differing span records sharing an id, kept as `ID~dupK`.
+    pub duplicates_renamed: u64,
     /// Orphan spans kept as roots.
     pub orphans: u64,
     /// Sum of all repairs.
@@ -282,6 +285,7 @@ impl Import {
         s.spans += o.spans;
         s.records += o.records;
         s.duplicates_dropped += o.duplicates_dropped;
+        s.duplicates_renamed += o.duplicates_renamed;
         s.orphans += o.orphans;
         s.adjustments.add(&o.adjustments);
     }
@@ -686,8 +690,17 @@ fn process_ref(
         Ok(trace) => {
             imp.stats.spans += trace.spans.len() as u64;
             imp.stats.duplicates_dropped += trace.duplicates_dropped as u64;
+            imp.stats.duplicates_renamed += trace.duplicates_renamed as u64;
             imp.stats.orphans += trace.orphans as u64;
-            for a in analyze(trace, opts, scratch, pieces) {
+            for mut a in analyze(trace, opts, scratch, pieces) {
+                if trace.duplicates_renamed > 0 {
+                    // The trace's span ids were ambiguous: say so on every
+                    // record made from it.
+                    a.record.labels.insert(
+                        "import.duplicate_span_ids".into(),
+                        trace.duplicates_renamed.to_string(),
+                    );
+                }
                 imp.stats.records += 1;
                 imp.stats.adjustments.add(&a.adjustments);
                 imp.analyzed.push(a);
