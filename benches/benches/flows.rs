@@ -47,7 +47,11 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let n: usize = [&train, &test]
                 .iter()
-                .map(|f| read_traces(f, Format::Jaeger, BuildOptions::default()).traces.len())
+                .map(|f| {
+                    read_traces(f, Format::Jaeger, BuildOptions::default())
+                        .traces
+                        .len()
+                })
                 .sum();
             black_box(n)
         })

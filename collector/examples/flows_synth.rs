@@ -19,9 +19,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::path::PathBuf::from(dir);
     std::fs::create_dir_all(&dir)?;
     for (name, traces) in [
-        ("page-clients.json", synth::page(2_000, 7, Shape::WithClients)),
-        ("page-servers.json", synth::page(2_000, 7, Shape::ServerOnly)),
-        ("rare-sequential.json", synth::rare_sequential(6_000, 11, (50, 20))),
+        (
+            "page-clients.json",
+            synth::page(2_000, 7, Shape::WithClients),
+        ),
+        (
+            "page-servers.json",
+            synth::page(2_000, 7, Shape::ServerOnly),
+        ),
+        (
+            "rare-sequential.json",
+            synth::rare_sequential(6_000, 11, (50, 20)),
+        ),
     ] {
         let path = dir.join(name);
         std::fs::write(&path, synth::jaeger_json(&traces))?;

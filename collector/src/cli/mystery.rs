@@ -9,8 +9,8 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use serde_json::json;
 
-use crate::format::plural;
 use crate::format::fmt_ns;
+use crate::format::plural;
 use crate::traces::analysis::mystery::{self, Model, Models, Request, RequestSlack};
 use crate::traces::{Endpoint, Format, RepairOptions, RootSelector};
 

@@ -38,7 +38,11 @@ pub struct PredictArgs {
     /// capture ordinary invocations), `mann` (Mann §4's variance-scaled
     /// distance as published) or `min-support` (Mann's distance over flows
     /// seen in at least 1 % of training invocations).
-    #[arg(long = "nn", default_value = "likelihood", value_name = "likelihood|mann|min-support")]
+    #[arg(
+        long = "nn",
+        default_value = "likelihood",
+        value_name = "likelihood|mann|min-support"
+    )]
     pub nn: flows::NnChoice,
     /// Keep spans whose parent is missing as extra roots.
     #[arg(long)]

@@ -179,9 +179,15 @@ fn predict_scores_server_only_traces_split_at_a_time() {
     let nn = table_row(&out, "Nearest Neighbor Flow");
     assert_eq!(nn[0], "300", "{out}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let p90 = v["methods"]["nearest_neighbor_flow"]["p90"].as_f64().unwrap();
+    let p90 = v["methods"]["nearest_neighbor_flow"]["p90"]
+        .as_f64()
+        .unwrap();
     assert!(p90 <= 0.10, "NN flow p90 {p90} on the server-only program");
-    assert_eq!(nn[2], format!("{p90:.2}"), "the table prints the JSON's p90");
+    assert_eq!(
+        nn[2],
+        format!("{p90:.2}"),
+        "the table prints the JSON's p90"
+    );
     // The RFC 3339 spelling of the same instant splits the same way.
     let (_, err) = run(
         &[
@@ -238,7 +244,9 @@ fn predict_says_why_nothing_was_scored() {
         false,
     );
     assert!(
-        err.contains("has at least 6 children (the most any has is 5 children); rerun with --min-children 5"),
+        err.contains(
+            "has at least 6 children (the most any has is 5 children); rerun with --min-children 5"
+        ),
         "{err}"
     );
     // Parents that never recur: one program trains, another tests.

@@ -119,7 +119,11 @@ fn check(case: &str, file: &str) {
             .into_iter()
             .map(|(k, (us, _))| (k, us))
             .collect();
-        assert_eq!(ours, parse_cp_segments(&golden), "case {case}: cp-segments.json");
+        assert_eq!(
+            ours,
+            parse_cp_segments(&golden),
+            "case {case}: cp-segments.json"
+        );
     } else {
         panic!("case {case}: no golden in {}", dir.display());
     }
@@ -201,7 +205,10 @@ fn server_outlasting_its_client_is_skew_in_cpt_accounting_too() {
             ("S1:O1;S1:O6;S3:O7".to_owned(), 200),
         ]
     );
-    assert_eq!(r.labels.get("skew.shifted_spans").map(String::as_str), Some("3"));
+    assert_eq!(
+        r.labels.get("skew.shifted_spans").map(String::as_str),
+        Some("3")
+    );
 }
 
 #[test]

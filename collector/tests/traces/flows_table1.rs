@@ -48,7 +48,10 @@ fn close(got: Q, want: Q, what: &str) {
             (None, None) => true,
             _ => false,
         };
-        assert!(ok, "{what}: quantile {k} is {g:?}, documented {w:?} (± {TOL})");
+        assert!(
+            ok,
+            "{what}: quantile {k} is {g:?}, documented {w:?} (± {TOL})"
+        );
     }
 }
 
@@ -80,12 +83,21 @@ fn check(name: &str, args: &[String], n: u64, nn: Q, lr: Q) {
 fn files(dir: &str, names: &[&str]) -> Vec<String> {
     names
         .iter()
-        .map(|n| testdata(&format!("{dir}/{n}")).to_string_lossy().into_owned())
+        .map(|n| {
+            testdata(&format!("{dir}/{n}"))
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect()
 }
 
 fn args(from: &str, min: u32, train: Vec<String>, test: Vec<String>) -> Vec<String> {
-    let mut a = vec!["--from".into(), from.into(), "--min-children".into(), min.to_string()];
+    let mut a = vec![
+        "--from".into(),
+        from.into(),
+        "--min-children".into(),
+        min.to_string(),
+    ];
     a.push("--train".into());
     a.extend(train);
     if !test.is_empty() {
@@ -177,7 +189,13 @@ fn table1_hotel() {
         } else {
             [Some(0.01), Some(0.03), Some(0.05), Some(0.11)]
         };
-        check(&format!("hotel ({min})"), &args("jaeger", min, tr, te), n, [Z, Z, Z, Z], lr);
+        check(
+            &format!("hotel ({min})"),
+            &args("jaeger", min, tr, te),
+            n,
+            [Z, Z, Z, Z],
+            lr,
+        );
     }
 }
 
@@ -227,7 +245,10 @@ fn table1_crisp_cases() {
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .collect();
     all.sort();
-    let all: Vec<String> = all.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let all: Vec<String> = all
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
     check(
         "CRISP cases (1)",
         &args("jaeger", 1, all, Vec::new()),

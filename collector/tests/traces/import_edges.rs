@@ -51,9 +51,19 @@ const UI_01: &str = r#"{"data": [{
 #[test]
 fn jaeger_duplicate_span_ids_identical_merged_differing_kept_apart_and_labelled() {
     let imp = run(UI_01, Format::Jaeger);
-    assert!(imp.errors.is_empty(), "accepted as Jaeger UI shows it: {:?}", imp.errors);
-    assert_eq!(imp.stats.duplicates_dropped, 1, "the identical copy of 3 merged");
-    assert_eq!(imp.stats.duplicates_renamed, 1, "the second span 2 kept apart");
+    assert!(
+        imp.errors.is_empty(),
+        "accepted as Jaeger UI shows it: {:?}",
+        imp.errors
+    );
+    assert_eq!(
+        imp.stats.duplicates_dropped, 1,
+        "the identical copy of 3 merged"
+    );
+    assert_eq!(
+        imp.stats.duplicates_renamed, 1,
+        "the second span 2 kept apart"
+    );
     assert_eq!(imp.stats.spans, 5, "2, 2~dup1, 3, 4, 5");
     // Both spans 2 are roots: a record each, both labelled.
     let mut roots: Vec<(&str, Option<&str>)> = imp
@@ -61,7 +71,9 @@ fn jaeger_duplicate_span_ids_identical_merged_differing_kept_apart_and_labelled(
         .map(|r| {
             (
                 r.endpoint.as_deref().unwrap_or(""),
-                r.labels.get("import.duplicate_span_ids").map(String::as_str),
+                r.labels
+                    .get("import.duplicate_span_ids")
+                    .map(String::as_str),
             )
         })
         .collect();
@@ -73,7 +85,10 @@ fn jaeger_duplicate_span_ids_identical_merged_differing_kept_apart_and_labelled(
             ("test-general-conversion", Some("1"))
         ]
     );
-    let ids: Vec<&str> = imp.records().filter_map(|r| r.request_id.as_deref()).collect();
+    let ids: Vec<&str> = imp
+        .records()
+        .filter_map(|r| r.request_id.as_deref())
+        .collect();
     assert!(ids.contains(&"2") && ids.contains(&"2~dup1"), "{ids:?}");
 }
 
@@ -133,14 +148,18 @@ fn consumers_starting_after_their_parent_ended_are_kept_off_the_path() {
             "producer {producer:?}: both consumers counted as not waited for"
         );
         // Off the path: the root's 100 µs are the root's and the sender's.
-        let total: u128 = r.path.segments().iter().map(|s| s.duration.as_micros()).sum();
+        let total: u128 = r
+            .path
+            .segments()
+            .iter()
+            .map(|s| s.duration.as_micros())
+            .sum();
         assert_eq!(total, 100);
-        assert!(
-            r.path
-                .segments()
+        assert!(r.path.segments().iter().all(|s| {
+            s.stack
                 .iter()
-                .all(|s| s.stack.iter().all(|f| &*r.path.frame(*f).name != "receive order-created"))
-        );
+                .all(|f| &*r.path.frame(*f).name != "receive order-created")
+        }));
     }
 }
 
@@ -192,7 +211,11 @@ fn out_of_range_times_get_the_out_of_range_message_in_every_format() {
         (Format::Otlp, otlp(U64_MAX, "1"), "startTimeUnixNano"),
         (Format::Otlp, otlp("1000", HUGE), "endTimeUnixNano"),
         (Format::Nezha, nezha(U64_MAX, "1"), "StartTimeUnixNano"),
-        (Format::Nezha, nezha("1000", "99999999999999999999999"), "EndTimeUnixNano"),
+        (
+            Format::Nezha,
+            nezha("1000", "99999999999999999999999"),
+            "EndTimeUnixNano",
+        ),
     ];
     for (format, text, field) in cases {
         let imp = run(&text, format);
@@ -218,7 +241,10 @@ fn a_bare_zipkin_v1_object_gets_the_v1_message() {
     for text in [v1.to_owned(), format!("[{v1}]")] {
         let imp = run(&text, Format::Zipkin);
         let msg = imp.errors.iter().map(|e| e.to_string()).collect::<String>();
-        assert!(msg.contains("this is Zipkin v1 JSON, not v2"), "{text}: {msg}");
+        assert!(
+            msg.contains("this is Zipkin v1 JSON, not v2"),
+            "{text}: {msg}"
+        );
     }
     // A bare v2 object says what a v2 file is.
     let v2 = r#"{"traceId": "a", "id": "b", "name": "get", "timestamp": 1000, "duration": 5}"#;

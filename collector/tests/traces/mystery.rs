@@ -333,7 +333,14 @@ fn anomalies_precision_at_k_matches_the_documented_table() {
             .collect();
         tests.sort();
         assert_eq!(tests.len(), 3, "three test minutes for {fault}");
-        let mut args = vec!["traces", "anomalies", "--from", "nezha", train.to_str().unwrap(), "--test"];
+        let mut args = vec![
+            "traces",
+            "anomalies",
+            "--from",
+            "nezha",
+            train.to_str().unwrap(),
+            "--test",
+        ];
         args.extend(tests.iter().map(String::as_str));
         args.extend(["--fault", fault]);
         let (ok, out, err) = cpt(&args);
@@ -347,7 +354,10 @@ fn anomalies_precision_at_k_matches_the_documented_table() {
                 .unwrap_or_else(|| panic!("{fault}: no row for k = {k} in\n{out}"))
                 .1;
             for (g, e) in got.iter().zip(w) {
-                assert!((g - e).abs() <= TOL, "{fault} k = {k}: got {got:?}, documented {w:?}");
+                assert!(
+                    (g - e).abs() <= TOL,
+                    "{fault} k = {k}: got {got:?}, documented {w:?}"
+                );
             }
         }
     }

@@ -90,9 +90,13 @@ pub fn critical_path(trace: &Trace, rep: &Repaired, root: u32, fraction: f64) ->
     while let Some(node) = stack.pop() {
         let n = node as usize;
         kids.clear();
-        kids.extend(trace.children(node).iter().copied().filter(|&c| {
-            rep.kept[c as usize] && !trace.spans[c as usize].detached
-        }));
+        kids.extend(
+            trace
+                .children(node)
+                .iter()
+                .copied()
+                .filter(|&c| rep.kept[c as usize] && !trace.spans[c as usize].detached),
+        );
         // Stable ascending by end, then reversed: the later child in file
         // order first on equal ends.
         let order: Vec<u32> = {

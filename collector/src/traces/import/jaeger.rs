@@ -23,8 +23,8 @@ use serde_json::value::RawValue;
 
 use super::tags::{TagValue, is_error_tag};
 use crate::traces::model::{
-    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, build,
-    Wide, span_times,
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, Wide, build,
+    span_times,
 };
 
 /// Split a Jaeger document into one raw slice per trace.

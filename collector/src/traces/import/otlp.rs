@@ -22,8 +22,8 @@ use serde_json::value::RawValue;
 use super::tags::{TagValue, is_error_tag};
 use super::zipkin::guess;
 use crate::traces::model::{
-    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, build,
-    Wide, span_start_end,
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, Wide, build,
+    span_start_end,
 };
 
 #[derive(Deserialize)]

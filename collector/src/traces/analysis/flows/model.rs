@@ -265,7 +265,11 @@ impl std::str::FromStr for NnChoice {
         NnChoice::ALL
             .into_iter()
             .find(|c| c.name() == s)
-            .ok_or_else(|| format!("unknown nearest-neighbour choice {s:?}: use likelihood, mann or min-support"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown nearest-neighbour choice {s:?}: use likelihood, mann or min-support"
+                )
+            })
     }
 }
 

@@ -187,15 +187,7 @@ pub fn page(n: usize, seed: u64, shape: Shape) -> Vec<Trace> {
                 t0,
                 end - t0,
             );
-            b.call(
-                shape,
-                &root,
-                "frontend",
-                "auth",
-                "/check",
-                auth_start,
-                auth,
-            );
+            b.call(shape, &root, "frontend", "auth", "/check", auth_start, auth);
             for (svc, op, d) in fan {
                 b.call(shape, &root, "frontend", svc, op, fan_start, d);
             }
@@ -345,6 +337,8 @@ pub fn jaeger_json(traces: &[Trace]) -> String {
             json!({"traceID": &*t.trace_id, "spans": spans, "processes": processes})
         })
         .collect();
-    serde_json::to_string(&json!({"data": data, "total": 0, "limit": 0, "offset": 0, "errors": null}))
-        .expect("JSON of plain values")
+    serde_json::to_string(
+        &json!({"data": data, "total": 0, "limit": 0, "offset": 0, "errors": null}),
+    )
+    .expect("JSON of plain values")
 }

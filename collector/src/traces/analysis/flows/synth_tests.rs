@@ -20,7 +20,11 @@ fn halves(traces: &[crate::traces::model::Trace]) -> (Vec<Invocation>, Vec<Invoc
 }
 
 fn summary(e: &Evaluation, m: Method) -> &Summary {
-    &e.methods.iter().find(|(x, _)| *x == m).expect("every method").1
+    &e.methods
+        .iter()
+        .find(|(x, _)| *x == m)
+        .expect("every method")
+        .1
 }
 
 /// Per-request agreement between the two shapes: the nearest-neighbour
@@ -51,7 +55,11 @@ fn server_only_traces_are_invocations_and_predict_like_traces_with_client_spans(
     let s_eval = evaluate_models(&s_models, &s_test, 5);
     assert_eq!(s_eval.test_invocations, n / 2, "every test root scored");
     let nn = summary(&s_eval, Method::NearestNeighborFlow);
-    assert!(nn.p90 <= 0.10, "NN flow p90 on server-only traces: {}", nn.p90);
+    assert!(
+        nn.p90 <= 0.10,
+        "NN flow p90 on server-only traces: {}",
+        nn.p90
+    );
 
     let (sm, cm) = (&s_models.parents, &c_models.parents);
     let (sm, cm) = (&sm[&s_test[0].parent], &cm[&c_test[0].parent]);
@@ -74,8 +82,8 @@ fn server_only_children_on_skewed_clocks_take_the_repaired_times() {
     use std::sync::Arc;
     // F's server span (host F) has two server children on host G, whose
     // clock runs 5 ms ahead: as recorded, y ends 4 ms after F returned.
-    let span = |id: &'static str, parent: Option<&'static str>, host: &str, s: i64, d: i64| {
-        RawSpan {
+    let span =
+        |id: &'static str, parent: Option<&'static str>, host: &str, s: i64, d: i64| RawSpan {
             id: id.into(),
             parent_id: parent.map(Into::into),
             service: Arc::from(host),
@@ -86,8 +94,7 @@ fn server_only_children_on_skewed_clocks_take_the_repaired_times() {
             clock: Arc::from(host),
             error: false,
             follows_from: false,
-        }
-    };
+        };
     let t = build(
         "t",
         vec![
