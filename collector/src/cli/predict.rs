@@ -180,9 +180,9 @@ pub(crate) fn why_nothing_scored(
         let m = most(invs);
         if m < min_children {
             return format!(
-                "no test invocation to score: no parent in the {side} traces has {} (the most \
-                 any has is {}); rerun with --min-children {m}",
-                format!("at least {}", children(min_children)),
+                "no test invocation to score: no parent in the {side} traces has at least {} \
+                 (the most any has is {}); rerun with --min-children {m}",
+                children(min_children),
                 children(m),
             );
         }

@@ -214,7 +214,7 @@ pub fn page(n: usize, seed: u64, shape: Shape) -> Vec<Trace> {
 /// calls). Server-only shape. Seeded by `seed`.
 pub fn rare_sequential(n: usize, seed: u64, rare: (usize, usize)) -> Vec<Trace> {
     let mut rng = Rng::new(seed);
-    let every = |m: usize| if m == 0 { usize::MAX } else { n / m };
+    let every = |m: usize| n.checked_div(m).map_or(usize::MAX, |e| e.max(1));
     let (ea, eb) = (every(rare.0), every(rare.1));
     (0..n)
         .map(|k| {
