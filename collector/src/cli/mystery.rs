@@ -709,6 +709,12 @@ pub struct AnomaliesArgs {
     /// Requests listed, highest score first.
     #[arg(long, default_value_t = 10, value_name = "N")]
     top: usize,
+    /// Which critical-path time makes a request's vector: `cpt` (the
+    /// critical path through the inferred model) or `crisp` (CRISP's
+    /// reference exclusive times, as `--accounting crisp` of the importing
+    /// commands: the vectors CRISP's own anomaly detection uses).
+    #[arg(long, default_value = "cpt", value_name = "cpt|crisp")]
+    accounting: crate::traces::Accounting,
     /// A labelled fault, `SERVICE@TIME` (RFC 3339 or Unix ns): test requests
     /// starting at or after TIME with a span of SERVICE are positives;
     /// prints precision and recall at the top k next to a latency-only
@@ -746,7 +752,12 @@ pub fn anomalies(args: AnomaliesArgs) -> anyhow::Result<()> {
     for r in train.iter().chain(&test) {
         ms.observe(r);
     }
-    let prof = |r: &Request| profile(r, &mystery::analyse(&ms.by_endpoint[&r.endpoint], r));
+    let prof = |r: &Request| match args.accounting {
+        crate::traces::Accounting::Cpt => {
+            profile(r, &mystery::analyse(&ms.by_endpoint[&r.endpoint], r))
+        }
+        crate::traces::Accounting::Crisp => mystery::anomaly::crisp_profile(r, 0.01),
+    };
     let mut by_ep: BTreeMap<Arc<str>, Vec<mystery::anomaly::Profile>> = BTreeMap::new();
     for r in &train {
         by_ep.entry(r.endpoint.clone()).or_default().push(prof(r));

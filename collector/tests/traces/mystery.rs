@@ -297,28 +297,55 @@ fn anomalies_precision_at_k_matches_the_documented_table() {
     const TOL: f64 = 0.005;
     let o = "traces/nezha-onlineboutique";
     let train = testdata(&format!("{o}/normal/2022-08-23_17_00_trace.csv.gz"));
+    const PRODUCT: &str = "productcatalogservice@2022-08-23T14:30:10Z";
+    const CURRENCY: &str = "currencyservice@2022-08-23T13:37:08Z";
+    const P_LABELS: &str = "930 of 1344 test requests labelled faulty";
+    const C_LABELS: &str = "640 of 1156 test requests labelled faulty";
     #[allow(clippy::type_complexity)]
-    let cases: [(&str, &str, &str, &[(usize, [f64; 4])]); 2] = [
+    let cases: [(&str, &str, &str, &str, &[(usize, [f64; 4])]); 4] = [
         (
-            "productcatalogservice@2022-08-23T14:30:10Z",
+            "cpt",
+            PRODUCT,
             "2022-08-23_14_3",
-            "930 of 1344 test requests labelled faulty",
+            P_LABELS,
             &[
                 (465, [0.996, 0.498, 0.978, 0.489]),
                 (930, [0.954, 0.954, 0.869, 0.869]),
             ],
         ),
         (
-            "currencyservice@2022-08-23T13:37:08Z",
+            "cpt",
+            CURRENCY,
             "2022-08-23_13_3",
-            "640 of 1156 test requests labelled faulty",
+            C_LABELS,
             &[
                 (320, [0.931, 0.466, 0.988, 0.494]),
                 (640, [0.955, 0.955, 0.980, 0.980]),
             ],
         ),
+        // CRISP's reference exclusive times as the vectors.
+        (
+            "crisp",
+            PRODUCT,
+            "2022-08-23_14_3",
+            P_LABELS,
+            &[
+                (465, [0.996, 0.498, 0.978, 0.489]),
+                (930, [0.951, 0.951, 0.869, 0.869]),
+            ],
+        ),
+        (
+            "crisp",
+            CURRENCY,
+            "2022-08-23_13_3",
+            C_LABELS,
+            &[
+                (320, [0.934, 0.467, 0.988, 0.494]),
+                (640, [0.955, 0.955, 0.980, 0.980]),
+            ],
+        ),
     ];
-    for (fault, minutes, labelled, want) in cases {
+    for (accounting, fault, minutes, labelled, want) in cases {
         let dir = testdata(&format!("{o}/fault"));
         let mut tests: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()
@@ -342,7 +369,7 @@ fn anomalies_precision_at_k_matches_the_documented_table() {
             "--test",
         ];
         args.extend(tests.iter().map(String::as_str));
-        args.extend(["--fault", fault]);
+        args.extend(["--fault", fault, "--accounting", accounting]);
         let (ok, out, err) = cpt(&args);
         assert!(ok, "{err}");
         let (head, rows) = precision_rows(&out);

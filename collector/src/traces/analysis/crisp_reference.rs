@@ -84,44 +84,55 @@ pub struct RefSpan {
 /// the paths of its chosen children, the last-finishing first), with
 /// `fraction` the overlap allowance (CRISP's default 0.01).
 pub fn critical_path(trace: &Trace, rep: &Repaired, root: u32, fraction: f64) -> Vec<RefSpan> {
+    critical_path_by(
+        root,
+        |node, kids| {
+            kids.extend(
+                trace
+                    .children(node)
+                    .iter()
+                    .copied()
+                    .filter(|&c| rep.kept[c as usize] && !trace.spans[c as usize].detached),
+            );
+        },
+        |i| rep.start[i as usize],
+        |i| rep.end[i as usize],
+        fraction,
+    )
+}
+
+/// [`critical_path`] over any tree: `kids(node, out)` appends a node's
+/// children in file order, `start` and `end` give a node's times.
+pub fn critical_path_by(
+    root: u32,
+    mut kids_of: impl FnMut(u32, &mut Vec<u32>),
+    start: impl Fn(u32) -> i64,
+    end: impl Fn(u32) -> i64,
+    fraction: f64,
+) -> Vec<RefSpan> {
     let mut out = Vec::new();
     let mut stack = vec![root];
     let mut kids: Vec<u32> = Vec::new();
     while let Some(node) = stack.pop() {
-        let n = node as usize;
         kids.clear();
-        kids.extend(
-            trace
-                .children(node)
-                .iter()
-                .copied()
-                .filter(|&c| rep.kept[c as usize] && !trace.spans[c as usize].detached),
-        );
+        kids_of(node, &mut kids);
         // Stable ascending by end, then reversed: the later child in file
         // order first on equal ends.
-        let order: Vec<u32> = {
-            let mut k: Vec<(usize, u32)> = kids.iter().copied().enumerate().collect();
-            k.sort_by(|a, b| {
-                rep.end[b.1 as usize]
-                    .cmp(&rep.end[a.1 as usize])
-                    .then(b.0.cmp(&a.0))
-            });
-            k.into_iter().map(|(_, c)| c).collect()
-        };
-        let p_dur = rep.end[n] - rep.start[n];
+        let mut order: Vec<(usize, u32)> = kids.iter().copied().enumerate().collect();
+        order.sort_by(|a, b| end(b.1).cmp(&end(a.1)).then(b.0.cmp(&a.0)));
+        let p_dur = end(node) - start(node);
         let mut chosen: Vec<u32> = Vec::new();
-        if let Some(&first) = order.first() {
+        if let Some(&(_, first)) = order.first() {
             chosen.push(first);
-            let mut later = first as usize;
-            for &c in &order[1..] {
-                let b = c as usize;
-                if happens_before(rep, &kids, p_dur, fraction, b, later) {
+            let mut later = first;
+            for &(_, c) in &order[1..] {
+                if happens_before(&kids, &start, &end, p_dur, fraction, c, later) {
                     chosen.push(c);
-                    later = b;
+                    later = c;
                 }
             }
         }
-        let children_ns: i64 = chosen.iter().map(|&c| rep.duration(c)).sum();
+        let children_ns: i64 = chosen.iter().map(|&c| end(c) - start(c)).sum();
         out.push(RefSpan {
             span: node,
             exclusive_ns: p_dur - children_ns,
@@ -135,15 +146,16 @@ pub fn critical_path(trace: &Trace, rep: &Repaired, root: u32, fraction: f64) ->
 
 /// CRISP's `happensBefore(parent, children, before, later)`.
 fn happens_before(
-    rep: &Repaired,
     kids: &[u32],
+    start: &impl Fn(u32) -> i64,
+    end: &impl Fn(u32) -> i64,
     p_dur: i64,
     fraction: f64,
-    before: usize,
-    later: usize,
+    before: u32,
+    later: u32,
 ) -> bool {
-    let (bs, be) = (rep.start[before], rep.end[before]);
-    let (ls, le) = (rep.start[later], rep.end[later]);
+    let (bs, be) = (start(before), end(before));
+    let (ls, le) = (start(later), end(later));
     if be < ls {
         return true;
     }
@@ -156,9 +168,7 @@ fn happens_before(
     let inside = |t: i64| (ls..=be).contains(&t);
     let events: usize = kids
         .iter()
-        .map(|&c| {
-            usize::from(inside(rep.start[c as usize])) + usize::from(inside(rep.end[c as usize]))
-        })
+        .map(|&c| usize::from(inside(start(c))) + usize::from(inside(end(c))))
         .sum();
     events == 2
 }
