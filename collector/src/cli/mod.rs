@@ -9,6 +9,7 @@ pub mod export;
 pub mod force;
 #[cfg(feature = "server")]
 pub mod import;
+pub(crate) mod load;
 pub mod mystery;
 pub mod predict;
 pub mod profile;

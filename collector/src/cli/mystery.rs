@@ -9,8 +9,8 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use serde_json::json;
 
+use crate::format::fmt_ns;
 use crate::format::plural;
-use crate::traces::analysis::fmt_ns;
 use crate::traces::analysis::mystery::{self, Model, Models, Request, RequestSlack};
 use crate::traces::{Endpoint, Format, RepairOptions, RootSelector};
 
@@ -47,7 +47,7 @@ impl MysteryInput {
 
     /// Read `files` with these choices and cut them into requests.
     fn requests_of(&self, files: &[PathBuf]) -> anyhow::Result<Vec<Request>> {
-        let set = super::traces::load_traces("", files, self.from, self.orphans_as_roots)?;
+        let set = super::load::load_traces("", files, self.from, self.orphans_as_roots)?;
         let sel = if self.roots.is_empty() {
             RootSelector::AllRoots
         } else {
@@ -332,7 +332,7 @@ pub fn slack(args: SlackArgs) -> anyhow::Result<()> {
             paths.len() - args.top
         );
     }
-    let [both, model_only, crisp_only, neither] = mystery::slack::compare_with_crisp(&pairs);
+    let [both, model_only, crisp_only, neither] = mystery::versus::compare_with_crisp(&pairs);
     let all = (both + model_only + crisp_only + neither).max(1);
     let _ = writeln!(
         out,
@@ -709,6 +709,12 @@ pub struct AnomaliesArgs {
     /// Requests listed, highest score first.
     #[arg(long, default_value_t = 10, value_name = "N")]
     top: usize,
+    /// Which critical-path time makes a request's vector: `cpt` (the
+    /// critical path through the inferred model) or `crisp` (CRISP's
+    /// reference exclusive times, as `--accounting crisp` of the importing
+    /// commands: the vectors CRISP's own anomaly detection uses).
+    #[arg(long, default_value = "cpt", value_name = "cpt|crisp")]
+    accounting: crate::traces::Accounting,
     /// A labelled fault, `SERVICE@TIME` (RFC 3339 or Unix ns): test requests
     /// starting at or after TIME with a span of SERVICE are positives;
     /// prints precision and recall at the top k next to a latency-only
@@ -746,7 +752,12 @@ pub fn anomalies(args: AnomaliesArgs) -> anyhow::Result<()> {
     for r in train.iter().chain(&test) {
         ms.observe(r);
     }
-    let prof = |r: &Request| profile(r, &mystery::analyse(&ms.by_endpoint[&r.endpoint], r));
+    let prof = |r: &Request| match args.accounting {
+        crate::traces::Accounting::Cpt => {
+            profile(r, &mystery::analyse(&ms.by_endpoint[&r.endpoint], r))
+        }
+        crate::traces::Accounting::Crisp => mystery::anomaly::crisp_profile(r, 0.01),
+    };
     let mut by_ep: BTreeMap<Arc<str>, Vec<mystery::anomaly::Profile>> = BTreeMap::new();
     for r in &train {
         by_ep.entry(r.endpoint.clone()).or_default().push(prof(r));

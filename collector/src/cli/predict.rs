@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 
-use super::traces::load_traces;
+use super::load::load_traces;
 use crate::traces::Format;
 use crate::traces::analysis::flows::{self, Invocation, KeyInterner};
 use crate::traces::import::TraceSet;
@@ -33,6 +33,17 @@ pub struct PredictArgs {
     /// Only parents with at least this many children (Mann §5: 5).
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub min_children: usize,
+    /// How the nearest-neighbour flow is chosen: `likelihood` (the most
+    /// probable flow, its frequency a prior: rare noisy flows cannot
+    /// capture ordinary invocations), `mann` (Mann §4's variance-scaled
+    /// distance as published) or `min-support` (Mann's distance over flows
+    /// seen in at least 1 % of training invocations).
+    #[arg(
+        long = "nn",
+        default_value = "likelihood",
+        value_name = "likelihood|mann|min-support"
+    )]
+    pub nn: flows::NnChoice,
     /// Keep spans whose parent is missing as extra roots.
     #[arg(long)]
     pub orphans_as_roots: bool,
@@ -108,7 +119,7 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<()> {
             invocations(&test, &mut keys),
         )
     };
-    let models = flows::Models::train(&train, args.min_children);
+    let models = flows::Models::train_with(&train, args.min_children, args.nn);
     let eval = flows::evaluate_models(&models, &test, args.min_children);
     if let Some(path) = &args.dot {
         std::fs::write(path, models.to_dot(3))
@@ -122,14 +133,7 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<()> {
         eval.unseen_parent
     );
     if eval.test_invocations == 0 {
-        bail!(
-            "no test invocation to score: no parent with at least {} appears in both the training and the test traces (try a lower --min-children)",
-            if args.min_children == 1 {
-                "1 child".to_owned()
-            } else {
-                format!("{} children", args.min_children)
-            }
-        );
+        bail!("{}", why_nothing_scored(&train, &test, args.min_children));
     }
     print!("{}", eval.to_table());
     if let Some(path) = &args.plot {
@@ -146,6 +150,60 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<()> {
         std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// Why no test invocation was scored: no invocation at all, too few
+/// children for `--min-children` (naming the largest count seen), or no
+/// parent that appears in both the training and the test invocations.
+pub(crate) fn why_nothing_scored(
+    train: &[Invocation],
+    test: &[Invocation],
+    min_children: usize,
+) -> String {
+    let children = |n: usize| {
+        if n == 1 {
+            "1 child".to_owned()
+        } else {
+            format!("{n} children")
+        }
+    };
+    if train.is_empty() || test.is_empty() {
+        let side = if train.is_empty() { "training" } else { "test" };
+        return format!(
+            "no test invocation to score: no span of the {side} traces has a child it waits for \
+             (every trace is a lone span, or its children are all detached consumers or \
+             FOLLOWS_FROM spans); execution flows need parents with children"
+        );
+    }
+    let most = |invs: &[Invocation]| invs.iter().map(|i| i.children.len()).max().unwrap_or(0);
+    for (side, invs) in [("training", train), ("test", test)] {
+        let m = most(invs);
+        if m < min_children {
+            return format!(
+                "no test invocation to score: no parent in the {side} traces has at least {} \
+                 (the most any has is {}); rerun with --min-children {m}",
+                children(min_children),
+                children(m),
+            );
+        }
+    }
+    let parents = |invs: &[Invocation]| -> std::collections::BTreeSet<std::sync::Arc<str>> {
+        invs.iter()
+            .filter(|i| i.children.len() >= min_children)
+            .map(|i| i.parent.clone())
+            .collect()
+    };
+    let (tr, te) = (parents(train), parents(test));
+    let names: Vec<&str> = te.iter().take(3).map(|p| &**p).collect();
+    format!(
+        "no test invocation to score: no parent recurs: the test traces' parents with at least \
+         {} ({}{}) never appear in the {} training parents; train on traces of the same \
+         endpoints",
+        children(min_children),
+        names.join(", "),
+        if te.len() > 3 { ", …" } else { "" },
+        tr.len(),
+    )
 }
 
 /// Replay traces through models learned from training traces with one or

@@ -89,6 +89,13 @@ pub struct InputArgs {
     /// ...and at most this fraction of the parent's duration.
     #[arg(long, default_value_t = 0.01, value_name = "FRACTION")]
     pub overlap_fraction: f64,
+    /// How the critical path's time is shared between spans: `cpt` (each
+    /// instant on one span; overlapping siblings cut at the later one's
+    /// start; a client's own time around its server is network) or
+    /// `crisp` (CRISP's reference: every span on the path its full
+    /// duration, its parent the rest; see the CRISP accounting reference).
+    #[arg(long, default_value = "cpt", value_name = "cpt|crisp")]
+    pub accounting: crate::traces::Accounting,
     /// Stream Jaeger, Zipkin and OTLP files larger than this (decompressed)
     /// instead of reading them whole, MiB.
     #[arg(long, default_value_t = 256, value_name = "MIB")]
@@ -124,6 +131,7 @@ impl InputArgs {
                 max_ns: i64::try_from(self.overlap_max_us.saturating_mul(1000)).unwrap_or(i64::MAX),
                 fraction: self.overlap_fraction,
             },
+            accounting: self.accounting,
             roots: if self.roots.is_empty() {
                 RootSelector::AllRoots
             } else {
@@ -244,6 +252,12 @@ pub struct ConvertArgs {
     /// Output JSON Lines file (`-` = stdout).
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
+    /// Also write CRISP's conformance CCT of all selected roots here (one
+    /// line per call path: `[service] operation;… EXCLUSIVE_US
+    /// <<SPANS>>`, byte-sorted), as CRISP's `--conformance` writes it.
+    /// Needs `--accounting crisp`.
+    #[arg(long, value_name = "FILE")]
+    cct: Option<PathBuf>,
 }
 
 /// `cpt traces topdown`.
@@ -379,7 +393,16 @@ fn records(imp: Import) -> Vec<Record> {
 }
 
 fn convert(a: ConvertArgs) -> anyhow::Result<()> {
+    if a.cct.is_some() && a.input.accounting != crate::traces::Accounting::Crisp {
+        bail!("--cct writes CRISP's reference exclusive times: add --accounting crisp");
+    }
     let imp = a.input.import()?;
+    if let Some(path) = &a.cct {
+        let text = crate::traces::analysis::crisp_reference::conformance_cct(
+            imp.analyzed.iter().map(|x| x.call_paths.as_slice()),
+        );
+        fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
     let mut w = output(&a.output)?;
     for r in imp.records() {
         w.write_all(r.to_json().as_bytes())?;
@@ -551,41 +574,4 @@ fn files_title(files: &[PathBuf]) -> String {
     } else {
         names.join(", ")
     }
-}
-
-/// Read whole traces for the analyses that need them (`predict`, `whatif`,
-/// the Mystery Machine's commands): print file errors, broken-tail
-/// warnings and the rejected count (prefixed by `what`, e.g. "training"),
-/// and fail when no trace could be read.
-pub(crate) fn load_traces(
-    what: &str,
-    files: &[PathBuf],
-    format: Format,
-    orphans_as_roots: bool,
-) -> anyhow::Result<crate::traces::import::TraceSet> {
-    let set = crate::traces::import::read_traces(files, format, BuildOptions { orphans_as_roots });
-    for e in &set.file_errors {
-        eprintln!("error: {e}");
-    }
-    for w in &set.warnings {
-        eprintln!("warning: {w}");
-    }
-    let what = if what.is_empty() {
-        String::new()
-    } else {
-        format!("{what} ")
-    };
-    if let Some(first) = set.rejected.first() {
-        eprintln!(
-            "{what}{} rejected (first: {first})",
-            plural(set.rejected.len() as u64, "trace")
-        );
-    }
-    if set.traces.is_empty() {
-        bail!(
-            "no {what}trace could be read from {} (see the errors above); are they {format} traces?",
-            plural(files.len() as u64, "file"),
-        );
-    }
-    Ok(set)
 }

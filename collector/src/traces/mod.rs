@@ -38,6 +38,7 @@
 //! | `skew.truncated_spans` / `skew.truncated_ns` | spans cut to fit their parent, and the time cut |
 //! | `skew.dropped_spans` / `skew.dropped_ns` | spans dropped (wholly outside their parent), and the dropped subtree roots' time |
 //! | `skew.overlaps` / `skew.overlap_ns` | sibling overlaps read as sequential (§5.2), and the time clipped |
+//! | `import.duplicate_span_ids` | span records of the trace that shared an id with a differing record (kept as `ID~dupK`) |
 //!
 //! Client spans' own time around their server span is
 //! [`SegmentKind::Network`](cpt_sdk::SegmentKind) and is summed in
@@ -62,6 +63,7 @@ pub mod model;
 // The format readers and the skew repair live in `import`, the CRISP walk
 // in `analysis`; these keep the paths they had before the move.
 pub use analysis::crisp;
+pub use analysis::crisp_reference::Accounting;
 pub use import::{jaeger, nezha, otlp, skew, zipkin};
 
 pub use crisp::{OverlapThreshold, Piece};
@@ -158,8 +160,12 @@ pub struct ImportOptions {
     pub build: BuildOptions,
     /// Clock-skew repair choices.
     pub repair: RepairOptions,
-    /// Happens-before overlap allowance.
+    /// Happens-before overlap allowance (in [`Accounting::Crisp`], only its
+    /// fraction: CRISP's reference has no absolute cap).
     pub overlap: OverlapThreshold,
+    /// How the path's time is shared between spans: cpt's walk or CRISP's
+    /// reference ([`Accounting`]).
+    pub accounting: Accounting,
     /// Which spans get records.
     pub roots: RootSelector,
     /// Jaeger, Zipkin and OTLP files whose (decompressed) size exceeds this
@@ -178,6 +184,7 @@ impl Default for ImportOptions {
             build: BuildOptions::default(),
             repair: RepairOptions::default(),
             overlap: OverlapThreshold::default(),
+            accounting: Accounting::default(),
             roots: RootSelector::default(),
             stream_above_bytes: 256 << 20,
         }
@@ -208,6 +215,11 @@ pub struct Analyzed {
     /// What the clock-skew repair and the walk adjusted under the root (also
     /// in the record's `skew.*` labels).
     pub adjustments: Adjustments,
+    /// With [`Accounting::Crisp`]: per call path (CRISP's
+    /// `[service] operation;…` spelling), the exclusive ns (negatives
+    /// zeroed) and the number of spans, for CRISP's conformance CCT
+    /// ([`analysis::crisp_reference::conformance_cct`]). Empty otherwise.
+    pub call_paths: Vec<(String, i64, u64)>,
 }
 
 /// Counters of one import.
@@ -228,6 +240,8 @@ pub struct ImportStats {
     pub records: u64,
     /// Exact duplicate span records dropped.
     pub duplicates_dropped: u64,
+    /// Differing span records sharing an id, kept as `ID~dupK`.
+    pub duplicates_renamed: u64,
     /// Orphan spans kept as roots.
     pub orphans: u64,
     /// Sum of all repairs.
@@ -271,6 +285,7 @@ impl Import {
         s.spans += o.spans;
         s.records += o.records;
         s.duplicates_dropped += o.duplicates_dropped;
+        s.duplicates_renamed += o.duplicates_renamed;
         s.orphans += o.orphans;
         s.adjustments.add(&o.adjustments);
     }
@@ -675,8 +690,17 @@ fn process_ref(
         Ok(trace) => {
             imp.stats.spans += trace.spans.len() as u64;
             imp.stats.duplicates_dropped += trace.duplicates_dropped as u64;
+            imp.stats.duplicates_renamed += trace.duplicates_renamed as u64;
             imp.stats.orphans += trace.orphans as u64;
-            for a in analyze(trace, opts, scratch, pieces) {
+            for mut a in analyze(trace, opts, scratch, pieces) {
+                if trace.duplicates_renamed > 0 {
+                    // The trace's span ids were ambiguous: say so on every
+                    // record made from it.
+                    a.record.labels.insert(
+                        "import.duplicate_span_ids".into(),
+                        trace.duplicates_renamed.to_string(),
+                    );
+                }
                 imp.stats.records += 1;
                 imp.stats.adjustments.add(&a.adjustments);
                 imp.analyzed.push(a);
@@ -868,7 +892,20 @@ pub fn analyze(
     let mut out = Vec::with_capacity(roots.len());
     for (k, &root) in roots.iter().enumerate() {
         pieces.clear();
-        let walk = crisp::walk(trace, &rep, root, &opts.overlap, scratch, pieces);
+        let mut call_paths = Vec::new();
+        let walk = match opts.accounting {
+            Accounting::Cpt => crisp::walk(trace, &rep, root, &opts.overlap, scratch, pieces),
+            Accounting::Crisp => {
+                use analysis::crisp_reference as reference;
+                let path = reference::critical_path(trace, &rep, root, opts.overlap.fraction);
+                reference::pieces(trace, root, &path, pieces);
+                call_paths = reference::by_call_path(trace, root, &path)
+                    .into_iter()
+                    .map(|(k, _, ns, n)| (k, ns, n))
+                    .collect();
+                crisp::WalkStats::default()
+            }
+        };
         let mut adj = adjs[k];
         adj.overlaps = walk.overlaps;
         adj.overlap_ns = walk.overlap_ns;
@@ -882,6 +919,7 @@ pub fn analyze(
             record,
             shape,
             adjustments: adj,
+            call_paths,
         });
     }
     out

@@ -118,6 +118,9 @@ pub struct Trace {
     pub orphans: usize,
     /// Exact duplicate span records that were dropped.
     pub duplicates_dropped: usize,
+    /// Span records that shared an id with a differing record and were
+    /// kept under `ID~dupK` (see [`build`]).
+    pub duplicates_renamed: usize,
 }
 
 impl Trace {
@@ -309,6 +312,49 @@ impl TimeUnit {
     }
 }
 
+/// A time field as a file wrote it: any JSON integer (negative, up to
+/// `u64`, or larger, which JSON readers see as a float), or a decimal
+/// string (protobuf JSON writes 64-bit integers so), kept wide enough that
+/// a value outside cpt's range is reported as out of range with its value
+/// ([`Reason::TimeOutOfRange`]) rather than as unreadable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Wide(pub i128);
+
+impl<'de> serde::Deserialize<'de> for Wide {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, Visitor};
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Wide;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an integer or a decimal string")
+            }
+            fn visit_i64<E: Error>(self, v: i64) -> Result<Wide, E> {
+                Ok(Wide(i128::from(v)))
+            }
+            fn visit_u64<E: Error>(self, v: u64) -> Result<Wide, E> {
+                Ok(Wide(i128::from(v)))
+            }
+            fn visit_f64<E: Error>(self, v: f64) -> Result<Wide, E> {
+                // Integers beyond u64 arrive as floats: out of range anyway,
+                // reported with their (saturated) value.
+                if v.is_finite() && v.fract() == 0.0 {
+                    Ok(Wide(v as i128))
+                } else {
+                    Err(E::custom(format!("not an integer: {v}")))
+                }
+            }
+            fn visit_str<E: Error>(self, v: &str) -> Result<Wide, E> {
+                v.trim()
+                    .parse::<i128>()
+                    .map(Wide)
+                    .map_err(|_| E::custom(format!("not an integer: {v:?}")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// A span's start and duration as a format wrote them (in `unit`), in ns,
 /// refused when the start or the end falls outside `0..=MAX_TIME_NS` or the
 /// duration overflows. `start` and `duration` are `(field name, value)`.
@@ -319,8 +365,8 @@ impl TimeUnit {
 /// [`Reason::TimeOutOfRange`] naming the span, the field and the value.
 pub(crate) fn span_times(
     span: &str,
-    start: Option<(&str, i64)>,
-    duration: Option<(&str, i64)>,
+    start: Option<(&str, i128)>,
+    duration: Option<(&str, i128)>,
     unit: TimeUnit,
 ) -> Result<(Option<i64>, Option<i64>), Reason> {
     let out = |field: &str, value: i128| Reason::TimeOutOfRange {
@@ -329,12 +375,12 @@ pub(crate) fn span_times(
         value,
         unit: unit.name(),
     };
-    let ns = |v: i128| v * unit.scale();
+    let ns = |v: i128| v.saturating_mul(unit.scale());
     let start_ns = match start {
         Some((f, v)) => {
-            let t = ns(i128::from(v));
+            let t = ns(v);
             if !(0..=i128::from(MAX_TIME_NS)).contains(&t) {
-                return Err(out(f, i128::from(v)));
+                return Err(out(f, v));
             }
             Some(t as i64)
         }
@@ -342,9 +388,9 @@ pub(crate) fn span_times(
     };
     let dur_ns = match duration {
         Some((f, v)) => {
-            let d = ns(i128::from(v));
+            let d = ns(v);
             if d.abs() > i128::from(MAX_TIME_NS) {
-                return Err(out(f, i128::from(v)));
+                return Err(out(f, v));
             }
             Some(d as i64)
         }
@@ -353,7 +399,7 @@ pub(crate) fn span_times(
     if let (Some((fs, s)), Some((fd, d)), Some(sn), Some(dn)) = (start, duration, start_ns, dur_ns)
         && i128::from(sn) + i128::from(dn) > i128::from(MAX_TIME_NS)
     {
-        return Err(out(&format!("{fs} + {fd}"), i128::from(s) + i128::from(d)));
+        return Err(out(&format!("{fs} + {fd}"), s.saturating_add(d)));
     }
     Ok((start_ns, dur_ns))
 }
@@ -366,8 +412,8 @@ pub(crate) fn span_times(
 /// [`Reason::TimeOutOfRange`] naming the span, the field and the value.
 pub(crate) fn span_start_end(
     span: &str,
-    start: (&str, i64),
-    end: (&str, i64),
+    start: (&str, i128),
+    end: (&str, i128),
     unit: TimeUnit,
 ) -> Result<(i64, i64), Reason> {
     let (Some(s), _) = span_times(span, Some(start), None, unit)? else {
@@ -392,7 +438,9 @@ impl TraceError {
 /// Validate raw spans into a [`Trace`].
 ///
 /// - exact duplicates (same id and same fields) are dropped and counted;
-///   differing records with one id reject the trace;
+///   a record that differs from every earlier one with its id is kept as
+///   another span, its id suffixed `~dup1`, `~dup2`, … (as Jaeger UI shows
+///   both), and counted; references to the id go to the first;
 /// - a parent id that is absent rejects the trace (or makes the span a root,
 ///   see [`BuildOptions`]);
 /// - a span without a timestamp is placed over its timed children, or, when
@@ -411,6 +459,28 @@ pub fn build(
     let err = |reason| TraceError::new(trace_id, reason);
     if raw.is_empty() {
         return Err(err(Reason::Empty));
+    }
+    let mut raw = raw;
+    // Differing records that share an id (Jaeger's own fixtures have them;
+    // Jaeger UI shows both): each later one is kept under `ID~dupK`, and
+    // references to the id resolve to the first.
+    let duplicates_renamed;
+    {
+        let mut seen: FxHashMap<&str, Vec<usize>> =
+            FxHashMap::with_capacity_and_hasher(raw.len(), Default::default());
+        let mut rename: Vec<(usize, String)> = Vec::new();
+        for (i, s) in raw.iter().enumerate() {
+            let same = seen.entry(&s.id).or_default();
+            if !same.is_empty() && !same.iter().any(|&j| raw[j] == *s) {
+                rename.push((i, format!("{}~dup{}", s.id, same.len())));
+            }
+            same.push(i);
+        }
+        drop(seen);
+        duplicates_renamed = rename.len();
+        for (i, id) in rename {
+            raw[i].id = Cow::Owned(id);
+        }
     }
     // Ids → index; drop exact duplicates.
     let mut index: FxHashMap<&str, u32> =
@@ -467,12 +537,22 @@ pub fn build(
         }
     }
     drop(index);
-    // Children their parent does not wait for (see `Span::detached`).
+    // Children their parent does not wait for (see `Span::detached`): a
+    // FOLLOWS_FROM child, a consumer under its producer, and a consumer that
+    // starts once its parent has ended (whatever the parent's kind: no span
+    // waits for work that begins after it returned).
     let detached: Vec<bool> = (0..n)
         .map(|i| {
             raw[i].follows_from
                 || (raw[i].kind == SpanKind::Consumer
-                    && parent[i].is_some_and(|p| raw[p as usize].kind == SpanKind::Producer))
+                    && parent[i].is_some_and(|p| {
+                        let p = &raw[p as usize];
+                        p.kind == SpanKind::Producer
+                            || matches!(
+                                (raw[i].start_ns, p.start_ns, p.duration_ns),
+                                (Some(s), Some(ps), Some(pd)) if s >= ps.saturating_add(pd)
+                            )
+                    }))
         })
         .collect();
     // Cycle check and a parents-first order (iterative; a node's parent chain
@@ -626,6 +706,7 @@ pub fn build(
         children,
         orphans,
         duplicates_dropped,
+        duplicates_renamed,
     })
 }
 
@@ -730,7 +811,6 @@ mod tests {
     const BAD: &[(&str, &str)] = &[
         ("missing", "references missing parent zz"),
         ("cycle", "cycle of parent references"),
-        ("dup", "duplicate span id b"),
         ("negative", "negative duration"),
     ];
 
@@ -746,11 +826,6 @@ mod tests {
                     raw("a", None, Some(0), Some(9)),
                     raw("b", Some("c"), Some(0), Some(1)),
                     raw("c", Some("b"), Some(0), Some(1)),
-                ],
-                "dup" => vec![
-                    raw("a", None, Some(0), Some(9)),
-                    raw("b", Some("a"), Some(0), Some(1)),
-                    raw("b", Some("a"), Some(0), Some(2)),
                 ],
                 _ => vec![raw("a", None, Some(0), Some(-1))],
             };

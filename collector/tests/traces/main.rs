@@ -1,13 +1,16 @@
 //! Trace import and CRISP critical paths.
 //!
-//! Data: `testdata/crisp` (33 Jaeger traces from uber-research/CRISP),
+//! Data: `testdata/crisp` (34 Jaeger traces from uber-research/CRISP and their conformance goldens),
 //! `testdata/traces/traceweaver-{media,hotel}` (DeathStarBench) and
 //! `testdata/traces/zipkin-lens`.
 
 mod async_children;
 mod crisp_files;
+mod crisp_goldens;
 mod dsb;
 mod edge;
+mod flows_table1;
+mod import_edges;
 mod importers;
 mod mystery;
 mod support;

@@ -265,3 +265,127 @@ fn anomalies_rank_a_labelled_fault_and_report_precision_and_recall() {
     assert!(!ok);
     assert!(err.contains("expected SERVICE@TIME"), "{err}");
 }
+
+/// The precision / recall rows `anomalies` prints, as `k → (PCA p, PCA r,
+/// latency p, latency r)`, and the "N of M labelled faulty" counts.
+fn precision_rows(out: &str) -> (String, Vec<(usize, [f64; 4])>) {
+    let head = out
+        .lines()
+        .find(|l| l.contains("test requests labelled faulty"))
+        .unwrap_or_else(|| panic!("no labelled-faulty line in\n{out}"))
+        .to_owned();
+    let rows = out
+        .lines()
+        .skip_while(|l| !l.contains("labelled faulty"))
+        .skip(2)
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().filter(|w| *w != "/").collect();
+            let k = w.first()?.parse().ok()?;
+            let v: Vec<f64> = w[1..].iter().filter_map(|x| x.parse().ok()).collect();
+            (v.len() == 4).then(|| (k, [v[0], v[1], v[2], v[3]]))
+        })
+        .collect();
+    (head, rows)
+}
+
+/// The anomaly table of the documentation (Nezha Online Boutique, two
+/// labelled network delays): precision and recall at k for the PCA and the
+/// latency ranking. Tolerance ±0.005 (the table prints three decimals; the
+/// PCA's SVD may round differently on another CPU).
+#[test]
+fn anomalies_precision_at_k_matches_the_documented_table() {
+    const TOL: f64 = 0.005;
+    let o = "traces/nezha-onlineboutique";
+    let train = testdata(&format!("{o}/normal/2022-08-23_17_00_trace.csv.gz"));
+    const PRODUCT: &str = "productcatalogservice@2022-08-23T14:30:10Z";
+    const CURRENCY: &str = "currencyservice@2022-08-23T13:37:08Z";
+    const P_LABELS: &str = "930 of 1344 test requests labelled faulty";
+    const C_LABELS: &str = "640 of 1156 test requests labelled faulty";
+    #[allow(clippy::type_complexity)]
+    let cases: [(&str, &str, &str, &str, &[(usize, [f64; 4])]); 4] = [
+        (
+            "cpt",
+            PRODUCT,
+            "2022-08-23_14_3",
+            P_LABELS,
+            &[
+                (465, [0.996, 0.498, 0.978, 0.489]),
+                (930, [0.954, 0.954, 0.869, 0.869]),
+            ],
+        ),
+        (
+            "cpt",
+            CURRENCY,
+            "2022-08-23_13_3",
+            C_LABELS,
+            &[
+                (320, [0.931, 0.466, 0.988, 0.494]),
+                (640, [0.955, 0.955, 0.980, 0.980]),
+            ],
+        ),
+        // CRISP's reference exclusive times as the vectors.
+        (
+            "crisp",
+            PRODUCT,
+            "2022-08-23_14_3",
+            P_LABELS,
+            &[
+                (465, [0.996, 0.498, 0.978, 0.489]),
+                (930, [0.951, 0.951, 0.869, 0.869]),
+            ],
+        ),
+        (
+            "crisp",
+            CURRENCY,
+            "2022-08-23_13_3",
+            C_LABELS,
+            &[
+                (320, [0.934, 0.467, 0.988, 0.494]),
+                (640, [0.955, 0.955, 0.980, 0.980]),
+            ],
+        ),
+    ];
+    for (accounting, fault, minutes, labelled, want) in cases {
+        let dir = testdata(&format!("{o}/fault"));
+        let mut tests: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(minutes)
+            })
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        tests.sort();
+        assert_eq!(tests.len(), 3, "three test minutes for {fault}");
+        let mut args = vec![
+            "traces",
+            "anomalies",
+            "--from",
+            "nezha",
+            train.to_str().unwrap(),
+            "--test",
+        ];
+        args.extend(tests.iter().map(String::as_str));
+        args.extend(["--fault", fault, "--accounting", accounting]);
+        let (ok, out, err) = cpt(&args);
+        assert!(ok, "{err}");
+        let (head, rows) = precision_rows(&out);
+        assert!(head.contains(labelled), "{fault}: {head}");
+        for (k, w) in want {
+            let got = rows
+                .iter()
+                .find(|(kk, _)| kk == k)
+                .unwrap_or_else(|| panic!("{fault}: no row for k = {k} in\n{out}"))
+                .1;
+            for (g, e) in got.iter().zip(w) {
+                assert!(
+                    (g - e).abs() <= TOL,
+                    "{fault} k = {k}: got {got:?}, documented {w:?}"
+                );
+            }
+        }
+    }
+}

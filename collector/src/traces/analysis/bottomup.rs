@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use cpt_sdk::Record;
 
-use super::{Operation, exclusive_by_operation, fmt_ns};
+use super::{Operation, exclusive_by_operation};
+use crate::format::fmt_ns;
 
 /// One operation's weight over all analysed records.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,6 +12,7 @@ use cpt_sdk::{Record, SegmentKind};
 
 pub mod bottomup;
 pub mod crisp;
+pub mod crisp_reference;
 pub mod flows;
 pub mod heatmap;
 pub mod histograms;
@@ -75,20 +76,6 @@ pub fn nearest_rank(q: f64, n: usize) -> usize {
         x.ceil()
     };
     (rank as usize).clamp(1, n.max(1)) - 1
-}
-
-/// Format nanoseconds for people (`1.25ms`).
-pub fn fmt_ns(ns: u64) -> String {
-    let f = ns as f64;
-    if ns >= 1_000_000_000 {
-        format!("{:.2}s", f / 1e9)
-    } else if ns >= 1_000_000 {
-        format!("{:.2}ms", f / 1e6)
-    } else if ns >= 1_000 {
-        format!("{:.1}µs", f / 1e3)
-    } else {
-        format!("{ns}ns")
-    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,8 @@ use crate::profile::aggregate::{Aggregate, ranked_stacks};
 use crate::profile::diff::{DiffOptions, DiffReport, diff};
 use crate::records::selection::{PercentileBand, Selection};
 
-use super::{fmt_ns, nearest_rank, quantile};
+use super::{nearest_rank, quantile};
+use crate::format::fmt_ns;
 
 /// A named latency window.
 #[derive(Clone, Debug, PartialEq)]

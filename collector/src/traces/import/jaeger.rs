@@ -23,7 +23,7 @@ use serde_json::value::RawValue;
 
 use super::tags::{TagValue, is_error_tag};
 use crate::traces::model::{
-    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, build,
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, Wide, build,
     span_times,
 };
 
@@ -143,9 +143,9 @@ struct JSpan<'a> {
     #[serde(default, borrow)]
     references: Refs<'a>,
     #[serde(rename = "startTime")]
-    start_us: i64,
+    start_us: Wide,
     #[serde(rename = "duration")]
-    duration_us: i64,
+    duration_us: Wide,
     #[serde(default)]
     tags: SpanTags,
     #[serde(rename = "processID", default, borrow)]
@@ -512,8 +512,8 @@ fn convert(t: JTrace<'_>, names: &mut Interner, opts: BuildOptions) -> Result<Tr
             .map(|r| Cow::Borrowed(&*r.span_id));
         let (start_ns, duration_ns) = span_times(
             &s.span_id,
-            Some(("startTime", s.start_us)),
-            Some(("duration", s.duration_us)),
+            Some(("startTime", s.start_us.0)),
+            Some(("duration", s.duration_us.0)),
             TimeUnit::Micros,
         )
         .map_err(|r| TraceError::new(&*t.trace_id, r))?;

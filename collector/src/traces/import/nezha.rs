@@ -76,7 +76,8 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
             order.push(tid);
             Vec::new()
         });
-        let (Ok(start), Ok(end)) = (f[5].trim().parse::<i64>(), f[6].trim().parse::<i64>()) else {
+        let (Ok(start), Ok(end)) = (f[5].trim().parse::<i128>(), f[6].trim().parse::<i128>())
+        else {
             bad.entry(tid).or_insert_with(|| {
                 Reason::Json(format!(
                     "line {}: times {:?} / {:?} are not integers",

@@ -22,7 +22,7 @@ use serde_json::value::RawValue;
 use super::tags::{TagValue, is_error_tag};
 use super::zipkin::guess;
 use crate::traces::model::{
-    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, build,
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, Wide, build,
     span_start_end,
 };
 
@@ -103,9 +103,9 @@ struct OSpan<'a> {
     #[serde(default)]
     kind: Option<Kind>,
     #[serde(rename = "startTimeUnixNano")]
-    start: Nanos,
+    start: Wide,
     #[serde(rename = "endTimeUnixNano")]
-    end: Nanos,
+    end: Wide,
     #[serde(default, borrow)]
     attributes: Vec<KeyValue<'a>>,
     #[serde(default)]

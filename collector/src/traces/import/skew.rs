@@ -19,7 +19,11 @@
 //!    are, and we do not invent skew). Among all client/server pairs
 //!    that reach the domain, the estimate from the pair with the smallest
 //!    non-negative round trip wins (the Mystery Machine's rule: the least
-//!    queueing, the least error). Offsets chain: a domain reached only
+//!    queueing, the least error). When every pair's server is longer than
+//!    its client (a negative round trip, which only skew explains), the
+//!    domain is shifted so the server that overruns least ends with its
+//!    client (CRISP's reference does the same), and step 2 cuts its start
+//!    to the client's: no network time is charged for it. Offsets chain: a domain reached only
 //!    through another shifted domain inherits that domain's offset. The
 //!    offset moves every span of the domain.
 //! 2. **Truncate / drop (CRISP).** Top-down, a child that starts before its
@@ -250,8 +254,10 @@ fn domain_offsets(trace: &Trace) -> HashMap<u32, i64> {
     // clients' domains is.
     loop {
         let mut progress = false;
-        // domain -> (needs shift, best (rtt, offset))
-        let mut cand: HashMap<u32, (bool, Option<(i64, i64)>)> = HashMap::new();
+        // domain -> (needs shift, best (rtt, offset), best server longer
+        // than its client (rtt, offset))
+        type Cand = (bool, Option<(i64, i64)>, Option<(i64, i64)>);
+        let mut cand: HashMap<u32, Cand> = HashMap::new();
         for &(c, s) in &pairs {
             let (cs, ss) = (&trace.spans[c], &trace.spans[s]);
             if offsets.contains_key(&ss.clock) {
@@ -264,18 +270,26 @@ fn domain_offsets(trace: &Trace) -> HashMap<u32, i64> {
             let c_end = cs.end_ns() + coff;
             let fits = ss.start_ns >= c_start && ss.end_ns() <= c_end;
             let rtt = cs.duration_ns - ss.duration_ns;
-            let e = cand.entry(ss.clock).or_insert((false, None));
+            let e = cand.entry(ss.clock).or_insert((false, None, None));
             e.0 |= !fits;
             if rtt >= 0 {
                 let off = c_start + rtt / 2 - ss.start_ns;
                 if e.1.is_none_or(|(best, _)| rtt < best) {
                     e.1 = Some((rtt, off));
                 }
+            } else {
+                // A server longer than its client can only be skew (the
+                // client saw the whole call): end it with its client; the
+                // truncation then cuts its start to the client's.
+                let off = c_end - ss.end_ns();
+                if e.2.is_none_or(|(best, _)| rtt > best) {
+                    e.2 = Some((rtt, off));
+                }
             }
         }
-        for (d, (needs, best)) in cand {
-            let off = match (needs, best) {
-                (true, Some((_, off))) => off,
+        for (d, (needs, best, longer)) in cand {
+            let off = match (needs, best, longer) {
+                (true, Some((_, off)), _) | (true, None, Some((_, off))) => off,
                 _ => 0,
             };
             offsets.insert(d, off);

@@ -49,7 +49,7 @@ use serde_json::value::RawValue;
 
 use super::tags::{TagValue, is_error_tag};
 use crate::traces::model::{
-    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, build,
+    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, Wide, build,
     span_times,
 };
 
@@ -66,9 +66,9 @@ struct ZSpan<'a> {
     #[serde(default, borrow)]
     name: Option<Cow<'a, str>>,
     #[serde(default)]
-    timestamp: Option<i64>,
+    timestamp: Option<Wide>,
     #[serde(default)]
-    duration: Option<i64>,
+    duration: Option<Wide>,
     #[serde(rename = "localEndpoint", default, borrow)]
     local: Option<Endpoint<'a>>,
     #[serde(default)]
@@ -165,8 +165,8 @@ struct ZRec {
     kind: Option<SpanKind>,
     name: Option<Arc<str>>,
     /// µs; Zipkin treats 0 as absent when merging.
-    timestamp: Option<i64>,
-    duration: Option<i64>,
+    timestamp: Option<Wide>,
+    duration: Option<Wide>,
     local: Option<Ep>,
     shared: bool,
     error: bool,
@@ -202,10 +202,10 @@ impl ZRec {
         fill(&mut self.parent_id, &o.parent_id);
         fill(&mut self.kind, &o.kind);
         fill(&mut self.name, &o.name);
-        if self.timestamp.unwrap_or(0) == 0 {
+        if self.timestamp.unwrap_or_default().0 == 0 {
             self.timestamp = o.timestamp.or(self.timestamp);
         }
-        if self.duration.unwrap_or(0) == 0 {
+        if self.duration.unwrap_or_default().0 == 0 {
             self.duration = o.duration.or(self.duration);
         }
         match (&mut self.local, &o.local) {
@@ -414,6 +414,10 @@ impl Grouped {
 /// Read a Zipkin v2 document into validated traces (in order of first
 /// appearance) and the errors of what could not be read.
 pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, Vec<TraceError>) {
+    let body = text.trim_start_matches(|c: char| c.is_whitespace() || c == '\u{feff}');
+    if body.starts_with('{') {
+        return (Vec::new(), vec![bare_object(body)]);
+    }
     let mut g = Grouped::default();
     let mut de = serde_json::Deserializer::from_str(text);
     let res = SpanList::<&RawValue>::new(&mut g)
@@ -433,12 +437,56 @@ pub fn read_reader<R: std::io::Read>(
     opts: BuildOptions,
     f: &mut dyn FnMut(Result<Trace, TraceError>),
 ) -> Vec<TraceError> {
+    use std::io::{BufRead, Read};
+    let mut reader = std::io::BufReader::new(reader);
+    // A bare object (one span, not a list): read it whole (it is one span)
+    // to say what it is.
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) => return vec![TraceError::new("#1", Reason::Json(e.to_string()))],
+        };
+        let Some(&c) = buf.first() else { break };
+        if c.is_ascii_whitespace() {
+            reader.consume(1);
+            continue;
+        }
+        if c == b'{' {
+            let mut text = String::new();
+            if let Err(e) = reader.read_to_string(&mut text) {
+                return vec![TraceError::new("#1", Reason::Json(e.to_string()))];
+            }
+            return vec![bare_object(&text)];
+        }
+        break;
+    }
     let mut g = Grouped::default();
     let mut de = serde_json::Deserializer::from_reader(reader);
     let res = SpanList::<Box<RawValue>>::new(&mut g)
         .deserialize(&mut de)
         .and_then(|()| de.end());
     finish(g, res, opts, f)
+}
+
+/// The error for a document that is one JSON object instead of a list:
+/// Zipkin v1's message when the object is a v1 span (as it would be inside
+/// a list), else what a v2 file looks like.
+fn bare_object(body: &str) -> TraceError {
+    let mut g = Grouped::default();
+    if let Ok(one) = serde_json::from_str::<&RawValue>(body) {
+        g.add(one);
+    }
+    g.v1_error().unwrap_or_else(|| {
+        TraceError::new(
+            "#1",
+            Reason::Json(
+                "not a Zipkin v2 span list: the file is one JSON object; a Zipkin v2 file is a \
+                 list of spans (`[{...}, ...]`, as /api/v2/trace/{id} returns), so wrap a single \
+                 span in [ ]"
+                    .into(),
+            ),
+        )
+    })
 }
 
 fn finish(
@@ -600,8 +648,8 @@ fn convert(
         let id: &str = new_id.as_deref().unwrap_or(&s.id);
         let (start_ns, duration_ns) = span_times(
             id,
-            s.timestamp.map(|t| ("timestamp", t)),
-            s.duration.map(|d| ("duration", d)),
+            s.timestamp.map(|t| ("timestamp", t.0)),
+            s.duration.map(|d| ("duration", d.0)),
             TimeUnit::Micros,
         )
         .map_err(|r| TraceError::new(tid, r))?;

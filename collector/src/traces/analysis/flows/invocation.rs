@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::traces::import::skew::is_rpc_pair;
-use crate::traces::model::Trace;
+use crate::traces::import::skew::{RepairOptions, Repaired, is_rpc_pair, repair};
+use crate::traces::model::{SpanKind, Trace};
 
 /// One child of an invocation (Mann §3: a method `m`).
 #[derive(Clone, Debug, PartialEq)]
@@ -151,11 +151,21 @@ impl Invocation {
 
 /// Every invocation of `trace`: each span with at least one child it waits
 /// or does not wait for (detached children, which the parent never waits
-/// for by construction, are left out), with times as the trace recorded
-/// them. A parent and its children ran on one machine, so their clocks
-/// agree (Mann §4); no skew repair is applied. A span whose children all
-/// ran on another host (a client span and its server span, an RPC hop) is
-/// not an invocation and is left out.
+/// for by construction, are left out).
+///
+/// - **One clock** (a parent and children recorded by one host): times as
+///   the trace recorded them (Mann §4 relies on one machine's timestamps).
+/// - **Across clocks** (a parent whose children ran in other processes, as
+///   in traces where only servers are instrumented and a root's children
+///   are the servers it called): the parent and its children take the
+///   importer's skew-repaired times ([`repair`]: a clock domain shifted by
+///   the symmetric-delay estimate, children held inside their parent), so
+///   the skew between hosts does not read as waits that never happened. A
+///   child the repair drops (wholly outside its parent) is left out.
+/// - **An RPC hop** (a client span whose children are only its own server
+///   spans on another host) is not an invocation: the server span is the
+///   same call seen from the other side, and its own children make the
+///   server's invocation.
 pub fn invocations(trace: &Trace, keys: &mut KeyInterner) -> Vec<Invocation> {
     invocations_by_span(trace, keys)
         .into_iter()
@@ -163,10 +173,28 @@ pub fn invocations(trace: &Trace, keys: &mut KeyInterner) -> Vec<Invocation> {
         .collect()
 }
 
+/// True when span `i` is a client span whose only waited-for children are
+/// its own server spans on another clock: one RPC seen from both sides.
+pub(crate) fn is_rpc_hop(trace: &Trace, i: u32, kids: &[u32]) -> bool {
+    trace.spans[i as usize].kind == SpanKind::Client
+        && !kids.is_empty()
+        && kids.iter().all(|&c| is_rpc_pair(trace, c as usize))
+}
+
 /// [`invocations`], each with its parent span's index in the trace.
 pub fn invocations_by_span(trace: &Trace, keys: &mut KeyInterner) -> Vec<(u32, Invocation)> {
     let mut out = Vec::new();
     let trace_id: Arc<str> = Arc::from(&*trace.trace_id);
+    let multi_clock = trace
+        .spans
+        .first()
+        .is_some_and(|s0| trace.spans.iter().any(|s| s.clock != s0.clock));
+    // Repaired once per trace, and only when some parent and child can
+    // disagree about the time.
+    let repaired: Option<Repaired> = multi_clock.then(|| {
+        let roots: Vec<u32> = trace.roots().collect();
+        repair(trace, &RepairOptions::default(), &roots)
+    });
     for (i, span) in trace.spans.iter().enumerate() {
         let kids: Vec<u32> = trace
             .children(i as u32)
@@ -174,40 +202,51 @@ pub fn invocations_by_span(trace: &Trace, keys: &mut KeyInterner) -> Vec<(u32, I
             .copied()
             .filter(|&c| !trace.spans[c as usize].is_detached())
             .collect();
-        // A span whose children all ran on another host (a client span and
-        // its server span: an RPC hop) is not an invocation: Mann §4 relies
-        // on one machine's timestamps, and the skew between the hosts would
-        // read as waits that never happened (or children outliving their
-        // parent). Jaeger and OTLP mark the pair by kind and host; Nezha's
-        // CSV has no kinds, so the host alone decides.
-        if kids.is_empty()
-            || kids.iter().all(|&c| {
-                is_rpc_pair(trace, c as usize) || trace.spans[c as usize].clock != span.clock
-            })
-        {
+        if kids.is_empty() || is_rpc_hop(trace, i as u32, &kids) {
             continue;
         }
-        let p_start = span.start_ns;
+        let across = kids
+            .iter()
+            .any(|&c| trace.spans[c as usize].clock != span.clock);
+        // Times of span `j`: repaired when the invocation spans clocks (and
+        // the parent itself survived the repair), else as recorded.
+        let rep = repaired.as_ref().filter(|r| across && r.kept[i]);
+        let times = |j: u32| -> Option<(i64, i64)> {
+            match rep {
+                Some(r) => r.kept[j as usize].then(|| (r.start[j as usize], r.end[j as usize])),
+                None => {
+                    let s = &trace.spans[j as usize];
+                    Some((s.start_ns, s.end_ns()))
+                }
+            }
+        };
+        let Some((p_start, p_end)) = times(i as u32) else {
+            continue;
+        };
         let calls: Vec<Call<'_>> = kids
             .iter()
-            .map(|&c| {
+            .filter_map(|&c| {
                 let s = &trace.spans[c as usize];
-                Call {
+                let (cs, ce) = times(c)?;
+                Some(Call {
                     service: &s.service,
                     operation: &s.operation,
-                    start: s.start_ns - p_start,
-                    end: s.end_ns() - p_start,
+                    start: cs - p_start,
+                    end: ce - p_start,
                     id: c,
-                }
+                })
             })
             .collect();
+        if calls.is_empty() {
+            continue;
+        }
         out.push((
             i as u32,
             Invocation::new(
                 keys.parent(&span.service, &span.operation),
                 trace_id.clone(),
                 p_start,
-                span.end_ns() - p_start,
+                p_end - p_start,
                 &calls,
                 keys,
             ),

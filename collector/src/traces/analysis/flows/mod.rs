@@ -40,12 +40,17 @@
 //!   with none applicable the estimate is `P(return)` alone (the max over
 //!   an empty set is 0).
 //! - **Nearest neighbour**: flows are compared first by how many children
-//!   are present on only one side, then by Mann §4's distance; variances
-//!   are floored at (10 % of the mean)² and 1 µs².
+//!   are present on only one side, then by a score ([`NnChoice`]): by
+//!   default the flow's negative log-likelihood with its frequency as a
+//!   prior, so a rare flow with very variable latencies cannot capture
+//!   ordinary invocations; Mann §4's plain distance is kept as
+//!   [`NnChoice::Mann`]. Variances are floored at (10 % of the mean)² and
+//!   1 µs².
 
 pub mod invocation;
 pub mod model;
 pub mod plot;
+pub mod synth;
 pub mod whatif;
 
 use std::collections::BTreeMap;
@@ -54,7 +59,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 pub use invocation::{Call, Child, Invocation, KeyInterner, invocations, invocations_by_span};
-pub use model::{Flow, Method, NnFlow, ParentModel, Regression, critical_path};
+pub use model::{Flow, Method, NnChoice, NnFlow, ParentModel, Regression, critical_path};
 pub use whatif::{Latencies, Scale, WhatIf, whatif};
 
 /// Models for every parent seen in training.
@@ -69,6 +74,11 @@ impl Models {
     /// least `min_children` children (Mann §5 ignores parents with fewer
     /// than five: too simple to benefit).
     pub fn train(train: &[Invocation], min_children: usize) -> Models {
+        Models::train_with(train, min_children, NnChoice::default())
+    }
+
+    /// [`Models::train`] with the nearest-neighbour flow chosen by `nn`.
+    pub fn train_with(train: &[Invocation], min_children: usize, nn: NnChoice) -> Models {
         let mut by_parent: FxHashMap<Arc<str>, Vec<&Invocation>> = FxHashMap::default();
         for inv in train.iter().filter(|i| i.children.len() >= min_children) {
             by_parent.entry(inv.parent.clone()).or_default().push(inv);
@@ -76,7 +86,7 @@ impl Models {
         Models {
             parents: by_parent
                 .into_iter()
-                .map(|(p, invs)| (p.clone(), ParentModel::train(p, &invs)))
+                .map(|(p, invs)| (p.clone(), ParentModel::train_with(p, &invs, nn)))
                 .collect(),
         }
     }
@@ -292,5 +302,7 @@ impl Evaluation {
     }
 }
 
+#[cfg(test)]
+mod synth_tests;
 #[cfg(test)]
 mod tests;

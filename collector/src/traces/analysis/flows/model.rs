@@ -223,13 +223,65 @@ pub struct NnFlow {
     pub pre_var: Vec<f64>,
 }
 
+/// How the nearest-neighbour flow is chosen for a test invocation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum NnChoice {
+    /// Mann §4 as published: the smallest `Σ (x − mean)² / σ²` over the
+    /// flow's children (latency and `P(m)`). A flow seen a handful of
+    /// times with very variable latencies is near everything (its σ² is
+    /// large), so it can capture most test invocations.
+    Mann,
+    /// The most probable flow: Mann's distance plus each child's `ln σ²`
+    /// (the Gaussian log-likelihood's normaliser Mann leaves out, which
+    /// charges a flow for being vague) minus `2 ln(count / trained)` (the
+    /// flow's frequency as a prior). A rare noisy flow wins only when the
+    /// test invocation is far from every frequent one.
+    #[default]
+    Likelihood,
+    /// Mann's distance over the flows seen in at least 1 % of the training
+    /// invocations (and at least 5 of them); the others only when no such
+    /// flow exists.
+    MinSupport,
+}
+
+impl NnChoice {
+    /// Every choice, the default first.
+    pub const ALL: [NnChoice; 3] = [NnChoice::Likelihood, NnChoice::Mann, NnChoice::MinSupport];
+
+    /// The name `--nn` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            NnChoice::Mann => "mann",
+            NnChoice::Likelihood => "likelihood",
+            NnChoice::MinSupport => "min-support",
+        }
+    }
+}
+
+impl std::str::FromStr for NnChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<NnChoice, String> {
+        NnChoice::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown nearest-neighbour choice {s:?}: use likelihood, mann or min-support"
+                )
+            })
+    }
+}
+
 impl NnFlow {
     /// Mann §4's distance `Σ (L(m) − mean)² / σ²(m)` over the flow's
     /// children, with the number of children present on only one side
     /// first: a flow with the test's exact set of children always wins
     /// over one without. Variances are floored at (10 % of the mean)² and
-    /// 1 µs² so a flow seen once (variance 0) is not infinitely far.
-    fn distance(&self, inv: &Invocation) -> (usize, f64) {
+    /// 1 µs² so a flow seen once (variance 0) is not infinitely far. With
+    /// `likelihood`, each child's `ln σ²` is added (see
+    /// [`NnChoice::Likelihood`]).
+    fn distance(&self, inv: &Invocation, likelihood: bool) -> (usize, f64) {
         let mut missing = 0;
         let mut d = 0.0;
         for (i, key) in self.flow.nodes.iter().enumerate() {
@@ -237,6 +289,10 @@ impl NnFlow {
                 Some(c) => {
                     d += z2(c.latency, self.mean[i], self.var[i]);
                     d += z2(c.pre, self.pre_mean[i], self.pre_var[i]);
+                    if likelihood {
+                        d += floored(self.mean[i], self.var[i]).ln();
+                        d += floored(self.pre_mean[i], self.pre_var[i]).ln();
+                    }
                 }
                 None => missing += 1,
             }
@@ -251,10 +307,15 @@ impl NnFlow {
     }
 }
 
+/// The variance floored at (10 % of the mean)² and 1 µs².
+fn floored(mean: f64, var: f64) -> f64 {
+    var.max((0.1 * mean).powi(2)).max(1e6)
+}
+
 /// `(x − mean)² / var`, the variance floored at (10 % of the mean)² and
 /// 1 µs² so a flow seen once (variance 0) is not infinitely far.
 fn z2(x: f64, mean: f64, var: f64) -> f64 {
-    (x - mean).powi(2) / var.max((0.1 * mean).powi(2)).max(1e6)
+    (x - mean).powi(2) / floored(mean, var)
 }
 
 /// Least squares weights per child key plus an intercept (the parent's own
@@ -344,11 +405,19 @@ pub struct ParentModel {
     pub aggregate: Flow,
     /// (6), the most frequent first.
     pub flows: Vec<NnFlow>,
+    /// How (6) picks its flow.
+    pub nn: NnChoice,
 }
 
 impl ParentModel {
-    /// Train every estimator on `train` (invocations of one parent).
+    /// Train every estimator on `train` (invocations of one parent), the
+    /// nearest-neighbour flow chosen by [`NnChoice::default`].
     pub fn train(parent: Arc<str>, train: &[&Invocation]) -> ParentModel {
+        ParentModel::train_with(parent, train, NnChoice::default())
+    }
+
+    /// [`ParentModel::train`] with the nearest-neighbour flow chosen by `nn`.
+    pub fn train_with(parent: Arc<str>, train: &[&Invocation], nn: NnChoice) -> ParentModel {
         let mut paths: Vec<Vec<Arc<str>>> = Vec::new();
         let mut seen_paths: FxHashSet<Vec<*const u8>> = FxHashSet::default();
         for inv in train {
@@ -364,6 +433,7 @@ impl ParentModel {
             paths,
             aggregate: aggregate_flow(train),
             flows: nn_flows(train),
+            nn,
             parent,
         }
     }
@@ -403,13 +473,30 @@ impl ParentModel {
             }
             Method::AggregateFlow => self.aggregate.predict(inv),
             Method::NearestNeighborFlow => {
-                let nearest = self.flows.iter().min_by(|a, b| {
-                    let (ma, da) = a.distance(shape);
-                    let (mb, db) = b.distance(shape);
-                    ma.cmp(&mb)
-                        .then(da.total_cmp(&db))
-                        .then(b.count.cmp(&a.count))
-                });
+                let likelihood = self.nn == NnChoice::Likelihood;
+                let support = (self.trained / 100).max(5);
+                let frequent = self.flows.iter().any(|f| f.count >= support);
+                let n = self.trained.max(1) as f64;
+                let score = |f: &NnFlow| {
+                    let (missing, d) = f.distance(shape, likelihood);
+                    let prior = if likelihood {
+                        -2.0 * (f.count as f64 / n).ln()
+                    } else {
+                        0.0
+                    };
+                    (missing, d + prior)
+                };
+                let nearest = self
+                    .flows
+                    .iter()
+                    .filter(|f| self.nn != NnChoice::MinSupport || !frequent || f.count >= support)
+                    .map(|f| (f, score(f)))
+                    .min_by(|(a, (ma, da)), (b, (mb, db))| {
+                        ma.cmp(mb)
+                            .then(da.total_cmp(db))
+                            .then(b.count.cmp(&a.count))
+                    })
+                    .map(|(f, _)| f);
                 match nearest {
                     Some(f) => f.flow.predict(inv),
                     None => self.aggregate.predict(inv),

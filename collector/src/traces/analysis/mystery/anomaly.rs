@@ -42,6 +42,42 @@ pub fn profile(req: &Request, rs: &RequestSlack) -> Profile {
     out
 }
 
+/// A request's [`Profile`] under CRISP's reference accounting
+/// ([`crisp_reference`](crate::traces::analysis::crisp_reference)): the
+/// spans on CRISP's critical path (last-finishing child first, `fraction`
+/// the overlap allowance), each charged its duration minus its path
+/// children's, summed per call path with negatives zeroed: the vectors
+/// CRISP's own anomaly detection is fitted on.
+pub fn crisp_profile(req: &Request, fraction: f64) -> Profile {
+    use crate::traces::analysis::crisp_reference::critical_path_by;
+    let n = req.spans.len();
+    let mut children: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for (i, s) in req.spans.iter().enumerate() {
+        if let Some(p) = s.parent {
+            children[p as usize].push(i as u32);
+        }
+    }
+    let path = critical_path_by(
+        0,
+        |node, out| out.extend_from_slice(&children[node as usize]),
+        |i| req.spans[i as usize].start,
+        |i| req.spans[i as usize].end,
+        fraction,
+    );
+    let mut out: Profile = Vec::new();
+    for r in path {
+        let c = &req.spans[r.span as usize].call_path;
+        match out.iter_mut().find(|(k, _)| k == c) {
+            Some((_, v)) => *v += r.exclusive_ns,
+            None => out.push((c.clone(), r.exclusive_ns)),
+        }
+    }
+    for (_, v) in &mut out {
+        *v = (*v).max(0);
+    }
+    out
+}
+
 /// A fitted low-rank model of one endpoint's critical-path vectors.
 #[derive(Clone, Debug)]
 pub struct Pca {

@@ -397,3 +397,34 @@ fn outlier_sides_as_profiles_split_the_requests_and_the_critical_path_time() {
     let b = crate::profile::aggregate::ranked_stacks(&slow);
     assert!(b[0].0.ends_with("(B)") && b[0].1 == 100, "{b:?}");
 }
+
+#[test]
+fn crisp_accounting_profile_is_the_reference_exclusive_time_per_call_path() {
+    // CRISP's case 10 (µs): A [0, 1000] with B [10, 210], C [209, 309] and
+    // D [308, 608], overlapping by 1 µs. The reference charges each child
+    // its whole duration and the parent the rest: A 400, B 200, C 100,
+    // D 300 (CRISP's conformance golden); the model's critical path cuts
+    // the overlaps instead.
+    let us = 1_000;
+    let r = Request::from_spans(
+        "10",
+        &[
+            (None, "S1:O1", "A", 0, 1000 * us),
+            (Some(0), "S2:O2", "B", 10 * us, 210 * us),
+            (Some(0), "S3:O3", "C", 209 * us, 309 * us),
+            (Some(0), "S4:O4", "D", 308 * us, 608 * us),
+        ],
+    );
+    let mut p = anomaly::crisp_profile(&r, 0.01);
+    p.sort();
+    let got: Vec<(&str, i64)> = p.iter().map(|(k, v)| (&**k, v / us)).collect();
+    assert_eq!(
+        got,
+        [
+            ("S1:O1", 400),
+            ("S1:O1;S2:O2", 200),
+            ("S1:O1;S3:O3", 100),
+            ("S1:O1;S4:O4", 300)
+        ]
+    );
+}

@@ -153,6 +153,35 @@ pub fn crisp_chain(req: &Request) -> (Vec<bool>, Vec<Option<usize>>) {
     (on, pred)
 }
 
+/// The spans CRISP's walk puts on the critical path (CRISP Listing 1, as
+/// `cpt traces convert` walks it, without its overlap tolerance): from each
+/// critical span, its last-finishing child, then the child that finished
+/// last before that one started, and so on.
+pub fn crisp_critical(req: &Request) -> Vec<bool> {
+    // A span is on the walk exactly when its start event is.
+    let (on, _) = crisp_chain(req);
+    on.chunks(2).map(|start_end| start_end[0]).collect()
+}
+
+/// How the model's critical path compares with CRISP's walk over many
+/// requests: spans on both, on the model's only, on CRISP's only, on neither.
+pub fn compare_with_crisp(results: &[(&Request, &RequestSlack)]) -> [usize; 4] {
+    let mut c = [0usize; 4];
+    for (req, rs) in results {
+        let crisp = crisp_critical(req);
+        for s in &rs.spans {
+            let k = match (s.critical, crisp[s.span as usize]) {
+                (true, true) => 0,
+                (true, false) => 1,
+                (false, true) => 2,
+                (false, false) => 3,
+            };
+            c[k] += 1;
+        }
+    }
+    c
+}
+
 /// The spans on which `rs` (the model's critical path of `req`) and
 /// CRISP's walk disagree, each with its [`Cause`].
 pub fn disagreements(model: &Model, req: &Request, rs: &RequestSlack) -> Vec<Disagreement> {
