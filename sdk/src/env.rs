@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `CPT_SAMPLE_RATE` | probability `0..=1` (e.g. `0.01`) | the sampler ([`CptEnv::sampler`]) |
 //! | `CPT_SAMPLE_MAX_PER_SECOND` | non-negative integer, or `unlimited` | the sampler |
-//! | `CPT_COLLECTOR_ENDPOINT` | `grpc://HOST:PORT` or `http://HOST:PORT[/path]` | the record shipper |
+//! | `CPT_COLLECTOR_ENDPOINT` | `grpc://HOST:PORT`, `http://HOST:PORT[/path]`, or over TLS `grpcs://HOST:PORT` / `https://HOST:PORT[/path]` | the record shipper |
 //! | `CPT_SPOOL_DIR` | a directory of the service's own | the record shipper's on-disk spool (off when unset) |
 //! | `CPT_SPOOL_MAX_BYTES` | a whole number of bytes, optionally followed by `B`, `KiB`, `MiB` or `GiB` (1024-based; case and a space before the unit do not matter), e.g. `268435456` or `256MiB` | the spool's bound (default 64 MiB) |
 //! | `CPT_TRUST_SECRET` | the shared caller secret (visible ASCII) | server trust, client caller secret |
@@ -210,14 +210,16 @@ impl CptEnv {
             .map(|v| {
                 let rest = v
                     .strip_prefix("grpc://")
-                    .or_else(|| v.strip_prefix("http://"));
+                    .or_else(|| v.strip_prefix("http://"))
+                    .or_else(|| v.strip_prefix("grpcs://"))
+                    .or_else(|| v.strip_prefix("https://"));
                 match rest {
                     Some(host) if !host.is_empty() && !host.starts_with('/') => Ok(v),
                     _ => Err(EnvError::new(
                         COLLECTOR_ENDPOINT,
                         &v,
-                        "expected grpc://HOST:PORT or http://HOST:PORT[/path] \
-                         (TLS is not supported)",
+                        "expected grpc://HOST:PORT or http://HOST:PORT[/path], or over TLS \
+                         grpcs://HOST:PORT or https://HOST:PORT[/path]",
                     )),
                 }
             })
@@ -452,7 +454,12 @@ mod tests {
 
     #[test]
     fn collector_endpoint() {
-        for ok in ["grpc://127.0.0.1:4317", "http://collector:7070/v1/records"] {
+        for ok in [
+            "grpc://127.0.0.1:4317",
+            "http://collector:7070/v1/records",
+            "grpcs://collector:7070",
+            "https://collector:7071/v1/records",
+        ] {
             assert_eq!(
                 parse(&[(COLLECTOR_ENDPOINT, ok)])
                     .unwrap()
@@ -463,8 +470,9 @@ mod tests {
         }
         for bad in [
             "127.0.0.1:4317",
-            "https://collector:443",
+            "ftp://collector:443",
             "grpc://",
+            "https://",
             "http:///x",
         ] {
             let e = err(&[(COLLECTOR_ENDPOINT, bad)]);

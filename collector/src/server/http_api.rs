@@ -267,7 +267,7 @@ fn read_denied(read: &ReadAccess, headers: &HeaderMap) -> Option<Response> {
     }
     let mut resp = json_response(
         StatusCode::UNAUTHORIZED,
-        &serde_json::json!({ "error": "reading needs the collector's read token: send             `Authorization: Bearer <token>` (cpt show/profile: --read-token-file FILE or             CPT_READ_TOKEN); the ingest token does not read" }),
+        &serde_json::json!({ "error": "reading needs the collector's read token: send `Authorization: Bearer <token>` (cpt show/profile: --read-token-file FILE or CPT_READ_TOKEN); the ingest token does not read" }),
     );
     resp.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -285,7 +285,7 @@ fn restrict(read: &ReadAccess, sel: Selection) -> Result<Selection, ProfileError
         TriggerFilter::Sampled => Ok(sel),
         TriggerFilter::All => Ok(sel.with_triggers(TriggerFilter::Sampled)),
         TriggerFilter::Forced => Err(ProfileError::Forbidden(
-            "forced records are only served with the read token, and this collector has none:              start `cpt serve` with --read-token-file FILE and read with that token"
+            "forced records are only served with the read token, and this collector has none: start `cpt serve` with --read-token-file FILE and read with that token"
                 .into(),
         )),
     }

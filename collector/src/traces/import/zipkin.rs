@@ -27,7 +27,8 @@
 //!   half, with the id `ID#s0`, `ID#s1`, …; other spans naming the id as
 //!   parent hang under the server half on their own local endpoint, else
 //!   under the first server half. Two non-shared records of one id that do
-//!   not merge (different endpoints) reject the trace as a duplicate id.
+//!   not merge (different endpoints) are kept apart, the later one as
+//!   `ID~dupK`, and the trace is labelled `import.duplicate_span_ids`.
 //! - The clock domain is `localEndpoint.ipv4` / `ipv6`, else its
 //!   `serviceName`. A span without a service name is `"unknown"`.
 //! - **Zipkin v1** (`binaryAnnotations`, or `cs`/`sr`/`cr`/`ss` annotations
