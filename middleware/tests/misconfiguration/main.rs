@@ -6,9 +6,9 @@
 use bytes::Bytes;
 use cpt_middleware::{ClientLayer, ServerLayer, SharedSecret, header};
 use cpt_sdk::Trigger;
-use cpt_sdk::testing::log::LogBuffer;
 use cpt_sdk::layer::CriticalPathLayer;
 use cpt_sdk::request::{self, RequestOptions};
+use cpt_sdk::testing::log::LogBuffer;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use tower::{Layer, ServiceExt};
