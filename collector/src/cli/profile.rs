@@ -32,7 +32,10 @@ use crate::profile::diff::{DiffOptions, diff};
 use crate::profile::flame::{FlameOptions, flame_svg, folded};
 use crate::profile::report::Report;
 use crate::records::selection::{PercentileBand, Selection, TriggerFilter, parse_time};
-use crate::records::{EntryServices, ReadOptions, RecordReader, Warning, WarningKind};
+use crate::records::parquet::{ScanPlan, UNIT_ROWS};
+use crate::records::{
+    EntryServices, ReadOptions, RecordReader, Warning, WarningKind, is_parquet_input,
+};
 
 /// Bad lines shown before the rest are only counted.
 const SHOWN_BAD_LINES: u64 = 10;
@@ -203,6 +206,20 @@ fn load(
             };
             out.push(crate::profile::pprof::read_file(path)?);
             stats.profiles += 1;
+            continue;
+        }
+        if path != Path::new("-") && is_parquet_input(path) {
+            // Folded from the columns, once per selection (each skips the
+            // partitions and row groups outside its own time range).
+            for (i, a) in aggs.iter_mut().enumerate() {
+                let (since, until) = a.selection().time_range();
+                let plan = ScanPlan::open(path, since, until, UNIT_ROWS)?;
+                let shown = if i == 0 { mix.as_deref_mut() } else { None };
+                let read = a.push_parquet(&plan, shown)?;
+                if i == 0 {
+                    stats.records += read;
+                }
+            }
             continue;
         }
         let opts = ReadOptions {

@@ -413,3 +413,4 @@ fn profile_warns_when_entry_services_mix() {
 mod flows;
 mod operator;
 mod parquet;
+mod sources;

@@ -26,10 +26,10 @@ pub(super) const BATCH: usize = 16 * 1024;
 /// kept.
 #[derive(Debug)]
 pub struct Aggregator {
-    sel: Selection,
-    parts: Vec<Partial>,
-    ordinal: u64,
-    offered: u64,
+    pub(super) sel: Selection,
+    pub(super) parts: Vec<Partial>,
+    pub(super) ordinal: u64,
+    pub(super) offered: u64,
 }
 
 impl Aggregator {
@@ -148,6 +148,27 @@ impl Aggregator {
     }
 }
 
+/// One record's segments as stacks of a partial's frame ids, laid end to
+/// end: `segs[i]` is (end of segment i's stack in `ids`, ns, kind).
+#[derive(Debug, Default)]
+pub(super) struct Flat {
+    pub(super) ids: Vec<u32>,
+    pub(super) segs: Vec<(u32, u64, SegmentKind)>,
+}
+
+impl Flat {
+    pub(super) fn clear(&mut self) {
+        self.ids.clear();
+        self.segs.clear();
+    }
+
+    /// Close the segment whose frames were pushed onto `ids` since the last.
+    #[inline]
+    pub(super) fn end_segment(&mut self, ns: u64, kind: SegmentKind) {
+        self.segs.push((self.ids.len() as u32, ns, kind));
+    }
+}
+
 /// A per-request contribution kept for the percentile band.
 #[derive(Debug)]
 pub(super) struct Kept {
@@ -178,6 +199,7 @@ pub(super) struct Partial {
     no_frames: u32,
     // per-record scratch, reused
     local: Vec<u32>,
+    flat: Flat,
     /// Sample stacks by their frame ids (see [`StackIndex`]).
     stack_ix: StackIndex,
     /// The current segment's sample stack (frame ids), reused.
@@ -185,7 +207,7 @@ pub(super) struct Partial {
     cur: Vec<u64>,
     touched: Vec<u32>,
     // totals
-    matched: u64,
+    pub(super) matched: u64,
     requests: u64,
     latency_sum: u64,
     latency: Detail,
@@ -193,7 +215,7 @@ pub(super) struct Partial {
     start_range: Option<(u64, u64)>,
     // percentile band: contributions kept until finish
     keep: bool,
-    histograms: bool,
+    pub(super) histograms: bool,
     kept: Vec<Kept>,
     entries: Vec<(u32, u64)>,
 }
@@ -211,6 +233,7 @@ impl Partial {
             kind_frames: [0; 4],
             no_frames: 0,
             local: Vec::new(),
+            flat: Flat::default(),
             stack_ix: StackIndex::default(),
             key: Vec::new(),
             cur: Vec::new(),
@@ -291,17 +314,40 @@ impl Partial {
         if !sel.matches(r) {
             return;
         }
-        self.matched += 1;
         let path = &r.path;
         self.local.clear();
         for f in path.frames() {
             let id = self.intern_frame(f);
             self.local.push(id);
         }
-        let mut latency = 0u64;
-        let mut key = std::mem::take(&mut self.key);
+        let mut flat = std::mem::take(&mut self.flat);
+        flat.clear();
         for seg in path.segments() {
             let ns = u64::try_from(seg.duration.as_nanos()).unwrap_or(u64::MAX);
+            flat.ids
+                .extend(seg.stack.iter().map(|id| self.local[id.0 as usize]));
+            flat.end_segment(ns, seg.kind);
+        }
+        self.push_flat(&flat, r.start_unix_nanos, &r.path.accounting, ordinal);
+        self.flat = flat;
+    }
+
+    /// Fold one selected record given as its segments' stacks of this
+    /// partial's frame ids (see [`Flat`]).
+    pub(super) fn push_flat(
+        &mut self,
+        flat: &Flat,
+        start_unix_nanos: Option<u64>,
+        accounting: &Accounting,
+        ordinal: u64,
+    ) {
+        self.matched += 1;
+        let mut latency = 0u64;
+        let mut key = std::mem::take(&mut self.key);
+        let mut begin = 0;
+        for &(end, ns, kind) in &flat.segs {
+            let stack = &flat.ids[begin..end as usize];
+            begin = end as usize;
             if ns == 0 {
                 continue;
             }
@@ -310,9 +356,9 @@ impl Partial {
             // synthetic leaf. Look the whole stack up at once by its frame
             // ids; walk the trie only for a stack not seen before.
             key.clear();
-            key.extend(seg.stack.iter().map(|id| self.local[id.0 as usize]));
-            if seg.kind != SegmentKind::Busy {
-                key.push(self.kind_frames[kind_slot(seg.kind)]);
+            key.extend_from_slice(stack);
+            if kind != SegmentKind::Busy {
+                key.push(self.kind_frames[kind_slot(kind)]);
             }
             if key.is_empty() {
                 // A path coarsened to depth 0 (the codec's last resort)
@@ -349,8 +395,8 @@ impl Partial {
                 latency,
                 ordinal,
                 end: self.entries.len(),
-                start_unix_nanos: r.start_unix_nanos,
-                accounting: r.path.accounting,
+                start_unix_nanos,
+                accounting: *accounting,
             });
         } else {
             for &s in &self.touched {
@@ -361,7 +407,7 @@ impl Partial {
                 self.details[s].add(v, self.histograms);
             }
             self.touched.clear();
-            self.add_request(latency, r.start_unix_nanos, &r.path.accounting);
+            self.add_request(latency, start_unix_nanos, accounting);
         }
     }
 

@@ -56,6 +56,8 @@ use rustc_hash::FxBuildHasher;
 use super::histogram::Histogram;
 use crate::records::selection::Selection;
 
+#[cfg(feature = "parquet")]
+mod columns;
 pub mod file;
 mod fold;
 mod intern;
