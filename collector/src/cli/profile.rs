@@ -282,13 +282,15 @@ fn load_store(
     // alone, not with their source chain (which repeats SQLite's text).
     let store =
         crate::server::store::Store::open_read_only(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    // One query per distinct selection would push more filters down; one
-    // query with the first selection's pushdown is only correct for one
-    // aggregator, so with several (diff) read everything they share.
-    let sel = match aggs {
-        [one] => one.selection().clone(),
-        _ => Selection::new().with_triggers(TriggerFilter::All),
-    };
+    // One aggregator: its selection pushed down, folded from the packed
+    // paths. With several (diff), one read of everything they share.
+    if let [one] = aggs {
+        stats.records += store
+            .fold_into(one, LINES_PER_BATCH, mix)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        return Ok(());
+    }
+    let sel = Selection::new().with_triggers(TriggerFilter::All);
     stats.records += store
         .for_each_batch(&sel, LINES_PER_BATCH, |batch| {
             observe(&mut mix, aggs, batch);

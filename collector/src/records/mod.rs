@@ -28,6 +28,7 @@
 mod error;
 pub mod input;
 mod mix;
+pub mod packed;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod selection;

@@ -200,6 +200,10 @@ pub(super) struct Partial {
     // per-record scratch, reused
     local: Vec<u32>,
     flat: Flat,
+    /// The frames table packed rows were last mapped from, and its ids →
+    /// this partial's frame ids (`u32::MAX`: not mapped yet).
+    pub(super) packed_table: u64,
+    pub(super) packed_ids: Vec<u32>,
     /// Sample stacks by their frame ids (see [`StackIndex`]).
     stack_ix: StackIndex,
     /// The current segment's sample stack (frame ids), reused.
@@ -234,6 +238,8 @@ impl Partial {
             no_frames: 0,
             local: Vec::new(),
             flat: Flat::default(),
+            packed_table: 0,
+            packed_ids: Vec::new(),
             stack_ix: StackIndex::default(),
             key: Vec::new(),
             cur: Vec::new(),

@@ -60,6 +60,7 @@ use crate::records::selection::Selection;
 mod columns;
 pub mod file;
 mod fold;
+pub mod packed;
 mod intern;
 
 pub use fold::Aggregator;
