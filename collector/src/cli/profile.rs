@@ -31,11 +31,10 @@ use crate::profile::aggregate::{Aggregate, Aggregator};
 use crate::profile::diff::{DiffOptions, diff};
 use crate::profile::flame::{FlameOptions, flame_svg, folded};
 use crate::profile::report::Report;
-use crate::records::selection::{PercentileBand, Selection, TriggerFilter, parse_time};
+use crate::records::blocks::{Chunking, End, LineBlocks};
 use crate::records::parquet::{ScanPlan, UNIT_ROWS};
-use crate::records::{
-    EntryServices, ReadOptions, RecordReader, Warning, WarningKind, is_parquet_input,
-};
+use crate::records::selection::{PercentileBand, Selection, TriggerFilter, parse_time};
+use crate::records::{EntryServices, InputError, Warning, WarningKind, is_parquet_input, open};
 
 /// Bad lines shown before the rest are only counted.
 const SHOWN_BAD_LINES: u64 = 10;
@@ -222,21 +221,52 @@ fn load(
             }
             continue;
         }
-        let opts = ReadOptions {
-            strict: src.strict,
-            batch_lines: LINES_PER_BATCH,
-        };
-        let mut reader = RecordReader::open(path, opts)?;
-        while let Some(batch) = reader.next_batch(&mut |w| printer.print(&w))? {
-            observe(&mut mix, aggs, &batch);
-            for a in aggs.iter_mut() {
-                a.push_batch(&batch);
+        // JSON Lines: blocks read (and gunzipped) on their own thread, their
+        // lines parsed and folded in parallel without building records.
+        let chunking = Chunking::default();
+        let mut blocks = LineBlocks::start(open(path)?, chunking.block_bytes);
+        while let Some(block) = blocks.next_block() {
+            let mut first = None;
+            for (i, a) in aggs.iter_mut().enumerate() {
+                let shown = if i == 0 { mix.as_deref_mut() } else { None };
+                let r = a.push_json_block(&block, chunking.chunk_bytes, shown);
+                first.get_or_insert(r);
+            }
+            let Some(r) = first else { continue };
+            stats.records += r.records;
+            for (line, error) in r.bad {
+                if src.strict {
+                    return Err(InputError::BadLine {
+                        path: path.clone(),
+                        line,
+                        error,
+                    }
+                    .into());
+                }
+                stats.bad_lines += 1;
+                printer.print(&Warning {
+                    path: path.clone(),
+                    line,
+                    kind: WarningKind::BadLine(error),
+                });
             }
         }
-        let read = reader.stats();
-        stats.records += read.records;
-        stats.bad_lines += read.bad_lines;
-        stats.truncated += u64::from(read.truncated);
+        if let End::Truncated { line, error } = blocks.end()? {
+            if src.strict {
+                return Err(InputError::Truncated {
+                    path: path.clone(),
+                    line,
+                    error,
+                }
+                .into());
+            }
+            stats.truncated += 1;
+            printer.print(&Warning {
+                path: path.clone(),
+                line,
+                kind: WarningKind::Truncated(error),
+            });
+        }
     }
     if let Some(store) = &src.store {
         load_store(store, aggs, &mut stats, mix)?;

@@ -164,4 +164,3 @@ pub enum InputError {
         error: io::Error,
     },
 }
-

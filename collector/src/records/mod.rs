@@ -25,6 +25,7 @@
 //! independent of the command line (no clap, no anyhow), so a server reads
 //! files the same way.
 
+pub mod blocks;
 mod error;
 pub mod input;
 mod mix;

@@ -172,7 +172,11 @@ mod tests {
         let a = p.intern(Frame::new("A", "A1"));
         let b = p.intern(Frame::new("B", "B1").with_location("b.rs", 3));
         p.push(vec![a], Duration::from_nanos(300), SegmentKind::Busy);
-        p.push(vec![a, b], Duration::from_nanos(1 << 40), SegmentKind::Network);
+        p.push(
+            vec![a, b],
+            Duration::from_nanos(1 << 40),
+            SegmentKind::Network,
+        );
         p.push(vec![a], Duration::ZERO, SegmentKind::BlindSpot);
         p.accounting.queueing = Duration::from_nanos(7);
         p.accounting.clock_skew = Duration::from_nanos(9);

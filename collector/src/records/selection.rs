@@ -384,9 +384,7 @@ impl Selection {
             return false;
         }
         if let Some(id) = &self.trace_id
-            && !r
-                .trace_id
-                .is_some_and(|t| t.eq_ignore_ascii_case(id))
+            && !r.trace_id.is_some_and(|t| t.eq_ignore_ascii_case(id))
         {
             return false;
         }

@@ -81,8 +81,10 @@ fn generated(n: u64) -> Vec<Record> {
             if i % 7 == 0 {
                 r.trace_id = Some(format!("{i:032x}"));
             }
-            r.labels
-                .insert("arm".into(), if rng.below(2) == 0 { "a" } else { "b" }.into());
+            r.labels.insert(
+                "arm".into(),
+                if rng.below(2) == 0 { "a" } else { "b" }.into(),
+            );
             if rng.below(2) == 0 {
                 r.labels.insert("region".into(), "eu".into());
             }

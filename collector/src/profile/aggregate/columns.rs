@@ -40,8 +40,8 @@ impl Aggregator {
     /// # Errors
     ///
     /// The first unreadable unit or bad row in input order
-    /// ([`InputError::BadParquet`] naming the file and row); nothing of the
-    /// scan is then folded into the aggregate.
+    /// ([`InputError::BadParquet`] naming the file and row); the aggregate
+    /// then holds part of the scan and is to be dropped.
     pub fn push_parquet(
         &mut self,
         plan: &ScanPlan,
@@ -57,15 +57,12 @@ impl Aggregator {
         let histograms = self.parts.first().is_some_and(|p| p.histograms);
         let base = self.ordinal;
         let observe = mix.is_some();
-        // Work on fresh partials so that a failed scan leaves the aggregate
-        // as it was.
-        let n = rayon::current_num_threads().max(1);
         let fresh = || {
             let mut p = Partial::new(keep);
             p.histograms = histograms;
             p
         };
-        let free = Mutex::new((0..n).map(|_| fresh()).collect::<Vec<_>>());
+        let free = Mutex::new(std::mem::take(&mut self.parts));
         let lock = || free.lock().unwrap_or_else(PoisonError::into_inner);
         let results: Vec<Result<EntryServices, InputError>> = plan
             .units()
@@ -85,6 +82,7 @@ impl Aggregator {
                 r.map(|()| seen)
             })
             .collect();
+        self.parts = free.into_inner().unwrap_or_else(PoisonError::into_inner);
         let mut all = EntryServices::default();
         for r in results {
             all.merge(r?);
@@ -92,8 +90,6 @@ impl Aggregator {
         if let Some(m) = mix {
             m.merge(all);
         }
-        let parts = free.into_inner().unwrap_or_else(PoisonError::into_inner);
-        self.parts.extend(parts);
         self.ordinal += plan.rows();
         self.offered += plan.rows();
         Ok(plan.rows())
@@ -353,7 +349,11 @@ fn fold_batch(
             ));
         }
         let start_ns = if start.is_valid(row) {
-            Some(non_negative(start.value(row), "start_unix_nanos", file_row)?)
+            Some(non_negative(
+                start.value(row),
+                "start_unix_nanos",
+                file_row,
+            )?)
         } else {
             None
         };

@@ -60,7 +60,10 @@ use crate::records::selection::Selection;
 mod columns;
 pub mod file;
 mod fold;
+mod jsonl;
 pub mod packed;
+
+pub use jsonl::BlockResult;
 mod intern;
 
 pub use fold::Aggregator;

@@ -92,7 +92,8 @@ impl Aggregator {
     /// # Errors
     ///
     /// The first row (in order) whose packed path does not decode or names a
-    /// frame `frames` lacks; nothing of this batch is then folded.
+    /// frame `frames` lacks; the aggregate then holds part of the batch and is
+    /// to be dropped.
     pub fn push_packed(
         &mut self,
         rows: &[PackedRow],
@@ -111,8 +112,7 @@ impl Aggregator {
             p.histograms = histograms;
             p
         };
-        let n = rayon::current_num_threads().max(1);
-        let free = Mutex::new((0..n).map(|_| fresh()).collect::<Vec<_>>());
+        let free = Mutex::new(std::mem::take(&mut self.parts));
         let lock = || free.lock().unwrap_or_else(PoisonError::into_inner);
         let results: Vec<Result<EntryServices, PackedRowError>> = rows
             .par_chunks(CHUNK)
@@ -131,6 +131,7 @@ impl Aggregator {
                 r.map(|()| seen)
             })
             .collect();
+        self.parts = free.into_inner().unwrap_or_else(PoisonError::into_inner);
         let mut all = EntryServices::default();
         for r in results {
             all.merge(r?);
@@ -138,8 +139,6 @@ impl Aggregator {
         if let Some(m) = mix {
             m.merge(all);
         }
-        self.parts
-            .extend(free.into_inner().unwrap_or_else(PoisonError::into_inner));
         self.ordinal += rows.len() as u64;
         self.offered += rows.len() as u64;
         Ok(())

@@ -5,11 +5,11 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatchReader;
+use cpt_sdk::record::Record;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
     ParquetRecordBatchReaderBuilder,
 };
-use cpt_sdk::record::Record;
 
 use super::batch::from_batch_parallel;
 use super::{PARQUET_MAGIC, SCHEMA_KEY, SCHEMA_VERSION, schema};

@@ -202,8 +202,16 @@ pub(super) fn partition_hours(file: &Path) -> Option<(u64, u64)> {
     let date = date_dir.file_name()?.to_str()?.strip_prefix("date=")?;
     let mut parts = date.splitn(3, '-');
     let y: i64 = parts.next()?.parse().ok()?;
-    let m: i64 = parts.next()?.parse().ok().filter(|m| (1..=12).contains(m))?;
-    let d: i64 = parts.next()?.parse().ok().filter(|d| (1..=31).contains(d))?;
+    let m: i64 = parts
+        .next()?
+        .parse()
+        .ok()
+        .filter(|m| (1..=12).contains(m))?;
+    let d: i64 = parts
+        .next()?
+        .parse()
+        .ok()
+        .filter(|d| (1..=31).contains(d))?;
     // Howard Hinnant's days_from_civil.
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
@@ -377,10 +385,7 @@ mod tests {
     fn partition_directories_name_their_utc_hour() {
         let p = Path::new("/d/date=2023-11-14/hour=22/part-x.parquet");
         let start = 1_699_999_200_000_000_000; // 2023-11-14T22:00:00Z
-        assert_eq!(
-            partition_hours(p),
-            Some((start, start + 3_600_000_000_000))
-        );
+        assert_eq!(partition_hours(p), Some((start, start + 3_600_000_000_000)));
         let leap = Path::new("date=2024-02-29/hour=23/f.parquet");
         assert_eq!(
             partition_hours(leap).map(|h| h.0),

@@ -803,7 +803,8 @@ impl Store {
             }
         }
         // Dropping `tx` on these errors rolls the whole group back.
-        let committed = before_commit(&results).and_then(|()| tx.commit().map_err(sqlite("commit")));
+        let committed =
+            before_commit(&results).and_then(|()| tx.commit().map_err(sqlite("commit")));
         if let Err(e) = committed {
             frames.forget(&group_added);
             return Err(e);

@@ -101,12 +101,7 @@ impl FrameIds {
     }
 
     /// The id of `f`, inserting it (and noting it in `added`) when new.
-    fn id(
-        &mut self,
-        tx: &Connection,
-        f: &Frame,
-        added: &mut Vec<Frame>,
-    ) -> rusqlite::Result<u64> {
+    fn id(&mut self, tx: &Connection, f: &Frame, added: &mut Vec<Frame>) -> rusqlite::Result<u64> {
         if let Some(&id) = self.ids.get(f) {
             return Ok(id);
         }
@@ -251,13 +246,25 @@ fn chunk_sql(q: &StoreQuery) -> (String, Vec<Value>) {
         param(&mut sql, " AND endpoint = ?", Value::Text(e.clone()));
     }
     if let Some(t) = q.since_unix_nanos {
-        param(&mut sql, " AND start_unix_nanos >= ?", Value::Integer(to_i64(t)));
+        param(
+            &mut sql,
+            " AND start_unix_nanos >= ?",
+            Value::Integer(to_i64(t)),
+        );
     }
     if let Some(t) = q.until_unix_nanos {
-        param(&mut sql, " AND start_unix_nanos < ?", Value::Integer(to_i64(t)));
+        param(
+            &mut sql,
+            " AND start_unix_nanos < ?",
+            Value::Integer(to_i64(t)),
+        );
     }
     if let Some(t) = q.trigger {
-        param(&mut sql, " AND trigger = ?", Value::Text(t.as_str().to_owned()));
+        param(
+            &mut sql,
+            " AND trigger = ?",
+            Value::Text(t.as_str().to_owned()),
+        );
     }
     for (k, v) in &q.labels {
         let (a, b) = (next, next + 1);
@@ -316,8 +323,7 @@ pub(super) fn read_packed(
         let mut known = 0u64;
         loop {
             // One snapshot for the chunk and the frames it refers to.
-            conn.execute_batch("BEGIN")
-                .map_err(sqlite("begin read"))?;
+            conn.execute_batch("BEGIN").map_err(sqlite("begin read"))?;
             let read = (|| {
                 let mut stmt = conn.prepare_cached(&sql)?;
                 let mut all: Vec<Value> = vec![

@@ -90,11 +90,7 @@ fn store_query_uses_the_index_and_never_sorts_rows() {
         (query, true),
         (StoreQuery::default(), true),
     ] {
-        let (sql, mut params) = if chunked {
-            q.sql(true)
-        } else {
-            q.to_sql()
-        };
+        let (sql, mut params) = if chunked { q.sql(true) } else { q.to_sql() };
         if chunked {
             params.extend([Value::Integer(0), Value::Integer(100), Value::Integer(10)]);
         }
@@ -413,7 +409,11 @@ fn varied(n: u64) -> Vec<Record> {
             let mut p = CriticalPath::new();
             let root = Frame::new("A", "root").with_location("a.rs", 1);
             let mid = Frame::new("B", format!("b{}", i % 5).as_str());
-            p.push_frames([root.clone()], Duration::from_micros(1 + i), SegmentKind::Busy);
+            p.push_frames(
+                [root.clone()],
+                Duration::from_micros(1 + i),
+                SegmentKind::Busy,
+            );
             p.push_frames(
                 [root.clone(), mid],
                 Duration::from_micros(3),
@@ -423,7 +423,8 @@ fn varied(n: u64) -> Vec<Record> {
             p.accounting.network = Duration::from_nanos(i);
             let mut r = Record::new(if i % 4 == 0 { "B" } else { "A" }, Trigger::Sampled, p);
             r.start_unix_nanos = Some(1000 + i);
-            r.labels.insert("arm".into(), ["a", "b"][i as usize % 2].into());
+            r.labels
+                .insert("arm".into(), ["a", "b"][i as usize % 2].into());
             if i % 9 == 0 {
                 r.trigger = Trigger::Forced;
             }
