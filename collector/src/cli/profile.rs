@@ -17,9 +17,11 @@
 //! the first bad line or broken gzip stream an error instead (exit status 1),
 //! for pipelines that must not silently lose data.
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use anyhow::{Context as _, bail};
 use cpt_sdk::record::Record;
@@ -147,6 +149,47 @@ fn is_profile_path(p: &Path) -> bool {
     s.ends_with(".pb.gz") || s.ends_with(".pb")
 }
 
+/// A progress bar on stderr for a read that lasts: drawn once the read has
+/// taken [`PROGRESS_AFTER`], and only when stderr is a terminal.
+struct Progress {
+    bar: ProgressBar,
+    started: Instant,
+}
+
+/// How long a read runs before its progress bar appears.
+const PROGRESS_AFTER: Duration = Duration::from_secs(2);
+
+impl Progress {
+    /// A bar to `total` (bytes or records, as `template` shows them).
+    fn new(total: Option<u64>, template: &str) -> Progress {
+        let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template(template)
+                .expect("a valid progress template; this is a bug"),
+        );
+        Progress {
+            bar,
+            started: Instant::now(),
+        }
+    }
+
+    fn inc(&self, n: u64) {
+        self.bar.inc(n);
+        if self.bar.is_hidden()
+            && self.started.elapsed() >= PROGRESS_AFTER
+            && io::stderr().is_terminal()
+        {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+    }
+}
+
 /// Counts of what a load read, for the summary line.
 #[derive(Debug, Default)]
 struct LoadStats {
@@ -214,7 +257,11 @@ fn load(
                 let (since, until) = a.selection().time_range();
                 let plan = ScanPlan::open(path, since, until, UNIT_ROWS)?;
                 let shown = if i == 0 { mix.as_deref_mut() } else { None };
-                let read = a.push_parquet(&plan, shown)?;
+                let progress = Progress::new(
+                    Some(plan.rows()),
+                    "{bar:30} {human_pos}/{human_len} Parquet rows ({per_sec}) {elapsed}",
+                );
+                let read = a.push_parquet(&plan, shown, &|n| progress.inc(n))?;
                 if i == 0 {
                     stats.records += read;
                 }
@@ -224,8 +271,17 @@ fn load(
         // JSON Lines: blocks read (and gunzipped) on their own thread, their
         // lines parsed and folded in parallel without building records.
         let chunking = Chunking::default();
-        let mut blocks = LineBlocks::start(open(path)?, chunking.block_bytes);
+        let opened = open(path)?;
+        let size = (!opened.gzip && path != Path::new("-"))
+            .then(|| std::fs::metadata(path).ok().map(|m| m.len()))
+            .flatten();
+        let progress = Progress::new(
+            size,
+            "{bar:30} {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}) {elapsed}",
+        );
+        let mut blocks = LineBlocks::start(opened, chunking.block_bytes);
         while let Some(block) = blocks.next_block() {
+            progress.inc(block.bytes.len() as u64);
             let mut first = None;
             for (i, a) in aggs.iter_mut().enumerate() {
                 let shown = if i == 0 { mix.as_deref_mut() } else { None };

@@ -35,7 +35,8 @@ const SCAN_BATCH_ROWS: usize = 4096;
 impl Aggregator {
     /// Offer every row of a planned Parquet scan, folded in parallel (one
     /// unit per work item) without building records. Selected rows are also
-    /// shown to `mix` when given. Returns the rows read.
+    /// shown to `mix` when given; `progress` is told the rows of each unit
+    /// read. Returns the rows read.
     ///
     /// # Errors
     ///
@@ -46,6 +47,7 @@ impl Aggregator {
         &mut self,
         plan: &ScanPlan,
         mix: Option<&mut EntryServices>,
+        progress: &(dyn Fn(u64) + Sync),
     ) -> Result<u64, InputError> {
         let sel = &self.sel;
         let cols = ScanColumns {
@@ -79,6 +81,7 @@ impl Aggregator {
                     observe.then_some(&mut seen),
                 );
                 lock().push(part);
+                progress(unit.len() as u64);
                 r.map(|()| seen)
             })
             .collect();
