@@ -3,11 +3,13 @@
 
     gen_records.py N [SEED]
 
-Each record has 4-15 segments whose stacks are 1-5 frames deep, drawn from
-a pool of services, functions and files (every frame spelled out in full:
-name, service, file, line), segment kinds mostly busy, labels, an endpoint,
-a start time spread over six hours, and one record in ten forced. About
-2.3 kB a record. The same N and SEED always give the same bytes.
+Each record follows one of 2 000 call chains (2-5 frames drawn from a pool
+of 320 frames of 8 services, every frame spelled out in full: name,
+service, file, line), as requests of a service follow its code paths; its
+4-15 segments are prefixes of that chain (so a profile has some 10 000
+distinct stacks), with kinds mostly busy, labels, an endpoint, a start
+time spread over six hours, and one record in ten forced. About 2.3 kB a
+record. The same N and SEED always give the same bytes.
 """
 import json
 import random
@@ -25,11 +27,13 @@ for s in services:
 kinds = ["busy"] * 12 + ["queueing", "network", "unattributed", "blind_spot"]
 endpoints = ["/search", "/book", "/user", "/recommend"]
 hour0 = 1_700_000_000_000_000_000
+chains = []
+for _ in range(2000):
+    depth = rng.randrange(2, 6)
+    chains.append([frames[rng.randrange(40)]] + [frames[rng.randrange(len(frames))] for _ in range(depth - 1)])
 out = sys.stdout
 for i in range(n):
-    root = frames[rng.randrange(40)]
-    depth = rng.randrange(2, 6)
-    chain = [root] + [frames[rng.randrange(len(frames))] for _ in range(depth - 1)]
+    chain = chains[rng.randrange(len(chains))]
     segs = []
     total = 0
     for _ in range(rng.randrange(4, 16)):

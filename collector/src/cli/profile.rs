@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use anyhow::{Context as _, bail};
-use cpt_sdk::record::Record;
 
 use crate::format::fmt_ns;
 use crate::format::plural;
@@ -346,16 +345,6 @@ fn load(
     Ok(stats)
 }
 
-/// Show the records the first selection keeps to `mix`.
-fn observe(mix: &mut Option<&mut EntryServices>, aggs: &[&mut Aggregator], batch: &[Record]) {
-    if let (Some(mix), Some(first)) = (mix.as_deref_mut(), aggs.first()) {
-        let sel = first.selection();
-        for r in batch.iter().filter(|r| sel.matches(r)) {
-            mix.observe(r);
-        }
-    }
-}
-
 #[cfg(feature = "server")]
 fn load_store(
     path: &Path,
@@ -368,23 +357,17 @@ fn load_store(
     // alone, not with their source chain (which repeats SQLite's text).
     let store =
         crate::server::store::Store::open_read_only(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    // One aggregator: its selection pushed down, folded from the packed
-    // paths. With several (diff), one read of everything they share.
-    if let [one] = aggs {
-        stats.records += store
-            .fold_into(one, LINES_PER_BATCH, mix)
+    // Each selection pushed down and folded from the packed paths: one
+    // read per aggregator (diff has two), each of only what it selects.
+    for (i, a) in aggs.iter_mut().enumerate() {
+        let shown = if i == 0 { mix.as_deref_mut() } else { None };
+        let read = store
+            .fold_into(a, LINES_PER_BATCH, shown)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        return Ok(());
+        if i == 0 {
+            stats.records += read;
+        }
     }
-    let sel = Selection::new().with_triggers(TriggerFilter::All);
-    stats.records += store
-        .for_each_batch(&sel, LINES_PER_BATCH, |batch| {
-            observe(&mut mix, aggs, batch);
-            for a in aggs.iter_mut() {
-                a.push_batch(batch);
-            }
-        })
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }
 
