@@ -29,6 +29,7 @@ DUCK = """
 import duckdb, sys
 src = sys.argv[1]
 con = duckdb.connect()
+con.execute('SET enable_progress_bar = false')
 rows = con.execute(f'''with r as (select unnest(path) as seg from {src} where trigger = 'sampled')
   select list_transform(seg.stack, lambda f: f.service || ':' || f.name) as st, sum(seg.ns) as ns
   from r group by st''').fetchall()
@@ -121,7 +122,7 @@ for rnd in range(rounds):
         secs, mib, stdout = timed(args())
         times[name].append(secs)
         rss[name].append(mib)
-        total = critical_path_sum(out) if kind == "cpt" else int(stdout.split()[1])
+        total = critical_path_sum(out) if kind == "cpt" else int(stdout.split()[-1])
         totals.setdefault(name, total)
         if totals[name] != total:
             sys.exit(f"{name}: total {total} differs from the first run's {totals[name]}")

@@ -60,9 +60,10 @@
 //! checkpoints on commit (`wal_autocheckpoint = 0`, so a commit never waits
 //! for a checkpoint of a long WAL); a background thread with its own
 //! connection runs a passive checkpoint every [`CHECKPOINT_EVERY`] (which
-//! never blocks the writer or readers), and once the WAL is wholly copied
-//! into the database truncates it when no transaction is using it (without
-//! waiting: if one is, it tries again next time). `journal_size_limit`
+//! never blocks the writer or readers), and once it has copied all but a
+//! few MiB of the WAL truncates it when no transaction is using it (without
+//! waiting: if one is, it tries again next time; a writer arriving during
+//! the truncation waits for the copy of those few MiB). `journal_size_limit`
 //! caps the size a reset WAL file is left at. Since profile reads take short
 //! snapshots, no reader holds the checkpoint back for long.
 //!
