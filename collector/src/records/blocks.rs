@@ -58,18 +58,23 @@ impl Block {
             let cut = if rest.len() <= bytes {
                 rest.len()
             } else {
-                match rest[bytes..].iter().position(|&b| b == b'\n') {
-                    Some(i) => bytes + i + 1,
+                match memchr::memchr(b'\n', &rest[bytes - 1..]) {
+                    Some(i) => bytes + i,
                     None => rest.len(),
                 }
             };
             let (piece, tail) = rest.split_at(cut);
             out.push((line, piece));
-            line += piece.iter().filter(|&&b| b == b'\n').count() as u64;
+            line += newlines(piece);
             rest = tail;
         }
         out
     }
+}
+
+/// The number of line breaks in `b`.
+pub fn newlines(b: &[u8]) -> u64 {
+    memchr::memchr_iter(b'\n', b).count() as u64
 }
 
 /// How an input ended.
@@ -160,7 +165,7 @@ fn read_blocks(
         block.reserve(block_bytes + (1 << 16));
         let mut eof = false;
         let mut broken = None;
-        let mut has_line = block.contains(&b'\n');
+        let mut has_line = memchr::memchr(b'\n', &block).is_some();
         while block.len() < block_bytes || !has_line {
             match input.reader.read(&mut buf) {
                 Ok(0) => {
@@ -168,7 +173,7 @@ fn read_blocks(
                     break;
                 }
                 Ok(n) => {
-                    has_line = has_line || buf[..n].contains(&b'\n');
+                    has_line = has_line || memchr::memchr(b'\n', &buf[..n]).is_some();
                     block.extend_from_slice(&buf[..n]);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -177,7 +182,7 @@ fn read_blocks(
                     break;
                 }
                 Err(error) => {
-                    let done = block.iter().filter(|&&b| b == b'\n').count() as u64;
+                    let done = newlines(&block);
                     let _ = tx.send(Err(Err(InputError::Read {
                         path: input.path.clone(),
                         line: line + done,
@@ -192,10 +197,10 @@ fn read_blocks(
         let cut = if eof {
             block.len()
         } else {
-            block.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+            memchr::memrchr(b'\n', &block).map_or(0, |i| i + 1)
         };
         carry = block.split_off(cut);
-        let lines = block.iter().filter(|&&b| b == b'\n').count() as u64;
+        let lines = newlines(&block);
         let first = line;
         line += lines;
         if !block.is_empty()

@@ -24,7 +24,7 @@ use super::fold::{Flat, Partial};
 use super::*;
 use crate::ingest::LineError;
 use crate::records::EntryServices;
-use crate::records::blocks::Block;
+use crate::records::blocks::{Block, newlines};
 use crate::records::selection::RecordKeys;
 
 #[derive(Deserialize)]
@@ -196,8 +196,7 @@ impl Aggregator {
             })
             .collect();
         self.parts = free.into_inner().unwrap_or_else(PoisonError::into_inner);
-        let lines = block.bytes.iter().filter(|&&b| b == b'\n').count() as u64
-            + u64::from(!block.bytes.ends_with(b"\n"));
+        let lines = newlines(&block.bytes) + u64::from(!block.bytes.ends_with(b"\n"));
         // A line's ordinal is `base` plus its index in the block.
         self.ordinal = base + lines;
         let mut out = BlockResult::default();
@@ -233,7 +232,12 @@ fn fold_lines(
     let mut flat = Flat::default();
     let mut entries: FxHashMap<String, (u32, u64)> = FxHashMap::default();
     let mut callees: FxHashSet<(u32, u32)> = FxHashSet::default();
-    for (i, raw) in bytes.split(|&b| b == b'\n').enumerate() {
+    let mut start = 0;
+    let ends = memchr::memchr_iter(b'\n', bytes)
+        .chain((!bytes.ends_with(b"\n") && !bytes.is_empty()).then_some(bytes.len()));
+    for (i, end) in ends.enumerate() {
+        let raw = &bytes[start..end];
+        start = end + 1;
         let line = first_line + i as u64;
         if raw.trim_ascii().is_empty() {
             continue;
