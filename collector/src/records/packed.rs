@@ -177,7 +177,7 @@ mod tests {
             Duration::from_nanos(1 << 40),
             SegmentKind::Network,
         );
-        p.push(vec![a], Duration::ZERO, SegmentKind::BlindSpot);
+        p.push(vec![a], Duration::from_nanos(1), SegmentKind::BlindSpot);
         p.accounting.queueing = Duration::from_nanos(7);
         p.accounting.clock_skew = Duration::from_nanos(9);
         let mut packed = Vec::new();
@@ -194,7 +194,7 @@ mod tests {
             vec![
                 (SegmentKind::Busy, 300, vec![1000]),
                 (SegmentKind::Network, 1 << 40, vec![1000, 5]),
-                (SegmentKind::BlindSpot, 0, vec![1000]),
+                (SegmentKind::BlindSpot, 1, vec![1000]),
             ]
         );
         assert_eq!(acc, p.accounting);

@@ -380,6 +380,68 @@ impl ScanUnit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::records::parquet::{PartitionedWriter, SCHEMA_KEY, SCHEMA_VERSION, to_batch};
+    use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
+    use cpt_sdk::record::Record;
+    use cpt_sdk::trigger::Trigger;
+    use std::time::Duration;
+
+    const HOUR: u64 = 3_600_000_000_000;
+    const T0: u64 = 1_699_999_200_000_000_000; // 2023-11-14T22:00:00Z
+
+    fn at(start: u64) -> Record {
+        let mut p = CriticalPath::new();
+        p.push_frames(
+            [Frame::new("A", "a")],
+            Duration::from_nanos(5),
+            SegmentKind::Busy,
+        );
+        let mut r = Record::new("A", Trigger::Sampled, p);
+        r.start_unix_nanos = Some(start);
+        r
+    }
+
+    #[test]
+    fn a_time_range_skips_partitions_and_row_groups_outside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // Three hour partitions of 30 records each.
+        let mut w = PartitionedWriter::new(dir.path().join("pq")).unwrap();
+        let recs: Vec<Record> = (0..90).map(|i| at(T0 + (i / 30) * HOUR + i)).collect();
+        w.write(&recs).unwrap();
+        w.finish().unwrap();
+        let pq = dir.path().join("pq");
+        let all = ScanPlan::open(&pq, None, None, 7).unwrap();
+        assert_eq!((all.files(), all.skipped_files(), all.rows()), (3, 0, 90));
+        assert_eq!(
+            all.units().len(),
+            15,
+            "30-row row groups cut into units of 7"
+        );
+        let second = ScanPlan::open(&pq, Some(T0 + HOUR), Some(T0 + 2 * HOUR), 7).unwrap();
+        assert_eq!((second.skipped_files(), second.rows()), (2, 30));
+
+        // One file, outside any partition, in row groups of 10 rows.
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(10))
+            .set_key_value_metadata(Some(vec![parquet::file::metadata::KeyValue::new(
+                SCHEMA_KEY.to_owned(),
+                SCHEMA_VERSION.to_owned(),
+            )]))
+            .build();
+        let file = dir.path().join("one.parquet");
+        let mut writer = parquet::arrow::ArrowWriter::try_new(
+            std::fs::File::create(&file).unwrap(),
+            super::schema(),
+            Some(props),
+        )
+        .unwrap();
+        let ordered: Vec<Record> = (0..50).map(|i| at(T0 + i * 1000)).collect();
+        writer.write(&to_batch(&ordered).unwrap()).unwrap();
+        writer.close().unwrap();
+        let plan = ScanPlan::open(&file, Some(T0 + 20_000), Some(T0 + 30_000), 100).unwrap();
+        assert_eq!((plan.skipped_row_groups(), plan.rows()), (4, 10));
+        assert_eq!(plan.units()[0].file_row(), 20);
+    }
 
     #[test]
     fn partition_directories_name_their_utc_hour() {
