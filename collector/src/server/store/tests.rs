@@ -1,6 +1,10 @@
 use super::*;
 use crate::records::selection::Selection;
+use crate::records::selection::TriggerFilter;
+use cpt_sdk::Trigger;
 use cpt_sdk::{CriticalPath, Frame, SegmentKind};
+use rusqlite::params_from_iter;
+use rusqlite::types::Value;
 use std::time::Duration;
 
 fn record(
