@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use arrow_array::types::Int32Type;
 use arrow_array::{
-    Array, DictionaryArray, Int64Array, ListArray, MapArray, RecordBatch, StringArray, StructArray,
+    Array, ArrayRef, DictionaryArray, Int64Array, ListArray, MapArray, RecordBatch, StringArray,
+    StructArray,
 };
 use cpt_sdk::path::{Accounting, Frame, Location, SegmentKind};
 use cpt_sdk::trigger::Trigger;
@@ -140,10 +141,15 @@ impl<'a> Dict<'a> {
             .then(|| self.values.value(self.keys[i] as usize))
     }
 
-    /// Identity of the dictionary (its values' buffer).
-    fn id(&self) -> usize {
-        self.values.values().as_ptr() as usize
+    /// The dictionary (its values), shared.
+    fn dictionary(&self) -> &'a ArrayRef {
+        self.array.values()
     }
+}
+
+/// Whether two arrays are the same allocation.
+fn same_array(a: &ArrayRef, b: &ArrayRef) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
 fn column<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> Result<&'a T, String> {
@@ -179,7 +185,10 @@ type FrameKey = (i32, i32, i32, i64);
 /// of the current dictionaries.
 #[derive(Default)]
 struct Frames {
-    dicts: (usize, usize, usize),
+    /// The frame service, name and file dictionaries `ids` is keyed by,
+    /// held so that a later batch's dictionary cannot take their place in
+    /// memory and pass for them.
+    dicts: Option<[ArrayRef; 3]>,
     ids: FxHashMap<FrameKey, u32>,
 }
 
@@ -295,9 +304,17 @@ fn fold_batch(
     let kinds: Vec<Option<SegmentKind>> = (0..seg_kind.values.len())
         .map(|i| SegmentKind::parse(seg_kind.values.value(i)))
         .collect();
-    let dicts = (f_service.id(), f_name.id(), f_file.id());
-    if frames.dicts != dicts {
-        frames.dicts = dicts;
+    let dicts = [
+        f_service.dictionary(),
+        f_name.dictionary(),
+        f_file.dictionary(),
+    ];
+    let same = frames
+        .dicts
+        .as_ref()
+        .is_some_and(|held| held.iter().zip(dicts).all(|(a, b)| same_array(a, b)));
+    if !same {
+        frames.dicts = Some(dicts.map(Arc::clone));
         frames.ids.clear();
     }
     // Selected rows per entry service key, and (entry, frame service) key

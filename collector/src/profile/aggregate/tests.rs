@@ -364,3 +364,65 @@ fn json_lines_fold_without_records_equals_the_records_fold_on_any_chunking() {
         }
     }
 }
+
+/// A Parquet file of `recs` without dictionary encoding (as a writer falls
+/// back to when a column's dictionary grows too big): every batch read
+/// back then carries a dictionary of its own.
+#[cfg(feature = "parquet")]
+fn plain_parquet(path: &std::path::Path, recs: &[Record]) {
+    use crate::records::parquet::{SCHEMA_KEY, SCHEMA_VERSION, schema, to_batch};
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_dictionary_enabled(false)
+        .set_key_value_metadata(Some(vec![parquet::file::metadata::KeyValue::new(
+            SCHEMA_KEY.to_owned(),
+            SCHEMA_VERSION.to_owned(),
+        )]))
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(path).unwrap(),
+        schema(),
+        Some(props),
+    )
+    .unwrap();
+    w.write(&to_batch(recs).unwrap()).unwrap();
+    w.close().unwrap();
+}
+
+#[cfg(feature = "parquet")]
+#[test]
+fn parquet_fold_maps_each_batchs_own_dictionary_afresh() {
+    use crate::records::parquet::ScanPlan;
+    // Frames change from one 4096-row batch to the next, so a dictionary
+    // index means another frame in every batch.
+    let recs: Vec<Record> = (0..10_000u64)
+        .map(|i| {
+            let mut p = CriticalPath::new();
+            let part = i / 1000;
+            p.push_frames(
+                [
+                    Frame::new("A", format!("root{part}").as_str()),
+                    Frame::new("B", format!("b{}", (i + part) % 7).as_str()),
+                ],
+                ms(1 + i % 3),
+                SegmentKind::Busy,
+            );
+            Record::new("A", Trigger::Sampled, p)
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain.parquet");
+    plain_parquet(&file, &recs);
+    for sel in ["", "percentile=p90-p100"] {
+        let sel = Selection::from_query(sel).unwrap();
+        for unit_rows in [10_000, 3000] {
+            let plan = ScanPlan::open(&file, None, None, unit_rows).unwrap();
+            let mut agg = Aggregator::new(sel.clone());
+            assert_eq!(agg.push_parquet(&plan, None, &|_| {}).unwrap(), 10_000);
+            assert_eq!(
+                crate::profile::encode_gzip(&agg.finish()),
+                crate::profile::encode_gzip(&Aggregate::from_records(&sel, &recs)),
+                "{sel} in units of {unit_rows}"
+            );
+        }
+    }
+}
