@@ -17,12 +17,13 @@
 //! the first bad line or broken gzip stream an error instead (exit status 1),
 //! for pipelines that must not silently lose data.
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use anyhow::{Context as _, bail};
-use cpt_sdk::record::Record;
 
 use crate::format::fmt_ns;
 use crate::format::plural;
@@ -31,8 +32,10 @@ use crate::profile::aggregate::{Aggregate, Aggregator};
 use crate::profile::diff::{DiffOptions, diff};
 use crate::profile::flame::{FlameOptions, flame_svg, folded};
 use crate::profile::report::Report;
+use crate::records::blocks::{Chunking, End, LineBlocks};
+use crate::records::parquet::{ScanPlan, UNIT_ROWS};
 use crate::records::selection::{PercentileBand, Selection, TriggerFilter, parse_time};
-use crate::records::{EntryServices, ReadOptions, RecordReader, Warning, WarningKind};
+use crate::records::{EntryServices, InputError, Warning, WarningKind, is_parquet_input, open};
 
 /// Bad lines shown before the rest are only counted.
 const SHOWN_BAD_LINES: u64 = 10;
@@ -145,6 +148,47 @@ fn is_profile_path(p: &Path) -> bool {
     s.ends_with(".pb.gz") || s.ends_with(".pb")
 }
 
+/// A progress bar on stderr for a read that lasts: drawn once the read has
+/// taken [`PROGRESS_AFTER`], and only when stderr is a terminal.
+struct Progress {
+    bar: ProgressBar,
+    started: Instant,
+}
+
+/// How long a read runs before its progress bar appears.
+const PROGRESS_AFTER: Duration = Duration::from_secs(2);
+
+impl Progress {
+    /// A bar to `total` (bytes or records, as `template` shows them).
+    fn new(total: Option<u64>, template: &str) -> Progress {
+        let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template(template)
+                .expect("a valid progress template; this is a bug"),
+        );
+        Progress {
+            bar,
+            started: Instant::now(),
+        }
+    }
+
+    fn inc(&self, n: u64) {
+        self.bar.inc(n);
+        if self.bar.is_hidden()
+            && self.started.elapsed() >= PROGRESS_AFTER
+            && io::stderr().is_terminal()
+        {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+    }
+}
+
 /// Counts of what a load read, for the summary line.
 #[derive(Debug, Default)]
 struct LoadStats {
@@ -205,21 +249,79 @@ fn load(
             stats.profiles += 1;
             continue;
         }
-        let opts = ReadOptions {
-            strict: src.strict,
-            batch_lines: LINES_PER_BATCH,
-        };
-        let mut reader = RecordReader::open(path, opts)?;
-        while let Some(batch) = reader.next_batch(&mut |w| printer.print(&w))? {
-            observe(&mut mix, aggs, &batch);
-            for a in aggs.iter_mut() {
-                a.push_batch(&batch);
+        if path != Path::new("-") && is_parquet_input(path) {
+            // Folded from the columns, once per selection (each skips the
+            // partitions and row groups outside its own time range).
+            for (i, a) in aggs.iter_mut().enumerate() {
+                let (since, until) = a.selection().time_range();
+                let plan = ScanPlan::open(path, since, until, UNIT_ROWS)?;
+                let shown = if i == 0 { mix.as_deref_mut() } else { None };
+                let progress = Progress::new(
+                    Some(plan.rows()),
+                    "{bar:30} {human_pos}/{human_len} Parquet rows ({per_sec}) {elapsed}",
+                );
+                let read = a.push_parquet(&plan, shown, &|n| progress.inc(n))?;
+                if i == 0 {
+                    stats.records += read;
+                }
+            }
+            continue;
+        }
+        // JSON Lines: blocks read (and gunzipped) on their own thread, their
+        // lines parsed and folded in parallel without building records.
+        let chunking = Chunking::default();
+        let opened = open(path)?;
+        let size = (!opened.gzip && path != Path::new("-"))
+            .then(|| std::fs::metadata(path).ok().map(|m| m.len()))
+            .flatten();
+        let progress = Progress::new(
+            size,
+            "{bar:30} {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}) {elapsed}",
+        );
+        let mut blocks = LineBlocks::start(opened, chunking.block_bytes);
+        while let Some(block) = blocks.next_block() {
+            progress.inc(block.bytes.len() as u64);
+            let mut first = None;
+            for (i, a) in aggs.iter_mut().enumerate() {
+                let shown = if i == 0 { mix.as_deref_mut() } else { None };
+                let r = a.push_json_block(&block, chunking.chunk_bytes, shown);
+                first.get_or_insert(r);
+            }
+            let Some(r) = first else { continue };
+            stats.records += r.records;
+            for (line, error) in r.bad {
+                if src.strict {
+                    return Err(InputError::BadLine {
+                        path: path.clone(),
+                        line,
+                        error,
+                    }
+                    .into());
+                }
+                stats.bad_lines += 1;
+                printer.print(&Warning {
+                    path: path.clone(),
+                    line,
+                    kind: WarningKind::BadLine(error),
+                });
             }
         }
-        let read = reader.stats();
-        stats.records += read.records;
-        stats.bad_lines += read.bad_lines;
-        stats.truncated += u64::from(read.truncated);
+        if let End::Truncated { line, error } = blocks.end()? {
+            if src.strict {
+                return Err(InputError::Truncated {
+                    path: path.clone(),
+                    line,
+                    error,
+                }
+                .into());
+            }
+            stats.truncated += 1;
+            printer.print(&Warning {
+                path: path.clone(),
+                line,
+                kind: WarningKind::Truncated(error),
+            });
+        }
     }
     if let Some(store) = &src.store {
         load_store(store, aggs, &mut stats, mix)?;
@@ -243,16 +345,6 @@ fn load(
     Ok(stats)
 }
 
-/// Show the records the first selection keeps to `mix`.
-fn observe(mix: &mut Option<&mut EntryServices>, aggs: &[&mut Aggregator], batch: &[Record]) {
-    if let (Some(mix), Some(first)) = (mix.as_deref_mut(), aggs.first()) {
-        let sel = first.selection();
-        for r in batch.iter().filter(|r| sel.matches(r)) {
-            mix.observe(r);
-        }
-    }
-}
-
 #[cfg(feature = "server")]
 fn load_store(
     path: &Path,
@@ -265,21 +357,17 @@ fn load_store(
     // alone, not with their source chain (which repeats SQLite's text).
     let store =
         crate::server::store::Store::open_read_only(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    // One query per distinct selection would push more filters down; one
-    // query with the first selection's pushdown is only correct for one
-    // aggregator, so with several (diff) read everything they share.
-    let sel = match aggs {
-        [one] => one.selection().clone(),
-        _ => Selection::new().with_triggers(TriggerFilter::All),
-    };
-    stats.records += store
-        .for_each_batch(&sel, LINES_PER_BATCH, |batch| {
-            observe(&mut mix, aggs, batch);
-            for a in aggs.iter_mut() {
-                a.push_batch(batch);
-            }
-        })
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Each selection pushed down and folded from the packed paths: one
+    // read per aggregator (diff has two), each of only what it selects.
+    for (i, a) in aggs.iter_mut().enumerate() {
+        let shown = if i == 0 { mix.as_deref_mut() } else { None };
+        let read = store
+            .fold_into(a, LINES_PER_BATCH, shown)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if i == 0 {
+            stats.records += read;
+        }
+    }
     Ok(())
 }
 

@@ -45,6 +45,41 @@ impl EntryServices {
         }
     }
 
+    /// Count `n` selected records of `service` (their frames' services go
+    /// to [`EntryServices::observe_callee`]).
+    pub fn observe_service(&mut self, service: &str, n: u64) {
+        match self.services.get_mut(service) {
+            Some(e) => e.records += n,
+            None => {
+                self.services.entry(service.to_owned()).or_default().records += n;
+            }
+        }
+    }
+
+    /// Note that a frame of `callee` is on a selected record of `service`
+    /// (ignored when they are the same service).
+    pub fn observe_callee(&mut self, service: &str, callee: &str) {
+        if service == callee {
+            return;
+        }
+        let e = match self.services.get_mut(service) {
+            Some(e) => e,
+            None => self.services.entry(service.to_owned()).or_default(),
+        };
+        if !e.callees.contains(callee) {
+            e.callees.insert(callee.to_owned());
+        }
+    }
+
+    /// Add what another observer saw.
+    pub fn merge(&mut self, other: EntryServices) {
+        for (s, e) in other.services {
+            let mine = self.services.entry(s).or_default();
+            mine.records += e.records;
+            mine.callees.extend(e.callees);
+        }
+    }
+
     /// The entry services with their record counts, most records first.
     pub fn services(&self) -> Vec<(&str, u64)> {
         let mut v: Vec<(&str, u64)> = self

@@ -25,14 +25,18 @@
 //! independent of the command line (no clap, no anyhow), so a server reads
 //! files the same way.
 
+pub mod blocks;
+mod error;
 pub mod input;
 mod mix;
+pub mod packed;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod selection;
 
+pub use error::{GZIP_MAGIC, PARQUET_MAGIC, SQLITE_MAGIC};
 pub use input::{
     InputError, Opened, ReadOptions, ReadStats, RecordReader, Warning, WarningKind, check_store,
-    open, read_to_end,
+    is_parquet_input, open, read_to_end,
 };
 pub use mix::EntryServices;

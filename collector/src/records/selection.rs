@@ -48,6 +48,35 @@ use std::time::{Duration, UNIX_EPOCH};
 use cpt_sdk::record::Record;
 use cpt_sdk::trigger::Trigger;
 
+/// What a selection looks at in a record, borrowed.
+pub struct RecordKeys<'a> {
+    /// The entry service.
+    pub service: &'a str,
+    /// The endpoint.
+    pub endpoint: Option<&'a str>,
+    /// The trigger.
+    pub trigger: Trigger,
+    /// The wall-clock start, ns since the Unix epoch.
+    pub start_unix_nanos: Option<u64>,
+    /// The request id.
+    pub request_id: Option<&'a str>,
+    /// The trace id.
+    pub trace_id: Option<&'a str>,
+    /// A label's value by key.
+    pub label: &'a dyn Fn(&str) -> Option<&'a str>,
+}
+
+impl fmt::Debug for RecordKeys<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecordKeys")
+            .field("service", &self.service)
+            .field("endpoint", &self.endpoint)
+            .field("trigger", &self.trigger)
+            .field("start_unix_nanos", &self.start_unix_nanos)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Which triggers a selection keeps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TriggerFilter {
@@ -332,19 +361,30 @@ impl Selection {
     /// Whether a record passes every filter except the percentile band
     /// (which needs the whole selection; see [`PercentileBand::ranks`]).
     pub fn matches(&self, r: &Record) -> bool {
+        self.matches_keys(&RecordKeys {
+            service: &r.service,
+            endpoint: r.endpoint.as_deref(),
+            trigger: r.trigger,
+            start_unix_nanos: r.start_unix_nanos,
+            request_id: r.request_id.as_deref(),
+            trace_id: r.trace_id.as_deref(),
+            label: &|k| r.labels.get(k).map(String::as_str),
+        })
+    }
+
+    /// [`Selection::matches`] on a record's keys, borrowed from wherever the
+    /// record is stored (columns of a Parquet batch, a store row).
+    pub fn matches_keys(&self, r: &RecordKeys<'_>) -> bool {
         if !self.triggers().keeps(r.trigger) {
             return false;
         }
         if let Some(id) = &self.request_id
-            && r.request_id.as_deref() != Some(id.as_str())
+            && r.request_id != Some(id.as_str())
         {
             return false;
         }
         if let Some(id) = &self.trace_id
-            && !r
-                .trace_id
-                .as_deref()
-                .is_some_and(|t| t.eq_ignore_ascii_case(id))
+            && !r.trace_id.is_some_and(|t| t.eq_ignore_ascii_case(id))
         {
             return false;
         }
@@ -352,7 +392,7 @@ impl Selection {
             return false;
         }
         if let Some(e) = &self.endpoint
-            && r.endpoint.as_deref() != Some(e.as_str())
+            && r.endpoint != Some(e.as_str())
         {
             return false;
         }
@@ -366,7 +406,7 @@ impl Selection {
         }
         self.labels
             .iter()
-            .all(|(k, v)| r.labels.get(k).is_some_and(|have| have == v))
+            .all(|(k, v)| (r.label)(k).is_some_and(|have| have == v))
     }
 
     /// Set one filter from its textual `key` and `value` (see the module docs).

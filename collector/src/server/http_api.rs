@@ -385,7 +385,7 @@ fn profile_from_store(
     let store = Store::open_read_only(path).map_err(ProfileError::Store)?;
     let mut agg = crate::profile::aggregate::Aggregator::new(sel.clone());
     store
-        .for_each_batch(&sel, PROFILE_BATCH, |batch| agg.push_batch(batch))
+        .fold_into(&mut agg, PROFILE_BATCH, None)
         .map_err(ProfileError::Store)?;
     let agg = agg.finish();
     Ok(crate::profile::encode_gzip(&agg))

@@ -415,3 +415,4 @@ mod operator;
 mod parquet;
 mod reference;
 mod show;
+mod sources;

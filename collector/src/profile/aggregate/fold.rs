@@ -26,10 +26,10 @@ pub(super) const BATCH: usize = 16 * 1024;
 /// kept.
 #[derive(Debug)]
 pub struct Aggregator {
-    sel: Selection,
-    parts: Vec<Partial>,
-    ordinal: u64,
-    offered: u64,
+    pub(super) sel: Selection,
+    pub(super) parts: Vec<Partial>,
+    pub(super) ordinal: u64,
+    pub(super) offered: u64,
 }
 
 impl Aggregator {
@@ -148,6 +148,27 @@ impl Aggregator {
     }
 }
 
+/// One record's segments as stacks of a partial's frame ids, laid end to
+/// end: `segs[i]` is (end of segment i's stack in `ids`, ns, kind).
+#[derive(Debug, Default)]
+pub(super) struct Flat {
+    pub(super) ids: Vec<u32>,
+    pub(super) segs: Vec<(u32, u64, SegmentKind)>,
+}
+
+impl Flat {
+    pub(super) fn clear(&mut self) {
+        self.ids.clear();
+        self.segs.clear();
+    }
+
+    /// Close the segment whose frames were pushed onto `ids` since the last.
+    #[inline]
+    pub(super) fn end_segment(&mut self, ns: u64, kind: SegmentKind) {
+        self.segs.push((self.ids.len() as u32, ns, kind));
+    }
+}
+
 /// A per-request contribution kept for the percentile band.
 #[derive(Debug)]
 pub(super) struct Kept {
@@ -161,7 +182,7 @@ pub(super) struct Kept {
 /// One worker's share: its own interner and dense per-stack sums.
 #[derive(Debug)]
 pub(super) struct Partial {
-    frames: Vec<Frame>,
+    pub(super) frames: Vec<Frame>,
     /// Frames by [`frame_hash`]: open addressing with linear probing, at
     /// most half full; `(hash, frame id + 1)`, 0 marking an empty slot.
     /// Frames with one hash are both kept, a probe apart.
@@ -178,6 +199,11 @@ pub(super) struct Partial {
     no_frames: u32,
     // per-record scratch, reused
     local: Vec<u32>,
+    flat: Flat,
+    /// The frames table packed rows were last mapped from, and its ids →
+    /// this partial's frame ids (`u32::MAX`: not mapped yet).
+    pub(super) packed_table: u64,
+    pub(super) packed_ids: Vec<u32>,
     /// Sample stacks by their frame ids (see [`StackIndex`]).
     stack_ix: StackIndex,
     /// The current segment's sample stack (frame ids), reused.
@@ -185,7 +211,7 @@ pub(super) struct Partial {
     cur: Vec<u64>,
     touched: Vec<u32>,
     // totals
-    matched: u64,
+    pub(super) matched: u64,
     requests: u64,
     latency_sum: u64,
     latency: Detail,
@@ -193,7 +219,7 @@ pub(super) struct Partial {
     start_range: Option<(u64, u64)>,
     // percentile band: contributions kept until finish
     keep: bool,
-    histograms: bool,
+    pub(super) histograms: bool,
     kept: Vec<Kept>,
     entries: Vec<(u32, u64)>,
 }
@@ -211,6 +237,9 @@ impl Partial {
             kind_frames: [0; 4],
             no_frames: 0,
             local: Vec::new(),
+            flat: Flat::default(),
+            packed_table: 0,
+            packed_ids: Vec::new(),
             stack_ix: StackIndex::default(),
             key: Vec::new(),
             cur: Vec::new(),
@@ -270,6 +299,52 @@ impl Partial {
         id
     }
 
+    /// [`Partial::intern_frame`] for a frame given by borrowed parts: no
+    /// allocation unless the frame is new to this partial.
+    #[inline]
+    pub(super) fn intern_parts(
+        &mut self,
+        service: &str,
+        name: &str,
+        location: Option<(&str, u32)>,
+    ) -> u32 {
+        let h = frame_hash_parts(name.as_bytes(), service.as_bytes(), location.map(|l| l.1));
+        let mask = self.frame_slots.len() - 1;
+        let mut i = h as usize & mask;
+        loop {
+            let (sh, id1) = self.frame_slots[i];
+            if id1 == 0 {
+                break;
+            }
+            if sh == h {
+                let f = &self.frames[id1 as usize - 1];
+                let same_location = match (&f.location, location) {
+                    (None, None) => true,
+                    (Some(l), Some((file, line))) => {
+                        l.line == line && same_bytes(l.file.as_bytes(), file.as_bytes())
+                    }
+                    _ => false,
+                };
+                if same_location
+                    && same_bytes(f.name.as_bytes(), name.as_bytes())
+                    && same_bytes(f.service.as_bytes(), service.as_bytes())
+                {
+                    return id1 - 1;
+                }
+            }
+            i = (i + 1) & mask;
+        }
+        let frame = Frame {
+            service: Arc::from(service),
+            name: Arc::from(name),
+            location: location.map(|(file, line)| cpt_sdk::path::Location {
+                file: Arc::from(file),
+                line,
+            }),
+        };
+        self.intern_frame(&frame)
+    }
+
     /// The trie node for `frame` under `parent`, created on first use.
     #[inline]
     pub(super) fn child(&mut self, parent: u32, frame: u32) -> u32 {
@@ -291,17 +366,40 @@ impl Partial {
         if !sel.matches(r) {
             return;
         }
-        self.matched += 1;
         let path = &r.path;
         self.local.clear();
         for f in path.frames() {
             let id = self.intern_frame(f);
             self.local.push(id);
         }
-        let mut latency = 0u64;
-        let mut key = std::mem::take(&mut self.key);
+        let mut flat = std::mem::take(&mut self.flat);
+        flat.clear();
         for seg in path.segments() {
             let ns = u64::try_from(seg.duration.as_nanos()).unwrap_or(u64::MAX);
+            flat.ids
+                .extend(seg.stack.iter().map(|id| self.local[id.0 as usize]));
+            flat.end_segment(ns, seg.kind);
+        }
+        self.push_flat(&flat, r.start_unix_nanos, &r.path.accounting, ordinal);
+        self.flat = flat;
+    }
+
+    /// Fold one selected record given as its segments' stacks of this
+    /// partial's frame ids (see [`Flat`]).
+    pub(super) fn push_flat(
+        &mut self,
+        flat: &Flat,
+        start_unix_nanos: Option<u64>,
+        accounting: &Accounting,
+        ordinal: u64,
+    ) {
+        self.matched += 1;
+        let mut latency = 0u64;
+        let mut key = std::mem::take(&mut self.key);
+        let mut begin = 0;
+        for &(end, ns, kind) in &flat.segs {
+            let stack = &flat.ids[begin..end as usize];
+            begin = end as usize;
             if ns == 0 {
                 continue;
             }
@@ -310,9 +408,9 @@ impl Partial {
             // synthetic leaf. Look the whole stack up at once by its frame
             // ids; walk the trie only for a stack not seen before.
             key.clear();
-            key.extend(seg.stack.iter().map(|id| self.local[id.0 as usize]));
-            if seg.kind != SegmentKind::Busy {
-                key.push(self.kind_frames[kind_slot(seg.kind)]);
+            key.extend_from_slice(stack);
+            if kind != SegmentKind::Busy {
+                key.push(self.kind_frames[kind_slot(kind)]);
             }
             if key.is_empty() {
                 // A path coarsened to depth 0 (the codec's last resort)
@@ -349,8 +447,8 @@ impl Partial {
                 latency,
                 ordinal,
                 end: self.entries.len(),
-                start_unix_nanos: r.start_unix_nanos,
-                accounting: r.path.accounting,
+                start_unix_nanos,
+                accounting: *accounting,
             });
         } else {
             for &s in &self.touched {
@@ -361,7 +459,7 @@ impl Partial {
                 self.details[s].add(v, self.histograms);
             }
             self.touched.clear();
-            self.add_request(latency, r.start_unix_nanos, &r.path.accounting);
+            self.add_request(latency, start_unix_nanos, accounting);
         }
     }
 

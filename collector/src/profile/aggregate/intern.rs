@@ -45,10 +45,20 @@ pub(super) fn w4(s: &[u8], i: usize) -> u32 {
 /// longest string of the frame.
 #[inline]
 pub(super) fn frame_hash(f: &Frame) -> u64 {
+    frame_hash_parts(
+        f.name.as_bytes(),
+        f.service.as_bytes(),
+        f.location.as_ref().map(|l| l.line),
+    )
+}
+
+/// [`frame_hash`] of a frame given by its parts.
+#[inline]
+pub(super) fn frame_hash_parts(name: &[u8], service: &[u8], line: Option<u32>) -> u64 {
     const K1: u64 = 0xf135_7aea_2e62_a9c5;
     const K2: u64 = 0x9e37_79b9_7f4a_7c15;
-    let line = f.location.as_ref().map_or(u32::MAX, |l| l.line);
-    let h = str_word(f.name.as_bytes()).wrapping_mul(K1) ^ str_word(f.service.as_bytes());
+    let line = line.unwrap_or(u32::MAX);
+    let h = str_word(name).wrapping_mul(K1) ^ str_word(service);
     let h = (h ^ u64::from(line)).wrapping_mul(K2);
     h ^ (h >> 29)
 }

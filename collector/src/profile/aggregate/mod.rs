@@ -56,8 +56,14 @@ use rustc_hash::FxBuildHasher;
 use super::histogram::Histogram;
 use crate::records::selection::Selection;
 
+#[cfg(feature = "parquet")]
+mod columns;
 pub mod file;
 mod fold;
+mod jsonl;
+pub mod packed;
+
+pub use jsonl::BlockResult;
 mod intern;
 
 pub use fold::Aggregator;

@@ -278,3 +278,151 @@ fn mean_nanos_add_up_to_rounded_mean() {
         );
     }
 }
+
+/// Records whose JSON uses every abbreviation (bare names inheriting the
+/// service, locations implied by an earlier frame, `"file": ""`), with
+/// latency ties, two services and labels.
+fn json_corpus(n: u64) -> Vec<Record> {
+    (0..n)
+        .map(|i| {
+            let mut p = CriticalPath::new();
+            let a1 = Frame::new("A", "A1").with_location("a.rs", 3);
+            let b1 = Frame::new("B", "B1").with_location(format!("b{}.rs", i % 3).as_str(), 7);
+            let b1_bare = Frame::new("B", "B1");
+            p.push_frames([a1.clone()], ms(1 + i % 4), SegmentKind::Busy);
+            p.push_frames([a1.clone(), b1.clone()], ms(2), SegmentKind::Network);
+            p.push_frames([a1.clone(), b1_bare], ms(i % 2), SegmentKind::Busy);
+            p.push_frames([a1, b1], ms(1), SegmentKind::Queueing);
+            p.accounting.network = Duration::from_nanos(i);
+            let mut r = Record::new(if i % 5 == 0 { "B" } else { "A" }, Trigger::Sampled, p);
+            r.labels
+                .insert("arm".into(), if i % 2 == 0 { "a" } else { "b" }.into());
+            r.start_unix_nanos = Some(i);
+            r
+        })
+        .collect()
+}
+
+fn json_block(text: &[u8], first_line: u64) -> crate::records::blocks::Block {
+    crate::records::blocks::Block {
+        bytes: text.to_vec(),
+        first_line,
+    }
+}
+
+#[test]
+fn json_lines_fold_without_records_equals_the_records_fold_on_any_chunking() {
+    let recs = json_corpus(400);
+    let mut text = Vec::new();
+    for (i, r) in recs.iter().enumerate() {
+        if i == 10 {
+            text.extend_from_slice(b"{\"service\":\n\n");
+        }
+        if i == 300 {
+            text.extend_from_slice(b"\xff\xfe\n");
+        }
+        text.extend_from_slice(r.to_json().as_bytes());
+        text.push(b'\n');
+    }
+    for q in [
+        "",
+        "percentile=p50-p100",
+        "label=arm%3Db&percentile=p0-p30",
+        "service=B",
+    ] {
+        let sel = Selection::from_query(q).unwrap();
+        let want = Aggregate::from_records(&sel, &recs);
+        // One block in big chunks; many blocks of small chunks; one line
+        // per chunk.
+        for (block_bytes, chunk_bytes) in [(1 << 30, 1 << 20), (4096, 700), (1, 1)] {
+            let mut agg = Aggregator::new(sel.clone());
+            let mut bad = Vec::new();
+            let mut records = 0;
+            let (mut at, mut line) = (0, 1);
+            while at < text.len() {
+                let end = text[at..]
+                    .iter()
+                    .enumerate()
+                    .skip(block_bytes.min(text.len() - at - 1))
+                    .find(|(_, b)| **b == b'\n')
+                    .map_or(text.len(), |(i, _)| at + i + 1);
+                let block = json_block(&text[at..end], line);
+                let r = agg.push_json_block(&block, chunk_bytes, None);
+                records += r.records;
+                bad.extend(r.bad.into_iter().map(|(l, _)| l));
+                line += text[at..end].iter().filter(|&&b| b == b'\n').count() as u64;
+                at = end;
+            }
+            assert_eq!(records, 400);
+            assert_eq!(bad, vec![11, 303], "{q} {block_bytes}");
+            let got = agg.finish();
+            assert_eq!(
+                crate::profile::encode_gzip(&got),
+                crate::profile::encode_gzip(&want),
+                "{q}, blocks of {block_bytes}, chunks of {chunk_bytes}"
+            );
+        }
+    }
+}
+
+/// A Parquet file of `recs` without dictionary encoding (as a writer falls
+/// back to when a column's dictionary grows too big): every batch read
+/// back then carries a dictionary of its own.
+#[cfg(feature = "parquet")]
+fn plain_parquet(path: &std::path::Path, recs: &[Record]) {
+    use crate::records::parquet::{SCHEMA_KEY, SCHEMA_VERSION, schema, to_batch};
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_dictionary_enabled(false)
+        .set_key_value_metadata(Some(vec![parquet::file::metadata::KeyValue::new(
+            SCHEMA_KEY.to_owned(),
+            SCHEMA_VERSION.to_owned(),
+        )]))
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(path).unwrap(),
+        schema(),
+        Some(props),
+    )
+    .unwrap();
+    w.write(&to_batch(recs).unwrap()).unwrap();
+    w.close().unwrap();
+}
+
+#[cfg(feature = "parquet")]
+#[test]
+fn parquet_fold_maps_each_batchs_own_dictionary_afresh() {
+    use crate::records::parquet::ScanPlan;
+    // Frames change from one 4096-row batch to the next, so a dictionary
+    // index means another frame in every batch.
+    let recs: Vec<Record> = (0..10_000u64)
+        .map(|i| {
+            let mut p = CriticalPath::new();
+            let part = i / 1000;
+            p.push_frames(
+                [
+                    Frame::new("A", format!("root{part}").as_str()),
+                    Frame::new("B", format!("b{}", (i + part) % 7).as_str()),
+                ],
+                ms(1 + i % 3),
+                SegmentKind::Busy,
+            );
+            Record::new("A", Trigger::Sampled, p)
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain.parquet");
+    plain_parquet(&file, &recs);
+    for sel in ["", "percentile=p90-p100"] {
+        let sel = Selection::from_query(sel).unwrap();
+        for unit_rows in [10_000, 3000] {
+            let plan = ScanPlan::open(&file, None, None, unit_rows).unwrap();
+            let mut agg = Aggregator::new(sel.clone());
+            assert_eq!(agg.push_parquet(&plan, None, &|_| {}).unwrap(), 10_000);
+            assert_eq!(
+                crate::profile::encode_gzip(&agg.finish()),
+                crate::profile::encode_gzip(&Aggregate::from_records(&sel, &recs)),
+                "{sel} in units of {unit_rows}"
+            );
+        }
+    }
+}

@@ -28,6 +28,15 @@
 //! before. Opening a version 2 store for writing adds the table; nothing
 //! else changes.
 //!
+//! Version 4 added the profile tables `frames` and `paths` (see `paths`):
+//! each record's path packed as ids into a table of distinct frames, beside
+//! the columns a selection filters on, written in the same transaction as
+//! the record. Profiles ([`Store::for_each_packed`]) read them, never the
+//! JSON; everything else (`cpt show`, `/v1/records`, the Parquet export)
+//! still reads `records`. Opening an older store for writing fills them from
+//! the stored JSON in the schema transaction; read-only, an older store is
+//! profiled from its JSON as before.
+//!
 //! # Durability
 //!
 //! The database runs in WAL mode with `synchronous = FULL` by default: a
@@ -45,6 +54,19 @@
 //! fsync) while keeping each batch all-or-nothing with a savepoint: this is
 //! the collector's group commit.
 //!
+//! # The WAL
+//!
+//! A store opened for writing keeps its WAL bounded: the writer never
+//! checkpoints on commit (`wal_autocheckpoint = 0`, so a commit never waits
+//! for a checkpoint of a long WAL); a background thread with its own
+//! connection runs a passive checkpoint every [`CHECKPOINT_EVERY`] (which
+//! never blocks the writer or readers), and once it has copied all but a
+//! few MiB of the WAL truncates it when no transaction is using it (without
+//! waiting: if one is, it tries again next time; a writer arriving during
+//! the truncation waits for the copy of those few MiB). `journal_size_limit`
+//! caps the size a reset WAL file is left at. Since profile reads take short
+//! snapshots, no reader holds the checkpoint back for long.
+//!
 //! # Reading
 //!
 //! [`Store::query`] streams the records that match a [`StoreQuery`] from a
@@ -56,14 +78,24 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
 
-use crate::records::selection::{Selection, TriggerFilter};
-use cpt_sdk::{Record, Trigger};
-use rayon::prelude::*;
-use rusqlite::types::Value;
-use rusqlite::{Connection, OpenFlags, TransactionBehavior, params_from_iter};
+use crate::profile::aggregate::Aggregator;
+use crate::profile::aggregate::packed::{PackedFrames, PackedRow};
+use crate::records::EntryServices;
+use crate::records::selection::Selection;
+use cpt_sdk::Record;
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+mod paths;
+mod query;
+mod wal;
+
+use paths::{FrameIds, PATHS_SCHEMA, PATHS_VERSION, PackedPath, PathRow};
+use query::read_rows;
+pub use query::{Records, StoreQuery};
+pub use wal::CHECKPOINT_EVERY;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The first version with the `request_id` / `trace_id` columns and indexes.
 const ID_INDEX_VERSION: i64 = 2;
@@ -116,6 +148,9 @@ const INSERT: &str = "INSERT INTO records \
 const READ_AHEAD: usize = 1024;
 /// Rows parsed together (in parallel) by the reader.
 const PARSE_CHUNK: usize = 512;
+/// Rows per read transaction: a read never holds one snapshot longer than
+/// it takes to read this many rows.
+pub const SNAPSHOT_ROWS: usize = 4096;
 
 /// How hard a commit works to be durable (SQLite's `synchronous`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -209,121 +244,6 @@ pub enum StoreError {
     },
 }
 
-/// Which records a query returns. Every field left `None` / empty matches
-/// everything.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StoreQuery {
-    /// Only this service.
-    pub service: Option<String>,
-    /// Only this endpoint.
-    pub endpoint: Option<String>,
-    /// Only records that started at or after this time (records without a
-    /// start time are then excluded).
-    pub since_unix_nanos: Option<u64>,
-    /// Only records that started before this time.
-    pub until_unix_nanos: Option<u64>,
-    /// Only this trigger.
-    pub trigger: Option<Trigger>,
-    /// Only records carrying every one of these labels with these values.
-    pub labels: Vec<(String, String)>,
-    /// Only the record(s) of this request id (through the id index).
-    pub request_id: Option<String>,
-    /// Only the records of this trace id, lowercase (through the id index).
-    pub trace_id: Option<String>,
-    /// At most this many records (the oldest first); `None` is no limit.
-    pub limit: Option<u64>,
-}
-
-impl StoreQuery {
-    /// The part of a profile [`Selection`] SQL can evaluate (everything but
-    /// the percentile band).
-    pub fn from_selection(sel: &Selection) -> StoreQuery {
-        let (since, until) = sel.time_range();
-        StoreQuery {
-            service: sel.service().map(str::to_owned),
-            endpoint: sel.endpoint().map(str::to_owned),
-            since_unix_nanos: since,
-            until_unix_nanos: until,
-            trigger: match sel.triggers() {
-                TriggerFilter::Sampled => Some(Trigger::Sampled),
-                TriggerFilter::Forced => Some(Trigger::Forced),
-                TriggerFilter::All => None,
-            },
-            labels: sel.labels().to_vec(),
-            request_id: sel.request_id().map(str::to_owned),
-            trace_id: sel.trace_id().map(str::to_owned),
-            limit: None,
-        }
-    }
-
-    /// Whether the query needs the id index (schema version 2).
-    fn by_id(&self) -> bool {
-        self.request_id.is_some() || self.trace_id.is_some()
-    }
-
-    /// The query in insertion (`id`) order. With an indexable filter
-    /// (service, endpoint, time range) the matching ids are found through an
-    /// index and the rows fetched by id in order, so SQLite never sorts the
-    /// (large) rows themselves; otherwise one scan in rowid order.
-    fn to_sql(&self) -> (String, Vec<Value>) {
-        let indexed = self.by_id()
-            || self.service.is_some()
-            || self.endpoint.is_some()
-            || self.since_unix_nanos.is_some()
-            || self.until_unix_nanos.is_some();
-        let mut sql = String::from(if indexed {
-            "SELECT id, record FROM records WHERE id IN (SELECT id FROM records WHERE 1 = 1"
-        } else {
-            "SELECT id, record FROM records WHERE 1 = 1"
-        });
-        let mut params = Vec::new();
-        if let Some(id) = &self.request_id {
-            sql.push_str(" AND request_id = ?");
-            params.push(Value::Text(id.clone()));
-        }
-        if let Some(id) = &self.trace_id {
-            sql.push_str(" AND trace_id = ?");
-            params.push(Value::Text(id.to_ascii_lowercase()));
-        }
-        if let Some(s) = &self.service {
-            sql.push_str(" AND service = ?");
-            params.push(Value::Text(s.clone()));
-        }
-        if let Some(e) = &self.endpoint {
-            sql.push_str(" AND endpoint = ?");
-            params.push(Value::Text(e.clone()));
-        }
-        if let Some(t) = self.since_unix_nanos {
-            sql.push_str(" AND start_unix_nanos >= ?");
-            params.push(Value::Integer(to_i64(t)));
-        }
-        if let Some(t) = self.until_unix_nanos {
-            sql.push_str(" AND start_unix_nanos < ?");
-            params.push(Value::Integer(to_i64(t)));
-        }
-        if let Some(t) = self.trigger {
-            sql.push_str(" AND trigger = ?");
-            params.push(Value::Text(t.as_str().to_owned()));
-        }
-        for (k, v) in &self.labels {
-            sql.push_str(
-                " AND EXISTS (SELECT 1 FROM json_each(labels) WHERE key = ? AND value = ?)",
-            );
-            params.push(Value::Text(k.clone()));
-            params.push(Value::Text(v.clone()));
-        }
-        if indexed {
-            sql.push(')');
-        }
-        sql.push_str(" ORDER BY id");
-        if let Some(n) = self.limit {
-            sql.push_str(" LIMIT ?");
-            params.push(Value::Integer(to_i64(n)));
-        }
-        (sql, params)
-    }
-}
-
 /// SQLite integers are i64; u64 nanoseconds beyond i64::MAX (year 2262,
 /// or a 292-year latency) saturate.
 fn to_i64(n: u64) -> i64 {
@@ -342,6 +262,7 @@ struct Row {
     record: String,
     request_id: Option<String>,
     trace_id: Option<String>,
+    path: PackedPath,
 }
 
 /// A batch serialized for the store, so the (single) writer only runs SQL.
@@ -368,6 +289,7 @@ impl EncodedBatch {
                     record: r.to_json(),
                     request_id: r.request_id.clone(),
                     trace_id: r.trace_id.as_deref().map(str::to_ascii_lowercase),
+                    path: PackedPath::new(&r.path),
                 })
                 .collect(),
             batch_id: None,
@@ -406,6 +328,10 @@ pub struct Store {
     path: PathBuf,
     /// The schema version after opening (older only when read-only).
     version: i64,
+    /// The `frames` table, for a store opened for writing.
+    frames: Option<FrameIds>,
+    /// The background checkpointer, for a store opened for writing.
+    _checkpointer: Option<wal::Checkpointer>,
 }
 
 /// A connection that only reads an existing store.
@@ -489,12 +415,21 @@ impl Store {
         }
         conn.pragma_update(None, "synchronous", durability.pragma())
             .map_err(err("set synchronous"))?;
+        // The background checkpointer keeps the WAL short; a commit never
+        // runs a checkpoint itself.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(err("turn off checkpoints on commit"))?;
+        conn.pragma_update(None, "journal_size_limit", wal::JOURNAL_SIZE_LIMIT)
+            .map_err(err("set journal_size_limit"))?;
         let mut store = Store {
             conn,
             path,
             version: 0,
+            frames: None,
+            _checkpointer: None,
         };
         store.check_schema(true)?;
+        store._checkpointer = Some(wal::Checkpointer::start(&store.path, CHECKPOINT_EVERY));
         Ok(store)
     }
 
@@ -515,6 +450,8 @@ impl Store {
             conn,
             path,
             version: 0,
+            frames: None,
+            _checkpointer: None,
         };
         store.check_schema(false)?;
         Ok(store)
@@ -573,10 +510,17 @@ impl Store {
                     .map_err(sqlite("migrate schema 1 to 2 (request/trace id columns)"))?;
             }
             tx.execute_batch(&format!(
-                "{SCHEMA} {ID_INDEXES} PRAGMA user_version = {SCHEMA_VERSION};"
+                "{SCHEMA} {ID_INDEXES} {PATHS_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION};"
             ))
             .map_err(sqlite("create schema"))?;
+            let mut frames = FrameIds::load(&tx).map_err(sqlite("read frames"))?;
+            if has_table && version < PATHS_VERSION {
+                paths::fill_from_records(&tx, &mut frames).map_err(sqlite(
+                    "migrate schema to 4 (packed paths for profiles, from the stored records)",
+                ))?;
+            }
             tx.commit().map_err(sqlite("commit schema"))?;
+            self.frames = Some(frames);
             self.version = SCHEMA_VERSION;
         } else {
             // Fails clearly ("no such table: records") when this is not a store.
@@ -666,9 +610,15 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sqlite("begin transaction"))?;
+        let frames = self.frames.get_or_insert_with(FrameIds::default);
+        // Frames added to the table in this transaction: forgotten again
+        // when their insert is rolled back.
+        let mut group_added: Vec<cpt_sdk::Frame> = Vec::new();
+        let mut scratch = Default::default();
         let mut results = Vec::with_capacity(batches.len());
         for batch in batches {
             let sp = tx.savepoint().map_err(sqlite("begin savepoint"))?;
+            let mut added = Vec::new();
             let inserted = (|| {
                 if let Some(id) = &batch.batch_id {
                     let now_ms = std::time::SystemTime::now()
@@ -682,9 +632,8 @@ impl Store {
                         return Ok(0);
                     }
                 }
-                let mut stmt = sp.prepare_cached(INSERT)?;
                 for row in &batch.rows {
-                    stmt.execute(rusqlite::params![
+                    sp.prepare_cached(INSERT)?.execute(rusqlite::params![
                         row.service,
                         row.endpoint,
                         row.start_unix_nanos,
@@ -695,24 +644,45 @@ impl Store {
                         row.request_id,
                         row.trace_id,
                     ])?;
+                    paths::insert_path(
+                        &sp,
+                        frames,
+                        &mut added,
+                        &PathRow {
+                            id: sp.last_insert_rowid(),
+                            service: &row.service,
+                            endpoint: row.endpoint.as_deref(),
+                            start_unix_nanos: row.start_unix_nanos,
+                            trigger: row.trigger,
+                            labels: &row.labels,
+                            path: &row.path,
+                        },
+                        &mut scratch,
+                    )?;
                 }
                 Ok::<_, rusqlite::Error>(batch.rows.len() as u64)
             })();
             match inserted {
                 Ok(n) => {
                     sp.commit().map_err(sqlite("release savepoint"))?;
+                    group_added.append(&mut added);
                     results.push(Ok(n));
                 }
                 Err(e) => {
                     // Dropping the savepoint rolls this batch back.
                     drop(sp);
+                    frames.forget(&added);
                     results.push(Err(sqlite("insert batch")(e)));
                 }
             }
         }
-        // Dropping `tx` on this error rolls the whole group back.
-        before_commit(&results)?;
-        tx.commit().map_err(sqlite("commit"))?;
+        // Dropping `tx` on these errors rolls the whole group back.
+        let committed =
+            before_commit(&results).and_then(|()| tx.commit().map_err(sqlite("commit")));
+        if let Err(e) = committed {
+            frames.forget(&group_added);
+            return Err(e);
+        }
         Ok(results)
     }
 
@@ -783,6 +753,117 @@ impl Store {
         Ok(n)
     }
 
+    /// Hand the stored records that match `sel` (every filter but the
+    /// percentile band, applied in SQL) to `f` in their packed form, in
+    /// insertion order, in batches of at most `batch` rows, with the frames
+    /// table they point into; returns how many were read. The records are
+    /// those committed when the call began, read in short snapshots (see the
+    /// module docs), on a reader thread one batch ahead of `f`.
+    ///
+    /// `Ok(None)` without calling `f` when the store predates the profile
+    /// tables (schema version 4) and was opened read-only: read it with
+    /// [`Store::for_each_batch`] instead.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::query`]; batches before an error were handed over.
+    pub fn for_each_packed(
+        &self,
+        sel: &Selection,
+        batch: usize,
+        mut f: impl FnMut(&[PackedRow], &PackedFrames),
+    ) -> Result<Option<u64>, StoreError> {
+        if self.version < PATHS_VERSION {
+            return Ok(None);
+        }
+        let query = StoreQuery::from_selection(sel);
+        if query.by_id() && self.version < ID_INDEX_VERSION {
+            return Err(StoreError::NoIdIndex {
+                path: self.path.clone(),
+                found: self.version,
+            });
+        }
+        let path = self.path.clone();
+        let (tx, rx) = mpsc::sync_channel(1);
+        let rows = batch.max(1);
+        let reader = thread::Builder::new()
+            .name("cpt-store-reader".into())
+            .spawn(move || paths::read_packed(&path, &query, rows, &tx))
+            .map_err(|e| StoreError::Sqlite {
+                path: self.path.clone(),
+                context: "start reader thread",
+                source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
+            })?;
+        let mut frames = PackedFrames::new();
+        let mut n = 0;
+        let mut result = Ok(());
+        for chunk in rx.iter() {
+            match chunk {
+                Ok((rows, new)) => {
+                    for (id, frame) in new {
+                        frames.insert(id, frame);
+                    }
+                    n += rows.len() as u64;
+                    if !rows.is_empty() {
+                        f(&rows, &frames);
+                    }
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        drop(rx);
+        let _ = reader.join();
+        result.map(|()| Some(n))
+    }
+
+    /// Fold the stored records that `agg`'s selection keeps into it (the
+    /// one read `cpt profile --store` and the collector's `GET /profile`
+    /// share): from the packed paths ([`Store::for_each_packed`]), or from
+    /// the JSON of a store that predates them. Selected records are shown to
+    /// `mix` when given. Returns the records read.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::query`], or a packed path that does not decode
+    /// ([`StoreError::Corrupt`]).
+    pub fn fold_into(
+        &self,
+        agg: &mut Aggregator,
+        batch: usize,
+        mut mix: Option<&mut EntryServices>,
+    ) -> Result<u64, StoreError> {
+        let sel = agg.selection().clone();
+        let mut failed = None;
+        let packed = self.for_each_packed(&sel, batch, |rows, frames| {
+            if failed.is_none()
+                && let Err(e) = agg.push_packed(rows, frames, mix.as_deref_mut())
+            {
+                failed = Some(e);
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(StoreError::Corrupt {
+                path: self.path.clone(),
+                id: e.id,
+                reason: e.reason,
+            });
+        }
+        if let Some(n) = packed {
+            return Ok(n);
+        }
+        self.for_each_batch(&sel, batch, |records| {
+            if let Some(m) = mix.as_deref_mut() {
+                for r in records.iter().filter(|r| sel.matches(r)) {
+                    m.observe(r);
+                }
+            }
+            agg.push_batch(records);
+        })
+    }
+
     /// Stream the records matching `query`, oldest insert first.
     ///
     /// The query runs on a reader thread with its own read-only connection
@@ -800,16 +881,17 @@ impl Store {
                 found: self.version,
             });
         }
-        let (sql, params) = query.to_sql();
+        let (sql, params) = query.sql(true);
         // Prepare here so a bad query fails now, not on the first item.
         self.conn
             .prepare(&sql)
             .map_err(self.sqlite("prepare query"))?;
         let path = self.path.clone();
+        let limit = query.limit;
         let (tx, rx) = mpsc::sync_channel(READ_AHEAD);
         let reader = thread::Builder::new()
             .name("cpt-store-reader".into())
-            .spawn(move || read_rows(&path, &sql, params, &tx))
+            .spawn(move || read_rows(&path, &sql, params, limit, &tx))
             .map_err(|e| StoreError::Sqlite {
                 path: self.path.clone(),
                 context: "start reader thread",
@@ -819,75 +901,6 @@ impl Store {
             rx,
             _reader: reader,
         })
-    }
-}
-
-fn read_rows(
-    path: &Path,
-    sql: &str,
-    params: Vec<Value>,
-    tx: &mpsc::SyncSender<Result<Record, StoreError>>,
-) {
-    let sqlite = |context| {
-        move |source| StoreError::Sqlite {
-            path: path.to_path_buf(),
-            context,
-            source,
-        }
-    };
-    let run = || -> Result<(), StoreError> {
-        let conn = open_reader(path).map_err(sqlite("open reader"))?;
-        let _ = conn.busy_timeout(std::time::Duration::from_secs(10));
-        let mut stmt = conn.prepare(sql).map_err(sqlite("prepare query"))?;
-        let mut rows = stmt
-            .query(params_from_iter(params))
-            .map_err(sqlite("run query"))?;
-        // Rows are read here and parsed in chunks on the rayon pool (JSON
-        // parsing is most of the cost), then sent in order.
-        let corrupt = |id: i64, reason: String| StoreError::Corrupt {
-            path: path.to_path_buf(),
-            id,
-            reason,
-        };
-        let send_parsed = |chunk: &mut Vec<(i64, String)>| -> bool {
-            let parsed: Vec<Result<Record, StoreError>> = chunk
-                .par_iter()
-                .map(|(id, text)| Record::from_json(text).map_err(|e| corrupt(*id, e.to_string())))
-                .collect();
-            chunk.clear();
-            // A failed send means the consumer is gone.
-            parsed.into_iter().all(|item| tx.send(item).is_ok())
-        };
-        let mut chunk = Vec::with_capacity(PARSE_CHUNK);
-        while let Some(row) = rows.next().map_err(sqlite("read row"))? {
-            let id: i64 = row.get(0).map_err(sqlite("read row"))?;
-            let text = row.get_ref(1).map_err(sqlite("read row"))?;
-            let text = text.as_str().map_err(|e| corrupt(id, e.to_string()))?;
-            chunk.push((id, text.to_owned()));
-            if chunk.len() == PARSE_CHUNK && !send_parsed(&mut chunk) {
-                return Ok(());
-            }
-        }
-        send_parsed(&mut chunk);
-        Ok(())
-    };
-    if let Err(e) = run() {
-        let _ = tx.send(Err(e));
-    }
-}
-
-/// The records a [`Store::query`] returns, streamed.
-#[derive(Debug)]
-pub struct Records {
-    rx: mpsc::Receiver<Result<Record, StoreError>>,
-    _reader: thread::JoinHandle<()>,
-}
-
-impl Iterator for Records {
-    type Item = Result<Record, StoreError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.rx.recv().ok()
     }
 }
 

@@ -1,5 +1,10 @@
 use super::*;
+use crate::records::selection::Selection;
+use crate::records::selection::TriggerFilter;
+use cpt_sdk::Trigger;
 use cpt_sdk::{CriticalPath, Frame, SegmentKind};
+use rusqlite::params_from_iter;
+use rusqlite::types::Value;
 use std::time::Duration;
 
 fn record(
@@ -83,8 +88,16 @@ fn store_query_uses_the_index_and_never_sorts_rows() {
         since_unix_nanos: Some(1),
         ..StoreQuery::default()
     };
-    for q in [query, StoreQuery::default()] {
-        let (sql, params) = q.to_sql();
+    for (q, chunked) in [
+        (query.clone(), false),
+        (StoreQuery::default(), false),
+        (query, true),
+        (StoreQuery::default(), true),
+    ] {
+        let (sql, mut params) = if chunked { q.sql(true) } else { q.to_sql() };
+        if chunked {
+            params.extend([Value::Integer(0), Value::Integer(100), Value::Integer(10)]);
+        }
         let plan: Vec<String> = store
             .conn
             .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
@@ -391,4 +404,184 @@ fn store_query_stream_can_be_dropped_early() {
     assert!(it.next().unwrap().is_ok());
     drop(it);
     assert_eq!(store.len().unwrap(), 5000);
+}
+
+/// Records with several frames, shared and not, across services.
+fn varied(n: u64) -> Vec<Record> {
+    (0..n)
+        .map(|i| {
+            let mut p = CriticalPath::new();
+            let root = Frame::new("A", "root").with_location("a.rs", 1);
+            let mid = Frame::new("B", format!("b{}", i % 5).as_str());
+            p.push_frames(
+                [root.clone()],
+                Duration::from_micros(1 + i),
+                SegmentKind::Busy,
+            );
+            p.push_frames(
+                [root.clone(), mid],
+                Duration::from_micros(3),
+                SegmentKind::Network,
+            );
+            p.push_frames([root], Duration::from_micros(i % 3), SegmentKind::Queueing);
+            p.accounting.network = Duration::from_nanos(i);
+            let mut r = Record::new(if i % 4 == 0 { "B" } else { "A" }, Trigger::Sampled, p);
+            r.start_unix_nanos = Some(1000 + i);
+            r.labels
+                .insert("arm".into(), ["a", "b"][i as usize % 2].into());
+            if i % 9 == 0 {
+                r.trigger = Trigger::Forced;
+            }
+            r
+        })
+        .collect()
+}
+
+/// The profile `fold_into` builds for `sel`, and the one the records
+/// themselves fold into.
+fn both_folds(store: &Store, sel: &Selection, records: &[Record]) -> (Aggregate, Aggregate) {
+    let mut agg = Aggregator::new(sel.clone());
+    store.fold_into(&mut agg, 7, None).unwrap();
+    (agg.finish(), Aggregate::from_records(sel, records))
+}
+
+use crate::profile::aggregate::Aggregate;
+
+#[test]
+fn store_profiles_from_packed_paths_equal_the_records_folds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("s.db")).unwrap();
+    let records = varied(300);
+    for chunk in records.chunks(41) {
+        store.insert(chunk).unwrap();
+    }
+    let frames: i64 = store
+        .conn
+        .query_row("SELECT count(*) FROM frames", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(frames, 6, "one row per distinct frame");
+    for q in [
+        "",
+        "trigger=all",
+        "label=arm%3Db&percentile=p50-p100",
+        "service=B&since=1100ns&until=1200ns",
+        "percentile=p0-p10",
+    ] {
+        let sel = Selection::from_query(q).unwrap();
+        let (got, want) = both_folds(&store, &sel, &records);
+        assert_eq!(
+            crate::profile::encode_gzip(&got),
+            crate::profile::encode_gzip(&want),
+            "{q}"
+        );
+        assert!(want.requests() > 0, "{q}");
+    }
+}
+
+#[test]
+fn a_group_rolled_back_forgets_its_new_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("s.db")).unwrap();
+    let records = varied(10);
+    let batch = EncodedBatch::new(&records);
+    let failed = store.insert_group_then(&[&batch], |_| {
+        Err(StoreError::Parquet {
+            dir: "x".into(),
+            message: "refused".into(),
+        })
+    });
+    assert!(failed.is_err());
+    // The frames the failed group inserted are gone from the table and
+    // from the writer's copy: the next insert adds them again.
+    store.insert(&records).unwrap();
+    let sel = Selection::new().with_triggers(TriggerFilter::All);
+    let (got, want) = both_folds(&store, &sel, &records);
+    assert_eq!(got.stacks(), want.stacks());
+}
+
+#[test]
+fn opening_an_older_store_for_writing_packs_its_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let records = varied(50);
+    write_v1_store(&path, &records);
+    let sel = Selection::new().with_triggers(TriggerFilter::All);
+    let old = Store::open_read_only(&path).unwrap();
+    assert_eq!(old.for_each_packed(&sel, 10, |_, _| {}).unwrap(), None);
+    // Read-only, the old store is profiled from its JSON.
+    let (got, want) = both_folds(&old, &sel, &records);
+    assert_eq!(got.stacks(), want.stacks());
+    drop(old);
+    let migrated = Store::open(&path).unwrap();
+    let mut rows = 0;
+    let n = migrated
+        .for_each_packed(&sel, 10, |r, _| rows += r.len())
+        .unwrap();
+    assert_eq!((n, rows), (Some(50), 50));
+    let (got, want) = both_folds(&migrated, &sel, &records);
+    assert_eq!(
+        crate::profile::encode_gzip(&got),
+        crate::profile::encode_gzip(&want)
+    );
+}
+
+fn wal_bytes(db: &Path) -> u64 {
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(wal).map_or(0, |m| m.len())
+}
+
+/// Wait (polling, up to a minute on a loaded machine) until `ok` holds.
+fn eventually(mut ok: impl FnMut() -> bool) -> bool {
+    for _ in 0..600 {
+        if ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+#[test]
+fn a_profile_read_in_progress_does_not_pin_the_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let mut store = Store::open_with(&path, Durability::Normal).unwrap();
+    let records = varied(200);
+    for _ in 0..(3 * SNAPSHOT_ROWS / 200) {
+        store.insert(&records).unwrap();
+    }
+    let reader = Store::open_read_only(&path).unwrap();
+    let sel = Selection::new().with_triggers(TriggerFilter::All);
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut first = true;
+            reader
+                .for_each_packed(&sel, SNAPSHOT_ROWS, |_, _| {
+                    if std::mem::take(&mut first) {
+                        // Hold the read after its first chunk until the
+                        // writer has filled the WAL and it was cut back.
+                        wait.recv().unwrap();
+                    }
+                })
+                .unwrap();
+            done.send(()).unwrap();
+        });
+        let mut grew = 0;
+        for _ in 0..20 {
+            store.insert(&records).unwrap();
+            grew = grew.max(wal_bytes(&path));
+        }
+        assert!(grew > 0);
+        // Mid-read, the checkpointer catches up and truncates the WAL.
+        assert!(
+            eventually(|| wal_bytes(&path) == 0),
+            "WAL still {} bytes with a read in progress",
+            wal_bytes(&path)
+        );
+        go.send(()).unwrap();
+        finished.recv().unwrap();
+    });
 }

@@ -1,0 +1,370 @@
+//! The store's profile tables (schema version 4): every record's path packed
+//! as ids into a `frames` table ([`records::packed`](crate::records::packed)),
+//! beside the columns a profile selection filters on, so that a profile
+//! reads about a tenth of a kilobyte a record and never parses JSON.
+//!
+//! - `frames (id, service, name, file, line)`: one row per distinct frame;
+//!   ids are never reused or changed. The writer keeps the table in memory
+//!   ([`FrameIds`]) and adds a frame in the transaction of the first record
+//!   that has it.
+//! - `paths (id, service, endpoint, start_unix_nanos, trigger, labels,
+//!   path)`: one row per record, `id` the record's id in `records`.
+//!
+//! [`read_packed`] reads them in short snapshots: one read transaction per
+//! chunk of rows (a few thousand, a few milliseconds), never one for the
+//! whole profile, so the WAL can be checkpointed past it while it runs.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use cpt_sdk::path::{Frame, Location};
+use rusqlite::types::Value;
+use rusqlite::{Connection, Transaction, params_from_iter};
+
+use super::{StoreError, StoreQuery, open_reader, to_i64};
+use crate::profile::aggregate::packed::PackedRow;
+use crate::records::packed;
+
+/// The first schema version with `frames` and `paths`.
+pub(super) const PATHS_VERSION: i64 = 4;
+
+pub(super) const PATHS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS frames (
+    id      INTEGER PRIMARY KEY,
+    service TEXT NOT NULL,
+    name    TEXT NOT NULL,
+    file    TEXT,
+    line    INTEGER
+);
+CREATE TABLE IF NOT EXISTS paths (
+    id               INTEGER PRIMARY KEY,
+    service          TEXT NOT NULL,
+    endpoint         TEXT,
+    start_unix_nanos INTEGER,
+    trigger          TEXT NOT NULL,
+    labels           TEXT NOT NULL DEFAULT '{}',
+    path             BLOB NOT NULL
+);
+";
+
+const INSERT_FRAME: &str = "INSERT INTO frames (service, name, file, line) VALUES (?1, ?2, ?3, ?4)";
+const INSERT_PATH: &str = "INSERT INTO paths \
+    (id, service, endpoint, start_unix_nanos, trigger, labels, path) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+/// The writer's copy of the `frames` table.
+#[derive(Debug, Default)]
+pub(super) struct FrameIds {
+    ids: HashMap<Frame, u64>,
+}
+
+fn frame_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<(u64, Frame)> {
+    let id: i64 = row.get(0)?;
+    let service: String = row.get(1)?;
+    let name: String = row.get(2)?;
+    let file: Option<String> = row.get(3)?;
+    let line: Option<i64> = row.get(4)?;
+    let location = file.map(|f| Location {
+        file: Arc::from(f),
+        line: u32::try_from(line.unwrap_or(0)).unwrap_or(0),
+    });
+    Ok((
+        u64::try_from(id).unwrap_or(0),
+        Frame {
+            service: Arc::from(service),
+            name: Arc::from(name),
+            location,
+        },
+    ))
+}
+
+/// Frames with an id at or above `from`.
+fn frames_from(conn: &Connection, from: u64) -> rusqlite::Result<Vec<(u64, Frame)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, service, name, file, line FROM frames WHERE id >= ?1 ORDER BY id",
+    )?;
+    let rows = stmt.query_map([to_i64(from)], frame_of)?;
+    rows.collect()
+}
+
+impl FrameIds {
+    /// The table as stored.
+    pub(super) fn load(conn: &Connection) -> rusqlite::Result<FrameIds> {
+        Ok(FrameIds {
+            ids: frames_from(conn, 0)?
+                .into_iter()
+                .map(|(id, f)| (f, id))
+                .collect(),
+        })
+    }
+
+    /// The id of `f`, inserting it (and noting it in `added`) when new.
+    fn id(&mut self, tx: &Connection, f: &Frame, added: &mut Vec<Frame>) -> rusqlite::Result<u64> {
+        if let Some(&id) = self.ids.get(f) {
+            return Ok(id);
+        }
+        tx.prepare_cached(INSERT_FRAME)?.execute(rusqlite::params![
+            &*f.service,
+            &*f.name,
+            f.location.as_ref().map(|l| &*l.file),
+            f.location.as_ref().map(|l| i64::from(l.line)),
+        ])?;
+        let id = u64::try_from(tx.last_insert_rowid()).unwrap_or(0);
+        self.ids.insert(f.clone(), id);
+        added.push(f.clone());
+        Ok(id)
+    }
+
+    /// Forget frames whose insert was rolled back.
+    pub(super) fn forget(&mut self, added: &[Frame]) {
+        for f in added {
+            self.ids.remove(f);
+        }
+    }
+}
+
+/// What [`insert_path`] needs of a record, computed off the writer thread.
+#[derive(Clone, Debug)]
+pub(super) struct PackedPath {
+    /// The record's own frame table.
+    pub(super) frames: Vec<Frame>,
+    /// The path packed with the record's own frame indexes.
+    pub(super) packed: Vec<u8>,
+}
+
+impl PackedPath {
+    pub(super) fn new(path: &cpt_sdk::path::CriticalPath) -> PackedPath {
+        let mut packed = Vec::with_capacity(16 + 4 * path.segments().len());
+        packed::pack(path, &mut packed);
+        PackedPath {
+            frames: path.frames().to_vec(),
+            packed,
+        }
+    }
+}
+
+/// The `paths` columns of one record.
+pub(super) struct PathRow<'a> {
+    pub(super) id: i64,
+    pub(super) service: &'a str,
+    pub(super) endpoint: Option<&'a str>,
+    pub(super) start_unix_nanos: Option<i64>,
+    pub(super) trigger: &'a str,
+    pub(super) labels: &'a str,
+    pub(super) path: &'a PackedPath,
+}
+
+/// Insert a record's `paths` row (and its new frames).
+pub(super) fn insert_path(
+    tx: &Connection,
+    frames: &mut FrameIds,
+    added: &mut Vec<Frame>,
+    row: &PathRow<'_>,
+    scratch: &mut (Vec<u64>, Vec<u8>),
+) -> rusqlite::Result<()> {
+    let (map, out) = scratch;
+    map.clear();
+    for f in &row.path.frames {
+        map.push(frames.id(tx, f, added)?);
+    }
+    out.clear();
+    packed::remap(&row.path.packed, map, out)
+        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+    tx.prepare_cached(INSERT_PATH)?.execute(rusqlite::params![
+        row.id,
+        row.service,
+        row.endpoint,
+        row.start_unix_nanos,
+        row.trigger,
+        row.labels,
+        &out[..],
+    ])?;
+    Ok(())
+}
+
+/// Fill `paths` from the records' JSON (migration to version 4), in id
+/// order. A record whose JSON no longer parses gets no `paths` row (every
+/// read of it through `records` reports it as corrupt).
+pub(super) fn fill_from_records(
+    tx: &Transaction<'_>,
+    frames: &mut FrameIds,
+) -> Result<u64, rusqlite::Error> {
+    let mut stmt = tx.prepare(
+        "SELECT id, service, endpoint, start_unix_nanos, trigger, labels, record \
+         FROM records WHERE id NOT IN (SELECT id FROM paths) ORDER BY id",
+    )?;
+    let mut rows = stmt.query([])?;
+    let mut added = Vec::new();
+    let mut scratch = Default::default();
+    let mut n = 0;
+    while let Some(r) = rows.next()? {
+        let text: String = r.get(6)?;
+        let Ok(rec) = cpt_sdk::record::Record::from_json(&text) else {
+            continue;
+        };
+        let (service, endpoint, trigger, labels): (String, Option<String>, String, String) =
+            (r.get(1)?, r.get(2)?, r.get(4)?, r.get(5)?);
+        insert_path(
+            tx,
+            frames,
+            &mut added,
+            &PathRow {
+                id: r.get(0)?,
+                service: &service,
+                endpoint: endpoint.as_deref(),
+                start_unix_nanos: r.get(3)?,
+                trigger: &trigger,
+                labels: &labels,
+                path: &PackedPath::new(&rec.path),
+            },
+            &mut scratch,
+        )?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The chunk query over `paths`: rows after `?1`, up to `?2`, in id order,
+/// at most `?3`, with the query's filters.
+fn chunk_sql(q: &StoreQuery) -> (String, Vec<Value>) {
+    let mut sql = String::from(
+        "SELECT id, service, start_unix_nanos, path FROM paths WHERE id > ?1 AND id <= ?2",
+    );
+    let mut params = Vec::new();
+    let mut next = 4;
+    let mut param = |sql: &mut String, cond: &str, v: Value| {
+        sql.push_str(&cond.replace('?', &format!("?{next}")));
+        next += 1;
+        params.push(v);
+    };
+    if let Some(s) = &q.service {
+        param(&mut sql, " AND service = ?", Value::Text(s.clone()));
+    }
+    if let Some(e) = &q.endpoint {
+        param(&mut sql, " AND endpoint = ?", Value::Text(e.clone()));
+    }
+    if let Some(t) = q.since_unix_nanos {
+        param(
+            &mut sql,
+            " AND start_unix_nanos >= ?",
+            Value::Integer(to_i64(t)),
+        );
+    }
+    if let Some(t) = q.until_unix_nanos {
+        param(
+            &mut sql,
+            " AND start_unix_nanos < ?",
+            Value::Integer(to_i64(t)),
+        );
+    }
+    if let Some(t) = q.trigger {
+        param(
+            &mut sql,
+            " AND trigger = ?",
+            Value::Text(t.as_str().to_owned()),
+        );
+    }
+    for (k, v) in &q.labels {
+        let (a, b) = (next, next + 1);
+        sql.push_str(&format!(
+            " AND EXISTS (SELECT 1 FROM json_each(labels) WHERE key = ?{a} AND value = ?{b})"
+        ));
+        next += 2;
+        params.push(Value::Text(k.clone()));
+        params.push(Value::Text(v.clone()));
+    }
+    if let Some(id) = &q.request_id {
+        sql.push_str(&format!(
+            " AND id IN (SELECT id FROM records WHERE request_id = ?{next})"
+        ));
+        next += 1;
+        params.push(Value::Text(id.clone()));
+    }
+    if let Some(id) = &q.trace_id {
+        sql.push_str(&format!(
+            " AND id IN (SELECT id FROM records WHERE trace_id = ?{next})"
+        ));
+        params.push(Value::Text(id.to_ascii_lowercase()));
+    }
+    sql.push_str(" ORDER BY id LIMIT ?3");
+    (sql, params)
+}
+
+/// A chunk of packed rows and the frames added to the table since the last.
+pub(super) type Chunk = (Vec<PackedRow>, Vec<(u64, Frame)>);
+
+/// Read the rows of `paths` matching `q` (everything but its limit) that
+/// were committed when the read began, one short read transaction per
+/// chunk, sending each chunk with the frames it may need. Stops when the
+/// receiver is gone.
+pub(super) fn read_packed(
+    path: &Path,
+    q: &StoreQuery,
+    chunk_rows: usize,
+    tx: &mpsc::SyncSender<Result<Chunk, StoreError>>,
+) {
+    let sqlite = |context| {
+        move |source| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            context,
+            source,
+        }
+    };
+    let run = || -> Result<(), StoreError> {
+        let conn = open_reader(path).map_err(sqlite("open reader"))?;
+        let _ = conn.busy_timeout(std::time::Duration::from_secs(10));
+        let last: i64 = conn
+            .query_row("SELECT coalesce(max(id), 0) FROM paths", [], |r| r.get(0))
+            .map_err(sqlite("read the last record id"))?;
+        let (sql, params) = chunk_sql(q);
+        let mut after = 0i64;
+        let mut known = 0u64;
+        loop {
+            // One snapshot for the chunk and the frames it refers to.
+            conn.execute_batch("BEGIN").map_err(sqlite("begin read"))?;
+            let read = (|| {
+                let mut stmt = conn.prepare_cached(&sql)?;
+                let mut all: Vec<Value> = vec![
+                    Value::Integer(after),
+                    Value::Integer(last),
+                    Value::Integer(i64::try_from(chunk_rows.max(1)).unwrap_or(i64::MAX)),
+                ];
+                all.extend(params.iter().cloned());
+                let rows = stmt
+                    .query_map(params_from_iter(all), |r| {
+                        let start: Option<i64> = r.get(2)?;
+                        Ok(PackedRow {
+                            id: r.get(0)?,
+                            service: r.get(1)?,
+                            start_unix_nanos: start.and_then(|s| u64::try_from(s).ok()),
+                            path: r.get(3)?,
+                        })
+                    })?
+                    .collect::<Result<Vec<_>, _>>()?;
+                let frames = frames_from(&conn, known)?;
+                Ok::<_, rusqlite::Error>((rows, frames))
+            })();
+            conn.execute_batch("COMMIT").map_err(sqlite("end read"))?;
+            let (rows, frames) = read.map_err(sqlite("read packed paths"))?;
+            if let Some((id, _)) = frames.last() {
+                known = id + 1;
+            }
+            let full = rows.len() >= chunk_rows.max(1);
+            match rows.last() {
+                Some(r) => after = r.id,
+                None => after = last,
+            }
+            if tx.send(Ok((rows, frames))).is_err() {
+                return Ok(());
+            }
+            if !full || after >= last {
+                return Ok(());
+            }
+        }
+    };
+    if let Err(e) = run() {
+        let _ = tx.send(Err(e));
+    }
+}
