@@ -68,6 +68,12 @@ pub struct ServeArgs {
     /// records.
     #[arg(long, value_name = "PATH")]
     pub ingest_token_file: Option<PathBuf>,
+    /// Require a read token for the web pages (`/`, `/ui/…`), the token being this file's
+    /// content (trimmed): browsers sign in once (an HttpOnly cookie), programs send
+    /// `Authorization: Bearer <token>`. Without it the pages are open to anyone who can reach
+    /// the HTTP port.
+    #[arg(long, value_name = "PATH")]
+    pub read_token_file: Option<PathBuf>,
     /// Also write every accepted batch as Parquet (schema cpt.records.v1, docs/parquet.md) into
     /// DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet; a batch is acknowledged only once it is in
     /// a finished (fsynced, renamed) file. Each group commit closes its own file per hour.
@@ -108,18 +114,18 @@ pub struct ServeArgs {
     pub max_latency: Duration,
 }
 
-fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+fn read_token(flag: &str, path: &std::path::Path) -> anyhow::Result<String> {
     let token = std::fs::read_to_string(path)
-        .with_context(|| format!("--ingest-token-file {}: cannot read it", path.display()))?;
+        .with_context(|| format!("--{flag} {}: cannot read it", path.display()))?;
     let token = token.trim();
     anyhow::ensure!(
         !token.is_empty(),
-        "--ingest-token-file {}: the file is empty; put the token in it",
+        "--{flag} {}: the file is empty; put the token in it",
         path.display()
     );
     anyhow::ensure!(
         token.bytes().all(|b| b.is_ascii_graphic()),
-        "--ingest-token-file {}: the token must be visible ASCII without spaces (it travels in an HTTP header)",
+        "--{flag} {}: the token must be visible ASCII without spaces (it travels in an HTTP header)",
         path.display()
     );
     Ok(token.to_owned())
@@ -171,7 +177,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .with_max_latency(args.max_latency),
         );
     if let Some(path) = &args.ingest_token_file {
-        config = config.with_ingest_token(read_token(path)?);
+        config = config.with_ingest_token(read_token("ingest-token-file", path)?);
+    }
+    if let Some(path) = &args.read_token_file {
+        config = config.with_read_token(read_token("read-token-file", path)?);
     }
     if let Some(dir) = &args.parquet_dir {
         anyhow::ensure!(

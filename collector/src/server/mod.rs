@@ -145,6 +145,11 @@ pub struct ServeConfig {
     /// `UNAUTHENTICATED`. `None` (the default): anyone who can reach the
     /// port may send records.
     pub ingest_token: Option<String>,
+    /// When set, the web pages (`/`, `/ui/…`) require this token, as
+    /// `Authorization: Bearer <token>` or the `cpt_read_token` cookie their
+    /// login form sets. `None` (the default): the pages are open to anyone
+    /// who can reach the port.
+    pub read_token: Option<String>,
     /// When set, every accepted batch is also written as Parquet (schema
     /// `cpt.records.v1`) into `DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet`,
     /// and acknowledged only once its file is finished (fsynced and renamed):
@@ -172,6 +177,7 @@ impl ServeConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
             ingest_token: None,
+            read_token: None,
             parquet_dir: None,
             parquet_max_file_bytes: crate::records::parquet::DEFAULT_MAX_FILE_BYTES,
         }
@@ -228,6 +234,12 @@ impl ServeConfig {
     /// Require this bearer token on ingest ([`ServeConfig::ingest_token`]).
     pub fn with_ingest_token(mut self, token: impl Into<String>) -> Self {
         self.ingest_token = Some(token.into());
+        self
+    }
+
+    /// Require this token to read the web pages ([`ServeConfig::read_token`]).
+    pub fn with_read_token(mut self, token: impl Into<String>) -> Self {
+        self.read_token = Some(token.into());
         self
     }
 
