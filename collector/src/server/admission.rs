@@ -272,7 +272,7 @@ impl Drop for CancelOnDrop {
 
 /// Compare without an early exit on the first differing byte, so the time
 /// taken does not tell how much of a guessed token was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = u8::from(a.len() != b.len());
     for (i, &y) in b.iter().enumerate() {
         let x = a.get(i).copied().unwrap_or(!y);

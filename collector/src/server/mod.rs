@@ -53,6 +53,7 @@
 //! | `writer.rs` | the single writer thread's group commit |
 //! | `http_api.rs` | `POST /v1/records`, `GET /profile`, `GET /v1/stats`, `GET /healthz` |
 //! | `grpc_api.rs` | `cpt.collector.v1.Collector/Export` |
+//! | `ui/` | the web pages: `/`, `/ui/profile`, `/ui/request`, `/ui/diff` |
 //! | `listen.rs` | accepting connections: header-read and idle timeouts, HTTP/2 stream limit |
 //! | [`store`] | the SQLite store both the server and `cpt import` write |
 //! | `mod.rs` (here) | [`ServeConfig`], starting and stopping a [`Collector`] |
@@ -73,6 +74,7 @@ mod grpc_api;
 mod http_api;
 mod listen;
 pub mod store;
+mod ui;
 mod writer;
 
 use admission::{Counters, Ingest};
@@ -433,7 +435,10 @@ impl Collector {
         if let Some(addr) = config.http {
             let listener = bind("http", addr).await?;
             http_addr = Some(local_addr("http", addr, &listener)?);
-            let app = router(ingest.clone());
+            let app = router(ingest.clone()).merge(ui::router(ui::UiState {
+                store_path: ingest.store_path.clone(),
+                gate: ui::ReadGate::new(config.read_token.as_deref()),
+            }));
             let stopped = stopped.clone();
             servers.push(tokio::spawn(async move {
                 listen::serve(listener, app, conn_limits, stopped)

@@ -891,5 +891,8 @@ impl Iterator for Records {
     }
 }
 
+mod summary;
+pub use summary::EndpointSummary;
+
 #[cfg(test)]
 mod tests;
