@@ -201,3 +201,6 @@ mod tests {
         assert!(!g.allows(&headers(&[(header::COOKIE, "cpt_read_tokens=s3cret")])));
     }
 }
+
+#[cfg(test)]
+mod http_tests;

@@ -214,7 +214,30 @@ pub(super) async fn svg(State(state): State<UiState>, RawQuery(q): RawQuery) -> 
     }
 }
 
+/// Inferno's colours for the frames, its light background and black text
+/// for the rest; in a dark page that is a glaring block, so the graph
+/// follows `prefers-color-scheme` too (CSS beats the presentation
+/// attributes inferno writes).
+const DARK_FLAME: &str = r#"
+@media (prefers-color-scheme: dark) {
+  svg > rect[fill="url(#background)"] { fill: #1b1f24; }
+  #title, #subtitle, #details, #unzoom, #search, #matched { fill: #d6dbe0; }
+}
+"#;
+
+fn themed(svg: Vec<u8>) -> Vec<u8> {
+    let Some(at) = svg.windows(8).position(|w| w == b"</style>") else {
+        return svg;
+    };
+    let mut out = Vec::with_capacity(svg.len() + DARK_FLAME.len());
+    out.extend_from_slice(&svg[..at]);
+    out.extend_from_slice(DARK_FLAME.as_bytes());
+    out.extend_from_slice(&svg[at..]);
+    out
+}
+
 pub(super) fn svg_response(svg: Vec<u8>) -> Response {
+    let svg = themed(svg);
     (
         StatusCode::OK,
         [
