@@ -198,6 +198,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the tokio runtime")?;
     let config_has_token = config.ingest_token.is_some();
+    let pages_gated = config.read_token.is_some();
     rt.block_on(async move {
         let collector = Collector::start(config).await?;
         eprintln!(
@@ -225,6 +226,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             eprintln!("cpt serve: http listening on http://{a}");
             eprintln!(
                 "cpt serve: profiles: go tool pprof -http=: 'http://{a}/profile?service=SERVICE'"
+            );
+            eprintln!(
+                "cpt serve: web pages: http://{a}/ ({})",
+                if pages_gated {
+                    "sign in with the token from --read-token-file"
+                } else {
+                    "open to anyone who can reach the port; see --read-token-file"
+                }
             );
         }
         collector.run_until(shutdown_signal()).await?;
