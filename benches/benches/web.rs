@@ -39,7 +39,11 @@ fn get(addr: SocketAddr, target: &str) -> (u16, usize) {
     let mut raw = Vec::new();
     c.read_to_end(&mut raw).expect("read");
     let head = String::from_utf8_lossy(&raw[..raw.len().min(64)]).into_owned();
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     (status, raw.len())
 }
 
@@ -86,12 +90,15 @@ fn main() {
                     } else {
                         Trigger::Sampled
                     };
-                    let mut r = Record::new("A", trigger, figure1_path(&mut rng, &stacks, Clone::clone));
+                    let mut r =
+                        Record::new("A", trigger, figure1_path(&mut rng, &stacks, Clone::clone));
                     r.endpoint = Some("/cpt.example.ServiceA/Run".into());
                     r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i * 1_000_000);
                     r.request_id = Some(format!("req-{i}"));
-                    r.labels
-                        .insert("version".into(), if i % 2 == 0 { "v1" } else { "v2" }.into());
+                    r.labels.insert(
+                        "version".into(),
+                        if i % 2 == 0 { "v1" } else { "v2" }.into(),
+                    );
                     r
                 })
                 .collect();
@@ -112,11 +119,20 @@ fn main() {
         .expect("collector");
     let addr = collector.http_addr().unwrap();
     let forced = format!("req-{}", 1000 * (n / 2000) + 7);
-    let diff = "/ui/diff?base=service%3DA%26label%3Dversion%3Dv1&test=service%3DA%26label%3Dversion%3Dv2";
+    let diff =
+        "/ui/diff?base=service%3DA%26label%3Dversion%3Dv1&test=service%3DA%26label%3Dversion%3Dv2";
     let pages: [(&str, String, &[String]); 6] = [
         ("/", "/".into(), &["/healthz".into()]),
-        ("/ui/profile", "/ui/profile?service=A".into(), &["/profile?service=A".into()]),
-        ("/ui/flame.svg", "/ui/flame.svg?service=A".into(), &["/profile?service=A".into()]),
+        (
+            "/ui/profile",
+            "/ui/profile?service=A".into(),
+            &["/profile?service=A".into()],
+        ),
+        (
+            "/ui/flame.svg",
+            "/ui/flame.svg?service=A".into(),
+            &["/profile?service=A".into()],
+        ),
         (
             "/ui/request (forced)",
             format!("/ui/request?id={forced}"),

@@ -161,7 +161,6 @@ pub fn collect_leaves(root: &Node, out: &mut Vec<(u64, usize)>) {
     }
 }
 
-
 impl Baseline {
     /// The mean time per request on the tree line `key` (0 when no
     /// averaged request's path passes there).

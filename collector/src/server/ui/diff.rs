@@ -62,10 +62,7 @@ fn parse(params: &Params) -> Result<Option<Query>, String> {
 }
 
 /// Fold both arms, side by side (each fold is itself parallel).
-fn both(
-    store_path: &std::path::Path,
-    q: &Query,
-) -> Result<(Aggregate, Aggregate), PageError> {
+fn both(store_path: &std::path::Path, q: &Query) -> Result<(Aggregate, Aggregate), PageError> {
     let open = || crate::server::store::Store::open_read_only(store_path);
     std::thread::scope(|s| {
         let t = s.spawn(|| aggregate(&open()?, &q.test, false));
@@ -240,7 +237,10 @@ fn render(params: &Params, base: &Aggregate, test: &Aggregate, r: &DiffReport) -
             esc(&q.query())
         );
     }
-    let (bq, tq) = (params.get("base").unwrap_or(""), params.get("test").unwrap_or(""));
+    let (bq, tq) = (
+        params.get("base").unwrap_or(""),
+        params.get("test").unwrap_or(""),
+    );
     let _ = write!(
         b,
         r#"<h2>Elsewhere</h2><ul class="links"><li>Each arm's profile: <a href="/ui/profile?{}">base</a>, <a href="/ui/profile?{}">test</a></li><li>With pprof: download <a href="/profile?{}">base</a> and <a href="/profile?{}">test</a>, then <code>go tool pprof -http=: -diff_base base.pb.gz test.pb.gz</code></li></ul>
@@ -279,4 +279,3 @@ pub(super) async fn svg(State(state): State<UiState>, RawQuery(raw): RawQuery) -
         Err(e) => svg_problem(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
 }
-

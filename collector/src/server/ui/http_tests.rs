@@ -76,7 +76,11 @@ fn version(v: &str, c1: u64) -> Vec<Record> {
             let mut p = CriticalPath::new();
             let a1 = Frame::new("A", "A1");
             // A little spread so the intervals are not zero-width.
-            p.push_frames([a1.clone()], ms(2) + Duration::from_micros(i * 10), SegmentKind::Busy);
+            p.push_frames(
+                [a1.clone()],
+                ms(2) + Duration::from_micros(i * 10),
+                SegmentKind::Busy,
+            );
             p.push_frames([a1, Frame::new("C", "C1")], ms(c1), SegmentKind::Busy);
             let mut r = Record::new("A", Trigger::Sampled, p);
             r.endpoint = Some("/run".into());
@@ -158,18 +162,36 @@ fn cpt_table1_profile_page_shows_the_mean_and_every_frame() {
     assert_eq!(a.status, 200, "{}", a.body);
     assert!(a.header("content-type").unwrap().starts_with("text/html"));
     // CPT Table 1: 16 ms and 8 ms, mean 12 ms; A1/self 5, A1/A2 5, A1/B1 2.
-    assert!(a.body.contains(r#"<b id="mean-latency">12.00ms</b>"#), "{}", a.body);
-    for cell in ["<b>A1 (A)</b></td><td class=\"num\">5.00ms", "<b>A2 (A)</b></td><td class=\"num\">5.00ms", "<b>B1 (B)</b></td><td class=\"num\">2.00ms"] {
+    assert!(
+        a.body.contains(r#"<b id="mean-latency">12.00ms</b>"#),
+        "{}",
+        a.body
+    );
+    for cell in [
+        "<b>A1 (A)</b></td><td class=\"num\">5.00ms",
+        "<b>A2 (A)</b></td><td class=\"num\">5.00ms",
+        "<b>B1 (B)</b></td><td class=\"num\">2.00ms",
+    ] {
         assert!(a.body.contains(cell), "no {cell:?} in {}", a.body);
     }
-    assert!(a.body.contains("/profile?service=A&amp;trigger=sampled"), "pprof link");
+    assert!(
+        a.body.contains("/profile?service=A&amp;trigger=sampled"),
+        "pprof link"
+    );
     let svg = get(&s, "/ui/flame.svg?service=A", &[]);
     assert_eq!(svg.status, 200);
     assert_eq!(svg.header("content-type"), Some("image/svg+xml"));
     assert!(svg.body.contains("A1 (A)") && svg.body.contains("prefers-color-scheme: dark"));
     let index = get(&s, "/", &[]);
-    assert!(index.body.contains(r#"<tr data-service="A">"#), "{}", index.body);
-    assert!(index.body.contains(r#"<tr data-service="B">"#), "B is on A's paths");
+    assert!(
+        index.body.contains(r#"<tr data-service="A">"#),
+        "{}",
+        index.body
+    );
+    assert!(
+        index.body.contains(r#"<tr data-service="B">"#),
+        "B is on A's paths"
+    );
 }
 
 #[test]
@@ -190,7 +212,9 @@ fn request_page_tree_leaves_sum_to_the_latency_beside_the_endpoint_mean() {
     assert!(missing.body.contains("wait=30s"));
     let waiting = get(&s, "/ui/request?id=nope&wait=10s", &[]);
     assert_eq!(waiting.status, 200);
-    assert!(waiting.body.contains(r#"http-equiv="refresh""#) && waiting.body.contains("deadline_ms="));
+    assert!(
+        waiting.body.contains(r#"http-equiv="refresh""#) && waiting.body.contains("deadline_ms=")
+    );
     let over = get(&s, "/ui/request?id=nope&deadline_ms=1", &[]);
     assert_eq!(over.status, 404);
     assert!(over.body.contains("the wait is over"));
@@ -214,10 +238,18 @@ fn diff_page_flags_an_injected_change_and_nothing_else() {
         .map(|r| &r[..r.find("</tr>").unwrap()])
         .collect();
     assert_eq!(flagged.len(), 1, "{}", a.body);
-    assert!(flagged[0].contains(r#"data-stack="A1 (A);C1 (C)""#), "{}", flagged[0]);
+    assert!(
+        flagged[0].contains(r#"data-stack="A1 (A);C1 (C)""#),
+        "{}",
+        flagged[0]
+    );
     assert!(flagged[0].contains("+5.00ms") && flagged[0].contains("slower"));
     assert!(a.body.contains(r#"id="flagged-count">1<"#));
-    let svg = get(&s, "/ui/diff.svg?base=service%3DA%26label%3Dversion%3Dv1&test=service%3DA%26label%3Dversion%3Dv2", &[]);
+    let svg = get(
+        &s,
+        "/ui/diff.svg?base=service%3DA%26label%3Dversion%3Dv1&test=service%3DA%26label%3Dversion%3Dv2",
+        &[],
+    );
     assert_eq!(svg.status, 200);
     assert!(svg.body.contains("C1 (C)"));
 }
@@ -238,7 +270,10 @@ fn bad_queries_say_what_was_wrong() {
     assert_eq!(a.status, 200);
     assert!(a.body.contains("No request matches"));
     // Pages only read: no page takes a POST but the sign-in form.
-    assert_eq!(request(&s, "POST", "/ui/profile?service=A", &[], "x=1").status, 405);
+    assert_eq!(
+        request(&s, "POST", "/ui/profile?service=A", &[], "x=1").status,
+        405
+    );
 }
 
 #[test]
@@ -246,14 +281,29 @@ fn read_token_gates_every_page_and_forced_ids_stay_hidden_without_it() {
     let mut records = table1();
     records.push(forced());
     let s = serve(&records, Some("tok3n"));
-    for page in ["/", "/ui/profile?service=A", "/ui/request?id=forced-1", "/ui/flame.svg?request_id=forced-1", "/ui/diff?base=service%3DA&test=service%3DA"] {
+    for page in [
+        "/",
+        "/ui/profile?service=A",
+        "/ui/request?id=forced-1",
+        "/ui/flame.svg?request_id=forced-1",
+        "/ui/diff?base=service%3DA&test=service%3DA",
+    ] {
         let program = get(&s, page, &[]);
         assert_eq!(program.status, 401, "{page}");
         assert!(!program.body.contains("forced-1") && !program.body.contains("INC-42"));
         let browser = get(&s, page, &["Accept: text/html"]);
         assert_eq!(browser.status, 303, "{page}");
-        assert!(browser.header("location").unwrap().starts_with("/ui/login?next=%2F"));
-        let wrong = get(&s, page, &["Cookie: cpt_read_token=nope", "Authorization: Bearer nope"]);
+        assert!(
+            browser
+                .header("location")
+                .unwrap()
+                .starts_with("/ui/login?next=%2F")
+        );
+        let wrong = get(
+            &s,
+            page,
+            &["Cookie: cpt_read_token=nope", "Authorization: Bearer nope"],
+        );
         assert_eq!(wrong.status, 401, "{page}");
     }
     let bearer = get(&s, "/", &["Authorization: Bearer tok3n"]);
@@ -268,19 +318,44 @@ fn read_token_gates_every_page_and_forced_ids_stay_hidden_without_it() {
 #[test]
 fn login_sets_an_httponly_samesite_cookie_and_returns_to_the_page() {
     let s = serve(&table1(), Some("tok3n"));
-    let wrong = request(&s, "POST", "/ui/login", &[], "token=nope&next=%2Fui%2Fprofile%3Fservice%3DA");
+    let wrong = request(
+        &s,
+        "POST",
+        "/ui/login",
+        &[],
+        "token=nope&next=%2Fui%2Fprofile%3Fservice%3DA",
+    );
     assert_eq!(wrong.status, 401);
     assert!(wrong.header("set-cookie").is_none());
     assert!(wrong.body.contains("not this collector&#39;s read token"));
-    let ok = request(&s, "POST", "/ui/login", &[], "token=tok3n&next=%2Fui%2Fprofile%3Fservice%3DA");
+    let ok = request(
+        &s,
+        "POST",
+        "/ui/login",
+        &[],
+        "token=tok3n&next=%2Fui%2Fprofile%3Fservice%3DA",
+    );
     assert_eq!(ok.status, 303);
     assert_eq!(ok.header("location"), Some("/ui/profile?service=A"));
     let cookie = ok.header("set-cookie").unwrap();
-    assert_eq!(cookie, "cpt_read_token=tok3n; HttpOnly; SameSite=Strict; Path=/");
-    let page = get(&s, "/ui/profile?service=A", &["Cookie: cpt_read_token=tok3n"]);
+    assert_eq!(
+        cookie,
+        "cpt_read_token=tok3n; HttpOnly; SameSite=Strict; Path=/"
+    );
+    let page = get(
+        &s,
+        "/ui/profile?service=A",
+        &["Cookie: cpt_read_token=tok3n"],
+    );
     assert_eq!(page.status, 200);
     // Only local paths: never back to another site.
-    let away = request(&s, "POST", "/ui/login", &[], "token=tok3n&next=%2F%2Fevil.example%2F");
+    let away = request(
+        &s,
+        "POST",
+        "/ui/login",
+        &[],
+        "token=tok3n&next=%2F%2Fevil.example%2F",
+    );
     assert_eq!(away.header("location"), Some("/"));
     let out = request(&s, "POST", "/ui/logout", &[], "x=1");
     assert!(out.header("set-cookie").unwrap().contains("Max-Age=0"));

@@ -47,7 +47,12 @@ fn form_html(next: &str, problem: Option<&str>, open: bool) -> String {
 fn form_page(state: &UiState, next: &str) -> Response {
     page::respond(
         StatusCode::OK,
-        page::html(Tab::None, "Sign in", "", &form_html(next, None, state.gate.is_open())),
+        page::html(
+            Tab::None,
+            "Sign in",
+            "",
+            &form_html(next, None, state.gate.is_open()),
+        ),
     )
 }
 
@@ -119,7 +124,10 @@ mod tests {
 
     #[test]
     fn next_stays_on_this_site() {
-        assert_eq!(local_next(Some("/ui/profile?service=A")), "/ui/profile?service=A");
+        assert_eq!(
+            local_next(Some("/ui/profile?service=A")),
+            "/ui/profile?service=A"
+        );
         assert_eq!(local_next(Some("//evil.example/")), "/");
         assert_eq!(local_next(Some("https://evil.example/")), "/");
         assert_eq!(local_next(Some("/\\evil.example")), "/");

@@ -83,7 +83,10 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) ->
         Err(e) => return page::error(StatusCode::BAD_REQUEST, Tab::Request, what, &e),
     };
     let Some(id) = params.get("id").map(str::trim).map(str::to_owned) else {
-        return page::respond(StatusCode::OK, page::html(Tab::Request, what, "", &id_form("")));
+        return page::respond(
+            StatusCode::OK,
+            page::html(Tab::Request, what, "", &id_form("")),
+        );
     };
     let deadline_ms = match (params.get("deadline_ms"), params.get("wait")) {
         (Some(d), _) => d.parse::<u64>().ok(),
@@ -290,13 +293,19 @@ impl Rows<'_> {
         // The leaf's own time: a frame's busy self time, or an accounting leaf's whole.
         let leaf_ns = n.self_ns;
         let star = match self.flagged.iter().position(|f| *f == id) {
-            Some(rank) if leaf_ns > 0 => format!(r#"<span class="star">★ slowest #{}</span>"#, rank + 1),
+            Some(rank) if leaf_ns > 0 => {
+                format!(r#"<span class="star">★ slowest #{}</span>"#, rank + 1)
+            }
             _ => String::new(),
         };
         let avg = self.base.map(|bl| {
             let avg = bl.mean_at(&self.key);
             let delta = n.total_ns as i128 - avg as i128;
-            let (sign, cls) = if delta >= 0 { ("+", "up") } else { ("−", "down") };
+            let (sign, cls) = if delta >= 0 {
+                ("+", "up")
+            } else {
+                ("−", "down")
+            };
             format!(
                 r#"<td class="num">{}</td><td class="num {cls}">{sign}{}</td>"#,
                 fmt_ns(avg),
@@ -308,12 +317,20 @@ impl Rows<'_> {
             r#"<tr{class} data-leaf-ns="{leaf_ns}"><td class="frame" style="--depth:{depth}">{}</td><td>{}</td><td class="num" data-ns="{}">{}</td><td class="num">{:.1}&nbsp;%{}</td><td class="num">{}</td>{}<td>{star}</td></tr>
 "#,
             esc(&label),
-            if n.kind.is_some() { String::new() } else { esc(&n.service) },
+            if n.kind.is_some() {
+                String::new()
+            } else {
+                esc(&n.service)
+            },
             n.total_ns,
             fmt_ns(n.total_ns),
             share * 100.0,
             bar(share),
-            if leaf_ns > 0 { fmt_ns(leaf_ns) } else { String::new() },
+            if leaf_ns > 0 {
+                fmt_ns(leaf_ns)
+            } else {
+                String::new()
+            },
             avg.unwrap_or_default(),
         );
         for c in &n.children {
