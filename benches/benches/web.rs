@@ -11,7 +11,11 @@
 //! records are Figure-1-shaped (~200 stacks over services A–F, 25–35
 //! segments each), half of them `version=v1`, half `version=v2`, one in a
 //! thousand forced. Prints each page's median and max time over the rounds
-//! and its ratio to its baseline's median.
+//! for a first view (a selection not folded before: pages fold the newest
+//! 5 000 matching records, see `server/ui/fold.rs`) and for a repeat view
+//! (the same page again: its fold is kept while the store is unchanged),
+//! and the first view's ratio to its baseline's median. The baselines fold
+//! every matching record.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -47,20 +51,40 @@ fn get(addr: SocketAddr, target: &str) -> (u16, usize) {
     (status, raw.len())
 }
 
-/// Median and max of `rounds` fetches of `target` (after one warm-up).
-fn time(addr: SocketAddr, target: &str, rounds: usize) -> (Duration, Duration, usize) {
-    let (status, bytes) = get(addr, target);
-    assert_eq!(status, 200, "{target}");
+/// Median and max of `rounds` fetches of `target(round)` (after one
+/// warm-up fetch of `target(usize::MAX)`).
+fn time(
+    addr: SocketAddr,
+    target: impl Fn(usize) -> String,
+    rounds: usize,
+) -> (Duration, Duration, usize) {
+    let (status, bytes) = get(addr, &target(usize::MAX));
+    assert_eq!(status, 200, "{}", target(usize::MAX));
     let mut t: Vec<Duration> = (0..rounds)
-        .map(|_| {
+        .map(|i| {
             let s = Instant::now();
-            let (status, _) = get(addr, target);
-            assert_eq!(status, 200, "{target}");
+            let (status, _) = get(addr, &target(i));
+            assert_eq!(status, 200, "{}", target(i));
             s.elapsed()
         })
         .collect();
     t.sort();
     (t[t.len() / 2], t[t.len() - 1], bytes)
+}
+
+/// `target` with an `until=` far in the future that differs per round: the
+/// same records, but a selection the pages have not folded yet (a first
+/// view); `in_arms` puts it inside a diff's `base=` and `test=`.
+fn cold(target: &str, round: usize, in_arms: bool) -> String {
+    let until = 4_000_000_000_000_000_000u64 + (round % 1_000_000) as u64;
+    if in_arms {
+        target
+            .replace("&test=", &format!("%26until%3D{until}&test="))
+            .to_owned()
+            + &format!("%26until%3D{until}")
+    } else {
+        format!("{target}&until={until}")
+    }
 }
 
 fn main() {
@@ -156,16 +180,27 @@ fn main() {
         ),
     ];
     println!(
-        "{:<22} {:>10} {:>10} {:>9}   {:>12} {:>7}  baseline",
-        "page", "median", "max", "bytes", "base median", "ratio"
+        "{:<22} {:>10} {:>10} {:>10} {:>9}   {:>12} {:>7}  baseline",
+        "page", "first view", "max", "repeat", "bytes", "base median", "ratio"
     );
     for (name, target, baseline) in &pages {
-        let (med, max, bytes) = time(addr, target, rounds);
-        let base: Duration = baseline.iter().map(|b| time(addr, b, rounds).0).sum();
+        let in_arms = target.contains("&test=");
+        let foldless = name.starts_with('/') && (name == &"/" || name.contains("request"));
+        let (med, max, bytes) = if foldless {
+            time(addr, |_| target.clone(), rounds)
+        } else {
+            time(addr, |i| cold(target, i, in_arms), rounds)
+        };
+        let (repeat, _, _) = time(addr, |_| target.clone(), rounds);
+        let base: Duration = baseline
+            .iter()
+            .map(|b| time(addr, |_| b.clone(), rounds).0)
+            .sum();
         println!(
-            "{name:<22} {:>10.1?} {:>10.1?} {bytes:>9}   {:>12.1?} {:>7.2}  {}",
+            "{name:<22} {:>10.1?} {:>10.1?} {:>10.1?} {bytes:>9}   {:>12.1?} {:>7.3}  {}",
             med,
             max,
+            repeat,
             base,
             med.as_secs_f64() / base.as_secs_f64(),
             baseline.join(" + ")

@@ -435,10 +435,10 @@ impl Collector {
         if let Some(addr) = config.http {
             let listener = bind("http", addr).await?;
             http_addr = Some(local_addr("http", addr, &listener)?);
-            let app = router(ingest.clone()).merge(ui::router(ui::UiState {
-                store_path: ingest.store_path.clone(),
-                gate: ui::ReadGate::new(config.read_token.as_deref()),
-            }));
+            let app = router(ingest.clone()).merge(ui::router(ui::UiState::new(
+                ingest.store_path.clone(),
+                ui::ReadGate::new(config.read_token.as_deref()),
+            )));
             let stopped = stopped.clone();
             servers.push(tokio::spawn(async move {
                 listen::serve(listener, app, conn_limits, stopped)

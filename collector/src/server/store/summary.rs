@@ -9,7 +9,7 @@ use cpt_sdk::{Record, Trigger};
 use rusqlite::params_from_iter;
 use rusqlite::types::Value;
 
-use super::{Store, StoreError, to_i64};
+use super::{READ_AHEAD, Records, Store, StoreError, StoreQuery, read_rows, to_i64};
 
 /// One entry service and endpoint over a time range.
 #[derive(Clone, Debug, PartialEq)]
@@ -150,6 +150,80 @@ impl Store {
             })?);
         }
         Ok(out)
+    }
+}
+
+impl Store {
+    /// The `newest` most recently stored records matching `query` (its
+    /// `limit` ignored), delivered oldest first and parsed in parallel as
+    /// [`Store::query`] does: a bounded sample of a large selection.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::query`].
+    pub fn query_newest(&self, query: &StoreQuery, newest: u64) -> Result<Records, StoreError> {
+        if query.by_id() && self.version < super::ID_INDEX_VERSION {
+            return Err(StoreError::NoIdIndex {
+                path: self.path.clone(),
+                found: self.version,
+            });
+        }
+        let q = StoreQuery {
+            limit: None,
+            ..query.clone()
+        };
+        let (sql, mut params) = q.to_sql();
+        let inner = sql.strip_suffix(" ORDER BY id").unwrap_or(&sql);
+        let sql = format!("SELECT id, record FROM ({inner} ORDER BY id DESC LIMIT ?) ORDER BY id");
+        params.push(Value::Integer(to_i64(newest)));
+        self.conn
+            .prepare(&sql)
+            .map_err(self.sqlite("prepare newest records"))?;
+        let path = self.path.clone();
+        let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD);
+        let reader = std::thread::Builder::new()
+            .name("cpt-store-reader".into())
+            .spawn(move || read_rows(&path, &sql, params, &tx))
+            .map_err(|e| StoreError::Sqlite {
+                path: self.path.clone(),
+                context: "start reader thread",
+                source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
+            })?;
+        Ok(Records {
+            rx,
+            _reader: reader,
+        })
+    }
+
+    /// How many records match `query` (its `limit` ignored).
+    ///
+    /// # Errors
+    ///
+    /// When SQLite fails.
+    pub fn count(&self, query: &StoreQuery) -> Result<u64, StoreError> {
+        let q = StoreQuery {
+            limit: None,
+            ..query.clone()
+        };
+        let (sql, params) = q.to_sql();
+        let inner = sql.strip_suffix(" ORDER BY id").unwrap_or(&sql);
+        let sql = format!("SELECT count(*) FROM ({inner})");
+        let n: i64 = self
+            .conn
+            .query_row(&sql, params_from_iter(params), |r| r.get(0))
+            .map_err(self.sqlite("count records"))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// The largest row id (0 when empty): changes whenever records are added.
+    ///
+    /// # Errors
+    ///
+    /// When SQLite fails.
+    pub fn last_row_id(&self) -> Result<i64, StoreError> {
+        self.conn
+            .query_row("SELECT coalesce(max(id), 0) FROM records", [], |r| r.get(0))
+            .map_err(self.sqlite("read last row id"))
     }
 }
 

@@ -9,14 +9,16 @@
 //! `bonferroni=on` are `cpt diff`'s knobs.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use http::StatusCode;
 
 use super::UiState;
+use super::fold::{DEFAULT_SAMPLE, FoldCache, Folded, Sample, fold};
 use super::page::{self, PageError, Params, Tab, esc};
-use super::profile::{aggregate, flame_height, svg_problem, svg_response};
+use super::profile::{flame_height, svg_problem, svg_response};
 use crate::format::fmt_ns;
 use crate::profile::aggregate::Aggregate;
 use crate::profile::diff::{DiffOptions, DiffReport, DiffRow, diff, fmt_signed};
@@ -30,6 +32,7 @@ struct Query {
     base: Selection,
     test: Selection,
     opts: DiffOptions,
+    sample: Sample,
 }
 
 fn parse(params: &Params) -> Result<Option<Query>, String> {
@@ -58,15 +61,24 @@ fn parse(params: &Params) -> Result<Option<Query>, String> {
         base: arm("base", base)?,
         test: arm("test", test)?,
         opts,
+        // Two arms fold as many records together as one profile page.
+        sample: match params.get("sample") {
+            None => Sample(Some(DEFAULT_SAMPLE / 2)),
+            Some(_) => Sample::from_params(params)?,
+        },
     }))
 }
 
 /// Fold both arms, side by side (each fold is itself parallel).
-fn both(store_path: &std::path::Path, q: &Query) -> Result<(Aggregate, Aggregate), PageError> {
+fn both(
+    store_path: &std::path::Path,
+    cache: &FoldCache,
+    q: &Query,
+) -> Result<(Arc<Folded>, Arc<Folded>), PageError> {
     let open = || crate::server::store::Store::open_read_only(store_path);
     std::thread::scope(|s| {
-        let t = s.spawn(|| aggregate(&open()?, &q.test, false));
-        let base = aggregate(&open()?, &q.base, false)?;
+        let t = s.spawn(|| fold(&open()?, cache, &q.test, q.sample));
+        let base = fold(&open()?, cache, &q.base, q.sample)?;
         let test = t
             .join()
             .map_err(|_| PageError::BadQuery("the test arm's fold failed; retry".into()))??;
@@ -98,8 +110,9 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(raw): RawQuery) 
         }
     };
     let path = state.store_path.clone();
+    let cache = state.folds.clone();
     let opts = q.opts;
-    let folded = tokio::task::spawn_blocking(move || both(&path, &q)).await;
+    let folded = tokio::task::spawn_blocking(move || both(&path, &cache, &q)).await;
     let (base, test) = match folded {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => return e.respond(Tab::Diff, what),
@@ -108,7 +121,7 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(raw): RawQuery) 
                 .respond(Tab::Diff, what);
         }
     };
-    let report = diff(&base, &test, &opts);
+    let report = diff(&base.agg, &test.agg, &opts);
     page::respond(
         StatusCode::OK,
         page::html(Tab::Diff, what, "", &render(&params, &base, &test, &report)),
@@ -138,7 +151,8 @@ fn form(params: &Params) -> String {
     )
 }
 
-fn render(params: &Params, base: &Aggregate, test: &Aggregate, r: &DiffReport) -> String {
+fn render(params: &Params, bf: &Folded, tf: &Folded, r: &DiffReport) -> String {
+    let (base, test): (&Aggregate, &Aggregate) = (&bf.agg, &tf.agg);
     let pct = r.options.confidence * 100.0;
     let mut b = form(params);
     if base.requests() == 0 || test.requests() == 0 {
@@ -159,6 +173,7 @@ fn render(params: &Params, base: &Aggregate, test: &Aggregate, r: &DiffReport) -
     let _ = write!(
         b,
         r#"<div class="stats"><div><span>base</span><b>{} · {}</b></div><div><span>test</span><b>{} · {}</b></div><div><span>change in mean latency</span><b id="total-change" class="{}">{} {}</b></div><div><span>flagged stacks</span><b id="flagged-count">{}</b></div></div>
+<p class="note">Base: {}. Test: {}.</p>
 <p class="note">{} stacks compared at {pct}&nbsp;% confidence{}: chance alone would flag about {:.1} of them (CPT Table 3). A stack is flagged when its interval excludes zero and its change is at least {}.</p>
 "#,
         base.requests(),
@@ -169,6 +184,8 @@ fn render(params: &Params, base: &Aggregate, test: &Aggregate, r: &DiffReport) -
         fmt_signed(r.total.change_nanos),
         ci(&r.total),
         r.flagged().count(),
+        bf.coverage(),
+        tf.coverage(),
         r.rows.len(),
         if r.options.bonferroni {
             " (Bonferroni)"
@@ -266,9 +283,10 @@ pub(super) async fn svg(State(state): State<UiState>, RawQuery(raw): RawQuery) -
         Err(e) => return svg_problem(StatusCode::BAD_REQUEST, &e),
     };
     let path = state.store_path.clone();
+    let cache = state.folds.clone();
     let built = tokio::task::spawn_blocking(move || {
-        let (base, test) = both(&path, &q)?;
-        diff_flame_svg(&base, &test, &FlameOptions::default())
+        let (base, test) = both(&path, &cache, &q)?;
+        diff_flame_svg(&base.agg, &test.agg, &FlameOptions::default())
             .map_err(|e| PageError::BadQuery(e.to_string()))
     })
     .await;

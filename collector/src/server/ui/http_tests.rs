@@ -178,6 +178,20 @@ fn cpt_table1_profile_page_shows_the_mean_and_every_frame() {
         a.body.contains("/profile?service=A&amp;trigger=sampled"),
         "pprof link"
     );
+    assert!(a.body.contains("all 2 matching requests"), "{}", a.body);
+    // A sample folds the newest records only, and says so: Table 1's second
+    // request is 8 ms.
+    let newest = get(&s, "/ui/profile?service=A&sample=1", &[]);
+    assert!(
+        newest.body.contains("the newest 1 of 2 matching requests"),
+        "{}",
+        newest.body
+    );
+    assert!(newest.body.contains(r#"<b id="mean-latency">8.00ms</b>"#));
+    assert!(
+        newest.body.contains("&amp;sample=1\""),
+        "the graph folds the same sample"
+    );
     let svg = get(&s, "/ui/flame.svg?service=A", &[]);
     assert_eq!(svg.status, 200);
     assert_eq!(svg.header("content-type"), Some("image/svg+xml"));

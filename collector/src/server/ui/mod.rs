@@ -35,6 +35,7 @@ use axum::routing::get;
 use http::{HeaderMap, StatusCode, header};
 
 mod diff;
+mod fold;
 mod index;
 mod login;
 mod page;
@@ -99,6 +100,19 @@ pub(crate) struct UiState {
     pub(crate) store_path: PathBuf,
     /// The read check.
     pub(crate) gate: ReadGate,
+    /// Recent folds, shared by a page and its flame graph.
+    folds: Arc<fold::FoldCache>,
+}
+
+impl UiState {
+    /// The pages of the store at `store_path`, behind `gate`.
+    pub(crate) fn new(store_path: PathBuf, gate: ReadGate) -> UiState {
+        UiState {
+            store_path,
+            gate,
+            folds: Arc::default(),
+        }
+    }
 }
 
 /// The pages' routes, to be merged into the collector's HTTP router.

@@ -18,32 +18,18 @@ use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
 
 use super::UiState;
+use super::fold::{Folded, Sample, fold};
 use super::page::{self, PageError, Params, Tab, bar, enc, esc};
 use crate::format::{fmt_ns, plural};
 use crate::profile::aggregate::file::selection_pairs;
-use crate::profile::aggregate::{Aggregate, Aggregator};
 use crate::profile::flame::{FlameOptions, flame_svg};
 use crate::profile::report::Report;
 use crate::records::selection::Selection;
-use crate::server::store::Store;
 
-/// Records per batch folded in parallel.
-const BATCH: usize = 16 * 1024;
 /// Stacks in the table unless `top=` says otherwise.
 const TOP: usize = 25;
 /// The page's own keys (not selection keys).
-const PAGE_KEYS: &[&str] = &["top"];
-
-/// Fold the records `sel` selects from the store.
-pub(super) fn aggregate(
-    store: &Store,
-    sel: &Selection,
-    histograms: bool,
-) -> Result<Aggregate, PageError> {
-    let mut agg = Aggregator::new(sel.clone()).with_histograms(histograms);
-    store.for_each_batch(sel, BATCH, |b| agg.push_batch(b))?;
-    Ok(agg.finish())
-}
+const PAGE_KEYS: &[&str] = &["top", "sample"];
 
 /// The selection as a `GET /profile` query (absolute times, every key
 /// explicit): a permanent link to the same records.
@@ -86,16 +72,37 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) ->
             );
         }
     };
-    let s2 = sel.clone();
-    let built = page::with_store(&state.store_path, move |store| aggregate(store, &s2, true)).await;
+    let sample = match Sample::from_params(&params) {
+        Ok(s) => s,
+        Err(e) => return page::error(StatusCode::BAD_REQUEST, Tab::Profile, what, &e),
+    };
+    let (s2, cache) = (sel.clone(), state.folds.clone());
+    let built = page::with_store(&state.store_path, move |store| {
+        fold(store, &cache, &s2, sample)
+    })
+    .await;
     match built {
-        Ok(agg) => page::respond(StatusCode::OK, render(&params, &sel, &agg, top)),
+        Ok(f) => page::respond(StatusCode::OK, render(&params, &sel, &f, sample, top)),
         Err(e) => e.respond(Tab::Profile, what),
     }
 }
 
-fn render(params: &Params, sel: &Selection, agg: &Aggregate, top: usize) -> String {
-    let own = params.without(PAGE_KEYS).query();
+/// The query of this selection's flame graph: the selection with absolute
+/// times (so the graph folds exactly what the page did, from the cache)
+/// and the sample.
+pub(super) fn graph_query(sel: &Selection, sample: Sample) -> String {
+    let mut q = selection_query(sel);
+    match sample.0 {
+        None => q.push_str("&sample=all"),
+        Some(n) if n != super::fold::DEFAULT_SAMPLE => q.push_str(&format!("&sample={n}")),
+        Some(_) => {}
+    }
+    q
+}
+
+fn render(params: &Params, sel: &Selection, f: &Folded, sample: Sample, top: usize) -> String {
+    let agg = &f.agg;
+    let own = params.without(&["top"]).query();
     let mut b = String::new();
     let _ = write!(
         b,
@@ -113,8 +120,10 @@ fn render(params: &Params, sel: &Selection, agg: &Aggregate, top: usize) -> Stri
     let mean = agg.mean_latency().as_nanos() as u64;
     let _ = write!(
         b,
-        r#"<div class="stats"><div><span>requests</span><b id="requests">{}</b></div><div><span>mean latency</span><b id="mean-latency">{}</b></div><div><span>p50</span><b>{}</b></div><div><span>p99</span><b>{}</b></div><div><span>stacks</span><b>{}</b></div></div>
+        r#"<p class="note">Folded: {}.</p>
+<div class="stats"><div><span>requests</span><b id="requests">{}</b></div><div><span>mean latency</span><b id="mean-latency">{}</b></div><div><span>p50</span><b>{}</b></div><div><span>p99</span><b>{}</b></div><div><span>stacks</span><b>{}</b></div></div>
 "#,
+        f.coverage(),
         agg.requests(),
         fmt_ns(mean),
         fmt_ns(report.latency.quantile(0.5)),
@@ -134,7 +143,7 @@ fn render(params: &Params, sel: &Selection, agg: &Aggregate, top: usize) -> Stri
 <iframe id="flame" title="flame graph" src="/ui/flame.svg?{q}" style="height:{h}px"></iframe>
 </section>
 "#,
-        q = esc(&own),
+        q = esc(&graph_query(sel, sample)),
         h = flame_height(depth),
     );
     let _ = write!(
@@ -167,7 +176,7 @@ fn render(params: &Params, sel: &Selection, agg: &Aggregate, top: usize) -> Stri
     }
     b.push_str("</tbody></table>\n");
     if report.rows.len() > top {
-        let mut all = params.without(PAGE_KEYS);
+        let mut all = params.without(&["top"]);
         all.0.push(("top".into(), report.rows.len().to_string()));
         let _ = write!(
             b,
@@ -198,13 +207,16 @@ fn render(params: &Params, sel: &Selection, agg: &Aggregate, top: usize) -> Stri
 
 /// The flame graph SVG of a selection, or a plain-text reason.
 pub(super) async fn svg(State(state): State<UiState>, RawQuery(q): RawQuery) -> Response {
-    let sel = match Params::parse(q.as_deref()).and_then(|p| page::selection(&p, PAGE_KEYS)) {
+    let parsed = Params::parse(q.as_deref())
+        .and_then(|p| Ok((page::selection(&p, PAGE_KEYS)?, Sample::from_params(&p)?)));
+    let (sel, sample) = match parsed {
         Ok(s) => s,
         Err(e) => return svg_problem(StatusCode::BAD_REQUEST, &e),
     };
+    let cache = state.folds.clone();
     let built = page::with_store(&state.store_path, move |store| {
-        let agg = aggregate(store, &sel, false)?;
-        flame_svg(&agg, &FlameOptions::default()).map_err(|e| PageError::BadQuery(e.to_string()))
+        let f = fold(store, &cache, &sel, sample)?;
+        flame_svg(&f.agg, &FlameOptions::default()).map_err(|e| PageError::BadQuery(e.to_string()))
     })
     .await;
     match built {

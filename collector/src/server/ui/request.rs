@@ -29,8 +29,9 @@ use crate::server::store::{Store, StoreQuery};
 
 /// Records one id may match (a trace id may have several).
 const MATCHES: u64 = 20;
-/// Sampled requests of the endpoint averaged for the comparison, at most.
-const BASELINE_REQUESTS: u64 = 5000;
+/// Sampled requests of the endpoint averaged for the comparison, at most
+/// (the newest before the window's end).
+const BASELINE_REQUESTS: u64 = 1000;
 /// The comparison takes the endpoint's requests this close to the one shown.
 const BASELINE_WINDOW: Duration = Duration::from_secs(3600);
 /// Slowest leaves starred.
@@ -62,15 +63,17 @@ fn find(store: &Store, id: &str) -> Result<Found, PageError> {
     let mut baselines = Vec::new();
     for r in &records {
         let window = nanos(BASELINE_WINDOW);
-        let sampled = by(StoreQuery {
+        let q = StoreQuery {
             service: Some(r.service.clone()),
             endpoint: r.endpoint.clone(),
             trigger: Some(cpt_sdk::Trigger::Sampled),
             since_unix_nanos: r.start_unix_nanos.map(|t| t.saturating_sub(window)),
             until_unix_nanos: r.start_unix_nanos.map(|t| t.saturating_add(window)),
-            limit: Some(BASELINE_REQUESTS),
             ..StoreQuery::default()
-        })?;
+        };
+        let sampled = store
+            .query_newest(&q, BASELINE_REQUESTS)?
+            .collect::<Result<Vec<_>, _>>()?;
         baselines.push((!sampled.is_empty()).then(|| Baseline::of(&sampled)));
     }
     Ok(Found { records, baselines })
@@ -209,7 +212,7 @@ fn render_one(b: &mut String, r: &Record, base: Option<&Baseline>) {
         Some(bl) => {
             let _ = write!(
                 b,
-                r#"<p class="note">Compared with the mean of {} sampled requests of the same endpoint within an hour of this one (mean latency {}): <a href="/ui/profile?{}">their profile</a>.</p>"#,
+                r#"<p class="note">Compared with the mean of {} sampled requests of the same endpoint within an hour of this one (the newest, at most 1000) (mean latency {}): <a href="/ui/profile?{}">their profile</a>.</p>"#,
                 bl.requests,
                 fmt_ns(bl.mean_latency_ns),
                 esc(&q)
