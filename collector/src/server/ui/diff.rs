@@ -170,12 +170,11 @@ fn render(params: &Params, bf: &Folded, tf: &Folded, r: &DiffReport) -> String {
         let (lo, hi) = row.ci();
         format!("[{}, {}]", fmt_signed(lo), fmt_signed(hi))
     };
-    let _ = write!(
+    let _ = writeln!(
         b,
         r#"<div class="stats"><div><span>base</span><b>{} · {}</b></div><div><span>test</span><b>{} · {}</b></div><div><span>change in mean latency</span><b id="total-change" class="{}">{} {}</b></div><div><span>flagged stacks</span><b id="flagged-count">{}</b></div></div>
 <p class="note">Base: {}. Test: {}.</p>
-<p class="note">{} stacks compared at {pct}&nbsp;% confidence{}: chance alone would flag about {:.1} of them (CPT Table 3). A stack is flagged when its interval excludes zero and its change is at least {}.</p>
-"#,
+<p class="note">{} stacks compared at {pct}&nbsp;% confidence{}: chance alone would flag about {:.1} of them (CPT Table 3). A stack is flagged when its interval excludes zero and its change is at least {}.</p>"#,
         base.requests(),
         fmt_ns(base.mean_latency().as_nanos() as u64),
         test.requests(),
@@ -203,20 +202,18 @@ fn render(params: &Params, bf: &Folded, tf: &Folded, r: &DiffReport) -> String {
         .map(|s| s.stack.len())
         .max()
         .unwrap_or(1);
-    let _ = write!(
+    let _ = writeln!(
         b,
         r#"<section class="flame"><h2>Differential flame graph</h2>
 <p class="note">Widths are the test selection's mean times; red frames got slower, blue faster, by how much the colour's depth says (hover for the exact change). <a href="/ui/diff.svg?{q}">Open the graph alone</a>.</p>
-<iframe id="flame" title="differential flame graph" src="/ui/diff.svg?{q}" style="height:{h}px"></iframe></section>
-"#,
+<iframe id="flame" title="differential flame graph" src="/ui/diff.svg?{q}" style="height:{h}px"></iframe></section>"#,
         q = esc(&svg_q),
         h = flame_height(depth),
     );
     let all = params.get("all").is_some();
-    let _ = write!(
+    let _ = writeln!(
         b,
-        r#"<h2>Changes</h2><table id="changes"><thead><tr><th>stack</th><th class="num">base</th><th class="num">test</th><th class="num">change</th><th class="num">{pct}&nbsp;% interval</th><th></th></tr></thead><tbody>
-"#
+        r#"<h2>Changes</h2><table id="changes"><thead><tr><th>stack</th><th class="num">base</th><th class="num">test</th><th class="num">change</th><th class="num">{pct}&nbsp;% interval</th><th></th></tr></thead><tbody>"#
     );
     let shown = if all { r.rows.len() } else { TOP };
     for row in r.rows.iter().take(shown) {
@@ -227,10 +224,9 @@ fn render(params: &Params, bf: &Folded, tf: &Folded, r: &DiffReport) -> String {
             (true, false) => ("flagged down", "▼ faster"),
             (false, _) => ("", "within noise"),
         };
-        let _ = write!(
+        let _ = writeln!(
             b,
-            r#"<tr class="{class}" data-stack="{}"><td class="stack"><span class="parents">{}</span><b>{}</b></td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="mark">{mark}</td></tr>
-"#,
+            r#"<tr class="{class}" data-stack="{}"><td class="stack"><span class="parents">{}</span><b>{}</b></td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td><td class="mark">{mark}</td></tr>"#,
             esc(&row.stack),
             parents
                 .iter()
@@ -258,10 +254,9 @@ fn render(params: &Params, bf: &Folded, tf: &Folded, r: &DiffReport) -> String {
         params.get("base").unwrap_or(""),
         params.get("test").unwrap_or(""),
     );
-    let _ = write!(
+    let _ = writeln!(
         b,
-        r#"<h2>Elsewhere</h2><ul class="links"><li>Each arm's profile: <a href="/ui/profile?{}">base</a>, <a href="/ui/profile?{}">test</a></li><li>With pprof: download <a href="/profile?{}">base</a> and <a href="/profile?{}">test</a>, then <code>go tool pprof -http=: -diff_base base.pb.gz test.pb.gz</code></li></ul>
-"#,
+        r#"<h2>Elsewhere</h2><ul class="links"><li>Each arm's profile: <a href="/ui/profile?{}">base</a>, <a href="/ui/profile?{}">test</a></li><li>With pprof: download <a href="/profile?{}">base</a> and <a href="/profile?{}">test</a>, then <code>go tool pprof -http=: -diff_base base.pb.gz test.pb.gz</code></li></ul>"#,
         esc(bq),
         esc(tq),
         esc(bq),

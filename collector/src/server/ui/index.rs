@@ -86,7 +86,7 @@ fn render(params: &Params, o: &Overview, open: bool) -> String {
     let range = params.without(&["service", "endpoint"]);
     let range_q = range.query();
     let mut b = String::new();
-    let _ = write!(
+    let _ = writeln!(
         b,
         r#"<form class="filters" method="get" action="/">
 <label>last <input name="last" value="{}" placeholder="e.g. 1h" size="6"></label>
@@ -94,8 +94,7 @@ fn render(params: &Params, o: &Overview, open: bool) -> String {
 <label>until <input name="until" value="{}" placeholder="RFC 3339 or Unix ns" size="22"></label>
 <button>Show</button>
 <span class="quick">{}</span>
-</form>
-"#,
+</form>"#,
         esc(params.get(page::LAST).unwrap_or("")),
         esc(params.get("since").unwrap_or("")),
         esc(params.get("until").unwrap_or("")),

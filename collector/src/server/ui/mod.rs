@@ -16,6 +16,8 @@
 //! A `SELECTION` is the key=value query of `GET /profile`
 //! ([`Selection::from_query`](crate::records::selection::Selection::from_query)),
 //! plus `last=DURATION` (e.g. `last=1h`: since that long before now).
+//! Profiles and comparisons fold the selection's newest records, 5 000 by
+//! default (`sample=N`, `sample=all`: [`fold`]).
 //!
 //! Every page is rendered on the server from the store (tables work
 //! without JavaScript); the only script is the one inside inferno's flame

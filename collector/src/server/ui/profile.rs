@@ -104,11 +104,10 @@ fn render(params: &Params, sel: &Selection, f: &Folded, sample: Sample, top: usi
     let agg = &f.agg;
     let own = params.without(&["top"]).query();
     let mut b = String::new();
-    let _ = write!(
+    let _ = writeln!(
         b,
         r#"<form class="filters" method="get" action="/ui/profile">{}<button>Show</button></form>
-<p class="selection">Selection: <code>{}</code></p>
-"#,
+<p class="selection">Selection: <code>{}</code></p>"#,
         page::selection_fields(params),
         esc(&sel.to_string())
     );
@@ -118,11 +117,10 @@ fn render(params: &Params, sel: &Selection, f: &Folded, sample: Sample, top: usi
     }
     let report = Report::new(agg);
     let mean = agg.mean_latency().as_nanos() as u64;
-    let _ = write!(
+    let _ = writeln!(
         b,
         r#"<p class="note">Folded: {}.</p>
-<div class="stats"><div><span>requests</span><b id="requests">{}</b></div><div><span>mean latency</span><b id="mean-latency">{}</b></div><div><span>p50</span><b>{}</b></div><div><span>p99</span><b>{}</b></div><div><span>stacks</span><b>{}</b></div></div>
-"#,
+<div class="stats"><div><span>requests</span><b id="requests">{}</b></div><div><span>mean latency</span><b id="mean-latency">{}</b></div><div><span>p50</span><b>{}</b></div><div><span>p99</span><b>{}</b></div><div><span>stacks</span><b>{}</b></div></div>"#,
         f.coverage(),
         agg.requests(),
         fmt_ns(mean),
@@ -136,31 +134,28 @@ fn render(params: &Params, sel: &Selection, f: &Folded, sample: Sample, top: usi
         .map(|s| s.stack.len())
         .max()
         .unwrap_or(1);
-    let _ = write!(
+    let _ = writeln!(
         b,
         r#"<section class="flame"><h2>Average critical path</h2>
 <p class="note">Width is mean time on the critical path per request; click a frame to zoom, “Search” (or Ctrl-F inside the graph) to highlight frames by name. <a href="/ui/flame.svg?{q}">Open the graph alone</a>.</p>
 <iframe id="flame" title="flame graph" src="/ui/flame.svg?{q}" style="height:{h}px"></iframe>
-</section>
-"#,
+</section>"#,
         q = esc(&graph_query(sel, sample)),
         h = flame_height(depth),
     );
-    let _ = write!(
+    let _ = writeln!(
         b,
         r#"<h2>Top stacks</h2>
 <p class="note">Each row is one frame stack on the path. <em>share</em>: of the mean latency; <em>on path</em>: of the requests; p50 / p99: its time in the requests it is on the path of.</p>
-<table id="stacks"><thead><tr><th>stack</th><th class="num">mean / request</th><th class="num">share</th><th class="num">on path</th><th class="num">p50</th><th class="num">p99</th></tr></thead><tbody>
-"#
+<table id="stacks"><thead><tr><th>stack</th><th class="num">mean / request</th><th class="num">share</th><th class="num">on path</th><th class="num">p50</th><th class="num">p99</th></tr></thead><tbody>"#
     );
     for row in report.rows.iter().take(top) {
         let frames: Vec<&str> = row.stack.split(';').collect();
         let (leaf, parents) = frames.split_last().unwrap_or((&"", &[]));
         let share = row.mean_per_request_nanos as f64 / mean.max(1) as f64;
-        let _ = write!(
+        let _ = writeln!(
             b,
-            r#"<tr><td class="stack"><span class="parents">{}</span><b>{}</b></td><td class="num">{}</td><td class="num">{:.1}&nbsp;%{}</td><td class="num">{:.0}&nbsp;%</td><td class="num">{}</td><td class="num">{}</td></tr>
-"#,
+            r#"<tr><td class="stack"><span class="parents">{}</span><b>{}</b></td><td class="num">{}</td><td class="num">{:.1}&nbsp;%{}</td><td class="num">{:.0}&nbsp;%</td><td class="num">{}</td><td class="num">{}</td></tr>"#,
             parents
                 .iter()
                 .map(|f| format!("{} › ", esc(f)))
@@ -187,7 +182,7 @@ fn render(params: &Params, sel: &Selection, f: &Folded, sample: Sample, top: usi
     }
     let exact = selection_query(sel);
     let flags = page::cli_flags(sel);
-    let _ = write!(
+    let _ = writeln!(
         b,
         r#"<h2>Elsewhere</h2>
 <ul class="links">
@@ -195,8 +190,7 @@ fn render(params: &Params, sel: &Selection, f: &Folded, sample: Sample, top: usi
 <li><a href="/ui/profile?{ex}">Link to exactly these records</a> (the time range fixed)</li>
 <li><a href="/ui/diff?test={own_enc}">Compare this selection with another</a></li>
 <li>The same from a shell: <code>curl -o profile.pb.gz 'http://HOST:PORT/profile?{ex_text}'</code>, or on the collector's machine <code>cpt profile --store STORE.db{flags} -o profile.pb.gz</code></li>
-</ul>
-"#,
+</ul>"#,
         ex = esc(&exact),
         ex_text = esc(&exact),
         own_enc = esc(&enc(&own)),

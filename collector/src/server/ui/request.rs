@@ -175,10 +175,9 @@ fn id_form(id: &str) -> String {
 fn render_one(b: &mut String, r: &Record, base: Option<&Baseline>) {
     let root = tree(r);
     let latency = root.total_ns;
-    let _ = write!(
+    let _ = writeln!(
         b,
-        r#"<section class="request"><div class="stats"><div><span>service</span><b>{}</b></div><div><span>endpoint</span><b>{}</b></div><div><span>trigger</span><b>{}</b></div><div><span>latency</span><b id="latency" data-ns="{latency}">{}</b></div><div><span>started</span><b>{}</b></div>{}</div>
-"#,
+        r#"<section class="request"><div class="stats"><div><span>service</span><b>{}</b></div><div><span>endpoint</span><b>{}</b></div><div><span>trigger</span><b>{}</b></div><div><span>latency</span><b id="latency" data-ns="{latency}">{}</b></div><div><span>started</span><b>{}</b></div>{}</div>"#,
         esc(&r.service),
         esc(r.endpoint.as_deref().unwrap_or("—")),
         r.trigger.as_str(),
@@ -212,7 +211,7 @@ fn render_one(b: &mut String, r: &Record, base: Option<&Baseline>) {
         Some(bl) => {
             let _ = write!(
                 b,
-                r#"<p class="note">Compared with the mean of {} sampled requests of the same endpoint within an hour of this one (the newest, at most 1000) (mean latency {}): <a href="/ui/profile?{}">their profile</a>.</p>"#,
+                r#"<p class="note">Compared with the mean of {} sampled requests of the same endpoint within an hour of this one (mean latency {}; the newest 1&nbsp;000 at most): <a href="/ui/profile?{}">their profile</a>.</p>"#,
                 bl.requests,
                 fmt_ns(bl.mean_latency_ns),
                 esc(&q)
@@ -229,10 +228,9 @@ fn render_one(b: &mut String, r: &Record, base: Option<&Baseline>) {
     } else {
         ""
     };
-    let _ = write!(
+    let _ = writeln!(
         b,
-        r#"<table class="tree" id="tree"><thead><tr><th>frame</th><th>service</th><th class="num">on path</th><th class="num">share</th><th class="num">self</th>{avg_head}<th></th></tr></thead><tbody>
-"#
+        r#"<table class="tree" id="tree"><thead><tr><th>frame</th><th>service</th><th class="num">on path</th><th class="num">share</th><th class="num">self</th>{avg_head}<th></th></tr></thead><tbody>"#
     );
     let mut ctx = Rows {
         latency,
@@ -244,10 +242,9 @@ fn render_one(b: &mut String, r: &Record, base: Option<&Baseline>) {
     for c in &root.children {
         ctx.node(b, c, 0);
     }
-    let _ = write!(
+    let _ = writeln!(
         b,
-        r#"</tbody><tfoot><tr><td colspan="2">leaves (own busy time and marked kinds) sum to</td><td class="num" id="leaf-sum" data-ns="{}">{}</td><td colspan="5">= latency {}; ★ the {} slowest leaves; [..] is time the path could not explain in detail</td></tr></tfoot></table>
-"#,
+        r#"</tbody><tfoot><tr><td colspan="2">leaves (own busy time and marked kinds) sum to</td><td class="num" id="leaf-sum" data-ns="{}">{}</td><td colspan="5">= latency {}; ★ the {} slowest leaves; [..] is time the path could not explain in detail</td></tr></tfoot></table>"#,
         root.leaf_sum(),
         fmt_ns(root.leaf_sum()),
         fmt_ns(latency),
@@ -261,10 +258,9 @@ fn render_one(b: &mut String, r: &Record, base: Option<&Baseline>) {
             .map(|s| s.stack.len())
             .max()
             .unwrap_or(1);
-        let _ = write!(
+        let _ = writeln!(
             b,
-            r#"<h2>As a flame graph</h2><iframe class="flame" title="flame graph of this request" src="/ui/flame.svg?request_id={}" style="height:{}px"></iframe>
-"#,
+            r#"<h2>As a flame graph</h2><iframe class="flame" title="flame graph of this request" src="/ui/flame.svg?request_id={}" style="height:{}px"></iframe>"#,
             esc(&enc(id)),
             super::profile::flame_height(depth + 1)
         );
@@ -315,10 +311,9 @@ impl Rows<'_> {
                 fmt_ns(delta.unsigned_abs() as u64)
             )
         });
-        let _ = write!(
+        let _ = writeln!(
             b,
-            r#"<tr{class} data-leaf-ns="{leaf_ns}"><td class="frame" style="--depth:{depth}">{}</td><td>{}</td><td class="num" data-ns="{}">{}</td><td class="num">{:.1}&nbsp;%{}</td><td class="num">{}</td>{}<td>{star}</td></tr>
-"#,
+            r#"<tr{class} data-leaf-ns="{leaf_ns}"><td class="frame" style="--depth:{depth}">{}</td><td>{}</td><td class="num" data-ns="{}">{}</td><td class="num">{:.1}&nbsp;%{}</td><td class="num">{}</td>{}<td>{star}</td></tr>"#,
             esc(&label),
             if n.kind.is_some() {
                 String::new()
