@@ -288,6 +288,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     "cpt serve: profiles: go tool pprof -http=: '{http_scheme}://{a}/profile?service=SERVICE'"
                 );
             }
+            eprintln!(
+                "cpt serve: web pages: {http_scheme}://{a}/ ({})",
+                if config_has_read_token {
+                    "sign in with the token from --read-token-file"
+                } else {
+                    "open to anyone who can reach the port; see --read-token-file"
+                }
+            );
         }
         collector.run_until(shutdown_signal()).await?;
         eprintln!("cpt serve: stopped");

@@ -214,7 +214,8 @@ impl DiffReport {
     }
 }
 
-fn fmt_signed(ns: f64) -> String {
+/// A signed change for people: `+1.20ms`, `-850ns`, `?` when unknown.
+pub(crate) fn fmt_signed(ns: f64) -> String {
     if ns.is_nan() {
         return "?".into();
     }

@@ -10,6 +10,7 @@
 //!   per-stack table of how often and how long built from them.
 //! - [`diff`]: two aggregates compared, with a noise bound.
 //! - [`flame`]: an aggregate as a flame graph (SVG).
+//! - [`tree`]: one request's path as a tree, and an endpoint's mean of it.
 //!
 //! The modules depend on each other in one direction only: `histogram` on
 //! nothing here, `aggregate` on `histogram`, the rest on `aggregate`; all of
@@ -21,5 +22,6 @@ pub mod flame;
 pub mod histogram;
 pub mod pprof;
 pub mod report;
+pub mod tree;
 
 pub use pprof::*;

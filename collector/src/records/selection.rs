@@ -552,7 +552,7 @@ pub fn format_time(unix_nanos: u64) -> String {
     humantime::format_rfc3339_nanos(UNIX_EPOCH + Duration::from_nanos(unix_nanos)).to_string()
 }
 
-fn percent_decode(s: &str) -> Result<String, SelectionError> {
+pub(crate) fn percent_decode(s: &str) -> Result<String, SelectionError> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

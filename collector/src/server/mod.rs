@@ -60,6 +60,7 @@
 //! | `grpc_api.rs` | `cpt.collector.v1.Collector/Export` |
 //! | `receiving.rs` | receiving slots shared fairly between peer addresses, the minimum body rate |
 //! | `tls.rs` | the TLS certificate and key of both ports |
+//! | `ui/` | the web pages: `/`, `/ui/profile`, `/ui/request`, `/ui/diff` |
 //! | `listen.rs` | accepting connections: header-read and idle timeouts, HTTP/2 stream limit |
 //! | [`store`] | the SQLite store both the server and `cpt import` write |
 //! | `mod.rs` (here) | [`ServeConfig`], starting and stopping a [`Collector`] |
@@ -85,6 +86,7 @@ mod receiving;
 mod staging;
 pub mod store;
 mod tls;
+mod ui;
 mod writer;
 
 use admission::{Counters, Ingest};
@@ -541,7 +543,10 @@ impl Collector {
         if let Some(addr) = config.http {
             let listener = bind("http", addr).await?;
             http_addr = Some(local_addr("http", addr, &listener)?);
-            let app = router(ingest.clone());
+            let app = router(ingest.clone()).merge(ui::router(ui::UiState::new(
+                ingest.store_path.clone(),
+                ui::ReadGate::new(config.read_token.as_deref()),
+            )));
             let stopped = stopped.clone();
             let tls = tls.clone();
             servers.push(tokio::spawn(async move {

@@ -891,7 +891,7 @@ impl Store {
         let (tx, rx) = mpsc::sync_channel(READ_AHEAD);
         let reader = thread::Builder::new()
             .name("cpt-store-reader".into())
-            .spawn(move || read_rows(&path, &sql, params, limit, &tx))
+            .spawn(move || read_rows(&path, &sql, params, 0, limit, &tx))
             .map_err(|e| StoreError::Sqlite {
                 path: self.path.clone(),
                 context: "start reader thread",
@@ -904,5 +904,7 @@ impl Store {
     }
 }
 
+mod summary;
+pub use summary::EndpointSummary;
 #[cfg(test)]
 mod tests;

@@ -142,13 +142,15 @@ impl StoreQuery {
 }
 
 /// Read the rows of a chunked query ([`StoreQuery::sql`]) committed when
-/// the read began, at most `limit`, one short read transaction per chunk of
+/// the read began with an id above `after`, at most `limit`, one short read
+/// transaction per chunk of
 /// [`SNAPSHOT_ROWS`] rows, parsing each chunk's JSON on the rayon pool and
 /// sending the records in order.
 pub(super) fn read_rows(
     path: &Path,
     sql: &str,
     params: Vec<Value>,
+    after: i64,
     limit: Option<u64>,
     tx: &mpsc::SyncSender<Result<Record, StoreError>>,
 ) {
@@ -171,7 +173,7 @@ pub(super) fn read_rows(
             .query_row("SELECT coalesce(max(id), 0) FROM records", [], |r| r.get(0))
             .map_err(sqlite("read the last record id"))?;
         let mut left = limit.unwrap_or(u64::MAX);
-        let mut after = 0i64;
+        let mut after = after;
         while left > 0 {
             let want = left.min(SNAPSHOT_ROWS as u64);
             let mut all = params.clone();

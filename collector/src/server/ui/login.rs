@@ -1,0 +1,136 @@
+//! `/ui/login`: the read-token form. `POST` checks the token through the
+//! same [`ReadGate::allows`](super::ReadGate::allows) every page uses, and
+//! on success sets the cookie [`READ_COOKIE`] (`HttpOnly`: no script reads
+//! it; `SameSite=Strict`: no other site's page sends it; `Path=/`: the API
+//! accepts it too) and sends the browser back where it was going. A wrong
+//! token gets the form again with 401, and nothing is set.
+//! `POST /ui/logout` clears the cookie.
+
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State};
+use axum::response::Response;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+
+use super::page::{self, Params, Tab, esc};
+use super::{READ_COOKIE, UiState};
+
+/// Where to go after signing in: a local path only (never another site).
+fn local_next(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        _ => "/".to_owned(),
+    }
+}
+
+fn form_html(next: &str, problem: Option<&str>, open: bool) -> String {
+    let problem = problem
+        .map(|p| format!(r#"<p class="error" id="login-error">{}</p>"#, esc(p)))
+        .unwrap_or_default();
+    let open_note = if open {
+        r#"<p class="note">This collector has no read token configured: every page is open.</p>"#
+    } else {
+        ""
+    };
+    format!(
+        r#"{open_note}<p>This collector's pages need its read token (the content of the file given to <code>cpt serve --read-token-file</code>). It is kept in an HttpOnly cookie for this site only.</p>
+{problem}<form class="login" method="post" action="/ui/login">
+<input type="hidden" name="next" value="{}">
+<label>read token <input type="password" name="token" autocomplete="current-password" required autofocus></label>
+<button>Sign in</button>
+</form>
+<form class="login" method="post" action="/ui/logout"><button class="secondary">Sign out</button></form>
+"#,
+        esc(next)
+    )
+}
+
+fn form_page(state: &UiState, next: &str) -> Response {
+    page::respond(
+        StatusCode::OK,
+        page::html(
+            Tab::None,
+            "Sign in",
+            "",
+            &form_html(next, None, state.gate.is_open()),
+        ),
+    )
+}
+
+pub(super) async fn form(State(state): State<UiState>, RawQuery(q): RawQuery) -> Response {
+    let params = Params::parse(q.as_deref()).unwrap_or_default();
+    let next = local_next(params.get("next"));
+    form_page(&state, &next)
+}
+
+pub(super) async fn submit(State(state): State<UiState>, body: Bytes) -> Response {
+    let text = String::from_utf8_lossy(&body);
+    let params = Params::parse(Some(&text)).unwrap_or_default();
+    let next = local_next(params.get("next"));
+    let token = params.get("token").unwrap_or("").trim().to_owned();
+    let refuse = |msg: &str| {
+        page::respond(
+            StatusCode::UNAUTHORIZED,
+            page::html(
+                Tab::None,
+                "Sign in",
+                "",
+                &form_html(&next, Some(msg), state.gate.is_open()),
+            ),
+        )
+    };
+    if state.gate.is_open() {
+        return page::redirect(&next);
+    }
+    // A token a cookie cannot carry (RFC 6265 cookie-octets) is still good
+    // in the Authorization header.
+    if token.is_empty()
+        || !token
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b"\";,\\".contains(&b))
+    {
+        return refuse(
+            "That is not this collector's read token. (A token with quotes, commas, semicolons or backslashes cannot be kept in a cookie: send it as Authorization: Bearer instead.)",
+        );
+    }
+    let mut presented = HeaderMap::new();
+    let Ok(bearer) = HeaderValue::from_str(&format!("Bearer {token}")) else {
+        return refuse("That is not this collector's read token.");
+    };
+    presented.insert(header::AUTHORIZATION, bearer);
+    if !state.gate.allows(&presented) {
+        return refuse("That is not this collector's read token.");
+    }
+    let mut resp = page::redirect(&next);
+    if let Ok(cookie) = HeaderValue::from_str(&format!(
+        "{READ_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
+    )) {
+        resp.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    resp
+}
+
+pub(super) async fn logout() -> Response {
+    let mut resp = page::redirect("/ui/login");
+    resp.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("cpt_read_token=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+    );
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_stays_on_this_site() {
+        assert_eq!(
+            local_next(Some("/ui/profile?service=A")),
+            "/ui/profile?service=A"
+        );
+        assert_eq!(local_next(Some("//evil.example/")), "/");
+        assert_eq!(local_next(Some("https://evil.example/")), "/");
+        assert_eq!(local_next(Some("/\\evil.example")), "/");
+        assert_eq!(local_next(None), "/");
+    }
+}
