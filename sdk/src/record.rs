@@ -41,9 +41,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Where records go; defined in [`export`](crate::export), re-exported here
-/// for existing imports.
-pub use crate::export::RecordSink;
 use crate::path::{Accounting, CriticalPath, Frame, FrameId, Location, SegmentKind};
 use crate::trigger::Trigger;
 

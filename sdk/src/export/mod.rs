@@ -47,8 +47,6 @@ use std::time::{Duration, Instant};
 use crate::record::Record;
 
 mod json_lines;
-#[cfg(feature = "testing")]
-pub use crate::testing::RecordingSink;
 pub use json_lines::{JsonLines, json_lines_file};
 
 /// Where finished records go.

@@ -90,7 +90,7 @@ pub(super) fn fold(
         "{}|{:?}|{}",
         store.last_row_id()?,
         sample.0,
-        super::profile::selection_query(sel)
+        super::page::selection_query(sel)
     );
     if let Ok(kept) = cache.kept.lock() {
         if let Some((_, f)) = kept.iter().find(|(k, _)| *k == key) {

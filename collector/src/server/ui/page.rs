@@ -1,6 +1,7 @@
 //! What every page shares: the HTML frame, escaping, query strings, the
 //! selection a page's query describes, and error pages.
 
+use crate::profile::aggregate::file::selection_pairs;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -354,6 +355,19 @@ pub(super) fn selection_fields(params: &Params) -> String {
         opt("forced"),
         opt("all"),
     )
+}
+
+/// The selection as a `GET /profile` query (absolute times, every key
+/// explicit): a permanent link to the same records.
+pub(super) fn selection_query(sel: &Selection) -> String {
+    selection_pairs(sel)
+        .iter()
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            format!("{k}={}", enc(v))
+        })
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 #[cfg(test)]

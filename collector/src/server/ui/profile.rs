@@ -19,9 +19,8 @@ use http::{StatusCode, header};
 
 use super::UiState;
 use super::fold::{Folded, Sample, fold};
-use super::page::{self, PageError, Params, Tab, bar, enc, esc};
+use super::page::{self, PageError, Params, Tab, bar, enc, esc, selection_query};
 use crate::format::{fmt_ns, plural};
-use crate::profile::aggregate::file::selection_pairs;
 use crate::profile::flame::{FlameOptions, flame_svg};
 use crate::profile::report::Report;
 use crate::records::selection::Selection;
@@ -30,19 +29,6 @@ use crate::records::selection::Selection;
 const TOP: usize = 25;
 /// The page's own keys (not selection keys).
 const PAGE_KEYS: &[&str] = &["top", "sample"];
-
-/// The selection as a `GET /profile` query (absolute times, every key
-/// explicit): a permanent link to the same records.
-pub(super) fn selection_query(sel: &Selection) -> String {
-    selection_pairs(sel)
-        .iter()
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            format!("{k}={}", enc(v))
-        })
-        .collect::<Vec<_>>()
-        .join("&")
-}
 
 /// Height in CSS pixels of inferno's SVG for stacks `depth` frames deep
 /// (16 px a frame plus the title, subtitle and details bar).
