@@ -4,7 +4,7 @@
 //! at its first occurrence with the fix, then rate-limited.
 
 use bytes::Bytes;
-use cpt_middleware::{ClientLayer, ServerLayer, SharedSecret, header};
+use cpt_middleware::{ClientLayer, ForceAuth, ServerLayer, SharedSecret, header};
 use cpt_sdk::Trigger;
 use cpt_sdk::layer::CriticalPathLayer;
 use cpt_sdk::request::{self, RequestOptions};
@@ -160,4 +160,42 @@ fn a_callee_that_returns_no_path_is_logged_as_a_blind_spot_then_rate_limited() {
         w[0].contains("[blind spot]") && w[0].contains("ServerLayer"),
         "{w:?}"
     );
+}
+
+fn forcing_request(credential: &str) -> Request<Full<Bytes>> {
+    Request::post("http://a/pkg.A/Method")
+        .header(header::REQUEST_ID, "op-42")
+        .header(header::FORCE, credential)
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+#[test]
+fn a_refused_force_credential_is_logged_with_its_reason_once_per_reason() {
+    let layer = ServerLayer::grpc("A")
+        .with_sampler(())
+        .with_force_auth(ForceAuth::none().hmac_key(b"k3y"));
+    let log = logged(|| async {
+        // An old-format credential twice, then a cpt1 one that does not parse.
+        for credential in [&"ab".repeat(32), &"ab".repeat(32), "cpt1.not-a-credential"] {
+            let (svc, mut handle): (Mock, MockHandle) = mock::pair();
+            let svc = layer.layer(svc);
+            let (resp, ()) = tokio::join!(svc.oneshot(forcing_request(credential)), async {
+                let (_req, send) = handle.next_request().await.unwrap();
+                send.send_response(Response::new(Full::new(Bytes::new())));
+            });
+            resp.unwrap();
+        }
+    });
+    let w = log.lines_with("WARN");
+    assert_eq!(w.len(), 2, "one line per reason within the minute: {w:?}");
+    assert!(
+        w[0].contains("ignored x-cpt-force") && w[0].contains("old format"),
+        "{w:?}"
+    );
+    assert!(
+        w[0].contains("cpt force --service"),
+        "says how to mint a new one: {w:?}"
+    );
+    assert!(w[1].contains("not a force credential"), "{w:?}");
 }
