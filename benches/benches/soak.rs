@@ -10,7 +10,8 @@
 //! `/v1/stats`), acknowledgement latency per batch (p50, p99, max, and the
 //! slowest batches with when they were sent), ingest rate per 20 s window
 //! and while a profile runs against while none does, each profile's
-//! duration, and the WAL's size (max, and per window). Exits non-zero when
+//! duration, and the WAL's size (max, per window, and each time it was cut
+//! back, with the slowest acknowledgement around that moment). Exits non-zero when
 //! a stored count differs from the acknowledged one.
 //!
 //! Run: `cargo bench -p cpt-benches --bench soak`.
@@ -623,6 +624,34 @@ fn report(r: &Report<'_>) -> ExitCode {
         r.wal.len(),
         mib(wal_last)
     );
+
+    // Each time the WAL was cut back by more than 64 MiB between two
+    // samples, with the slowest acknowledgement in flight within a second
+    // of it: a stall caused by the truncation shows up beside it.
+    println!("WAL cut back (from → to, slowest ack in flight within 1 s):");
+    for pair in r.wal.windows(2) {
+        let ((_, before), (t, after)) = (pair[0], pair[1]);
+        if before.saturating_sub(after) <= 64 << 20 {
+            continue;
+        }
+        let near = |a: &&Ack| {
+            let (from, to) = (a.sent, a.sent + a.latency);
+            to + Duration::from_secs(1) >= t && from <= t + Duration::from_secs(1)
+        };
+        let slowest = acks
+            .iter()
+            .filter(near)
+            .map(|a| a.latency)
+            .max()
+            .unwrap_or_default();
+        println!(
+            "  at {:>6.1}s: {:>7.1} → {:>6.1} MiB, {:>7.1} ms",
+            t.as_secs_f64(),
+            mib(before),
+            mib(after),
+            ms(slowest)
+        );
+    }
 
     let mut ok = true;
     if acked != r.stored {
