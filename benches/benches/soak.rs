@@ -1,0 +1,676 @@
+//! Ingest with profiles running beside it: `cpt serve` (in process, a store
+//! in a temporary directory, durable acknowledgements) takes batches of 200
+//! records from 4 HTTP senders, each sending its next batch as soon as the
+//! last one is acknowledged, while a reader asks `GET /profile` over the
+//! whole store every 20 s and a sampler reads the size of the store's WAL
+//! (`STORE-wal`) every 250 ms.
+//!
+//! Printed at the end: records acknowledged against records stored (the
+//! store opened read-only after shutdown, and the collector's
+//! `/v1/stats`), acknowledgement latency per batch (p50, p99, max, and the
+//! slowest batches with when they were sent), ingest rate per 20 s window
+//! and while a profile runs against while none does, each profile's
+//! duration, and the WAL's size (max, per window, and each time it was cut
+//! back, with the slowest acknowledgement around that moment). Exits non-zero when
+//! a stored count differs from the acknowledged one.
+//!
+//! Run: `cargo bench -p cpt-benches --bench soak`.
+//!
+//! Environment:
+//! - `CPT_SOAK_SECS`: how long the senders send (default 480);
+//! - `CPT_SOAK_DIR`: where the temporary store goes (default the
+//!   target's tmp directory); the store grows by about 3.3 kB a record,
+//!   some 50 MB/s at full speed;
+//! - `CPT_SOAK_MAX_GIB`: the senders stop early, saying so, when the store
+//!   (database and WAL) reaches this size (default 14).
+
+#[path = "support/records.rs"]
+#[allow(dead_code)] // figure1_path is for paths of 25–35 segments
+mod records;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cpt_collector::ingest::{self, proto};
+use cpt_collector::serve::{Collector, ServeConfig};
+use cpt_collector::store::Store;
+use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
+use cpt_sdk::record::Record;
+use cpt_sdk::testing::SplitMix64 as Rng;
+use cpt_sdk::trigger::Trigger;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use records::stack_pool;
+
+const SENDERS: usize = 4;
+const BATCH: usize = 200;
+/// Distinct batches each sender cycles through.
+const BATCHES_PER_SENDER: usize = 16;
+const PROFILE_EVERY: Duration = Duration::from_secs(20);
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+const WINDOW: Duration = Duration::from_secs(20);
+
+/// A record of 4–15 segments drawn from `stacks`, 10 µs–2 ms each.
+fn record(rng: &mut Rng, stacks: &[Vec<Frame>], i: u64) -> Record {
+    let mut p = CriticalPath::new();
+    for _ in 0..4 + rng.below(12) {
+        let stack = &stacks[rng.below(stacks.len() as u64) as usize];
+        let kind = match rng.below(20) {
+            0 => SegmentKind::Network,
+            1 => SegmentKind::Unattributed,
+            2 => SegmentKind::Queueing,
+            _ => SegmentKind::Busy,
+        };
+        p.push_frames(
+            stack.iter().cloned(),
+            Duration::from_micros(10 + rng.below(2_000)),
+            kind,
+        );
+    }
+    let service = ["A", "B", "C"][rng.below(3) as usize];
+    let mut r = Record::new(service, Trigger::Sampled, p);
+    r.endpoint = Some(format!("/{service}/Run{}", rng.below(4)));
+    r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i * 1_000_000);
+    r.request_id = Some(format!("req-{i}"));
+    r.labels
+        .insert("arm".into(), if i % 2 == 0 { "a" } else { "b" }.into());
+    r
+}
+
+/// One acknowledged batch: when it was sent (since the start) and how long
+/// its acknowledgement took.
+#[derive(Clone, Copy)]
+struct Ack {
+    sent: Duration,
+    latency: Duration,
+}
+
+#[derive(Default)]
+struct SenderLog {
+    acks: Vec<Ack>,
+    records: u64,
+    refused: u64,
+    errors: Vec<String>,
+}
+
+/// Sends pre-encoded batches to `url` until `stop`, each as soon as the
+/// previous one is acknowledged; a refused batch (503, 429) is sent again
+/// after its `Retry-After` (at most 1 s).
+fn sender(url: String, batches: Vec<Bytes>, t0: Instant, stop: Arc<AtomicBool>) -> SenderLog {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client: Client<HttpConnector, Full<Bytes>> = {
+        let _g = rt.enter();
+        Client::builder(TokioExecutor::new()).build_http()
+    };
+    let mut log = SenderLog::default();
+    rt.block_on(async {
+        let mut k = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let body = batches[k % batches.len()].clone();
+            let sent = Instant::now();
+            let req = http::Request::post(&url)
+                .header(http::header::CONTENT_TYPE, ingest::CONTENT_TYPE_PROTOBUF)
+                .body(Full::new(body))
+                .unwrap();
+            let resp = match client.request(req).await {
+                Ok(r) => r,
+                Err(e) => {
+                    log.errors.push(format!("sending: {e}"));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let status = resp.status();
+            let body = match resp.into_body().collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => {
+                    log.errors.push(format!("reading the acknowledgement: {e}"));
+                    continue;
+                }
+            };
+            let latency = sent.elapsed();
+            if status.is_success() {
+                log.acks.push(Ack {
+                    sent: sent - t0,
+                    latency,
+                });
+                log.records += BATCH as u64;
+                k += 1;
+            } else if status == http::StatusCode::SERVICE_UNAVAILABLE
+                || status == http::StatusCode::TOO_MANY_REQUESTS
+            {
+                log.refused += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            } else {
+                log.errors
+                    .push(format!("{status}: {}", String::from_utf8_lossy(&body)));
+                if log.errors.len() > 100 {
+                    break;
+                }
+            }
+        }
+    });
+    log
+}
+
+/// One `/profile`: when it started (since the start), how long it took,
+/// the size of the answer.
+struct ProfileRun {
+    started: Duration,
+    took: Duration,
+    bytes: usize,
+    error: Option<String>,
+}
+
+/// Asks `GET url` every [`PROFILE_EVERY`] (or right after the previous one
+/// when that took longer) until `stop`.
+fn reader(url: String, t0: Instant, stop: Arc<AtomicBool>) -> Vec<ProfileRun> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // A fresh connection for each profile: one kept idle for 20 s may have
+    // been closed by the collector's idle timeout meanwhile.
+    let client: Client<HttpConnector, Full<Bytes>> = {
+        let _g = rt.enter();
+        Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build_http()
+    };
+    let mut runs = Vec::new();
+    let mut next = t0 + PROFILE_EVERY;
+    loop {
+        while Instant::now() < next {
+            if stop.load(Ordering::Relaxed) {
+                return runs;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        let started = Instant::now();
+        let result = rt.block_on(async {
+            let req = http::Request::get(&url)
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let resp = client.request(req).await.map_err(|e| e.to_string())?;
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| e.to_string())?
+                .to_bytes();
+            if status.is_success() {
+                Ok(body.len())
+            } else {
+                Err(format!("{status}: {}", String::from_utf8_lossy(&body)))
+            }
+        });
+        let took = started.elapsed();
+        runs.push(ProfileRun {
+            started: started - t0,
+            took,
+            bytes: *result.as_ref().unwrap_or(&0),
+            error: result.err(),
+        });
+        next += PROFILE_EVERY;
+        next = next.max(Instant::now());
+    }
+}
+
+/// `(since the start, WAL bytes)` every [`SAMPLE_EVERY`] until `stop`.
+fn sampler(wal: PathBuf, t0: Instant, stop: Arc<AtomicBool>) -> Vec<(Duration, u64)> {
+    let mut samples = Vec::new();
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+        samples.push((t0.elapsed(), size));
+        next += SAMPLE_EVERY;
+        if let Some(d) = next.checked_duration_since(Instant::now()) {
+            thread::sleep(d);
+        }
+    }
+    samples
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1 << 20) as f64
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn stats(http: SocketAddr) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client: Client<HttpConnector, Full<Bytes>> = {
+        let _g = rt.enter();
+        Client::builder(TokioExecutor::new()).build_http()
+    };
+    rt.block_on(async {
+        let req = http::Request::get(format!("http://{http}/v1/stats"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        match client.request(req).await {
+            Ok(resp) => match resp.into_body().collect().await {
+                Ok(b) => String::from_utf8_lossy(&b.to_bytes()).trim().to_string(),
+                Err(e) => format!("unreadable: {e}"),
+            },
+            Err(e) => format!("unreachable: {e}"),
+        }
+    })
+}
+
+/// `"accepted_records": N` out of `/v1/stats`' JSON.
+fn accepted_records(stats: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(stats).ok()?;
+    v.get("accepted_records")?.as_u64()
+}
+
+fn main() -> ExitCode {
+    // `cargo bench` passes `--bench` (and filters); this bench takes none.
+    let secs: u64 = std::env::var("CPT_SOAK_SECS")
+        .ok()
+        .map(|s| {
+            s.parse()
+                .expect("CPT_SOAK_SECS: a whole number of seconds, e.g. 480")
+        })
+        .unwrap_or(480);
+    let duration = Duration::from_secs(secs);
+    let max_store: u64 = std::env::var("CPT_SOAK_MAX_GIB")
+        .ok()
+        .map(|s| {
+            s.parse::<u64>()
+                .expect("CPT_SOAK_MAX_GIB: a whole number of GiB, e.g. 14")
+        })
+        .unwrap_or(14)
+        << 30;
+    let base: PathBuf = std::env::var_os("CPT_SOAK_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
+    std::fs::create_dir_all(&base).unwrap();
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let store_path = dir.path().join("store.db");
+    let wal_path = {
+        let mut s = store_path.clone().into_os_string();
+        s.push("-wal");
+        PathBuf::from(s)
+    };
+
+    println!(
+        "soak: {SENDERS} HTTP senders, batches of {BATCH} records (4–15 segments), \
+         GET /profile every {}s, WAL sampled every {}ms, for {secs}s",
+        PROFILE_EVERY.as_secs(),
+        SAMPLE_EVERY.as_millis()
+    );
+    println!("store: {}", store_path.display());
+    println!("load average before: {}", load_average());
+
+    // Batches, encoded once: distinct records across all senders.
+    let stacks = stack_pool(&mut Rng::new(7));
+    let mut rng = Rng::new(42);
+    let mut i = 0u64;
+    let pools: Vec<Vec<Bytes>> = (0..SENDERS)
+        .map(|_| {
+            (0..BATCHES_PER_SENDER)
+                .map(|_| {
+                    let records: Vec<Record> = (0..BATCH)
+                        .map(|_| {
+                            i += 1;
+                            record(&mut rng, &stacks, i)
+                        })
+                        .collect();
+                    Bytes::from(prost::Message::encode_to_vec(
+                        &proto::RecordBatch::from_records(&records),
+                    ))
+                })
+                .collect()
+        })
+        .collect();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let collector = rt
+        .block_on(Collector::start(
+            ServeConfig::new(&store_path).with_http(loopback),
+        ))
+        .unwrap();
+    let http = collector.http_addr().unwrap();
+
+    let t0 = Instant::now();
+    let stop_senders = Arc::new(AtomicBool::new(false));
+    let stop_watch = Arc::new(AtomicBool::new(false));
+    let senders: Vec<_> = pools
+        .into_iter()
+        .enumerate()
+        .map(|(n, batches)| {
+            let url = format!("http://{http}{}", ingest::HTTP_RECORDS_PATH);
+            let stop = stop_senders.clone();
+            thread::Builder::new()
+                .name(format!("soak-sender-{n}"))
+                .spawn(move || sender(url, batches, t0, stop))
+                .unwrap()
+        })
+        .collect();
+    let reader_thread = {
+        let url = format!("http://{http}/profile");
+        let stop = stop_senders.clone();
+        thread::spawn(move || reader(url, t0, stop))
+    };
+    let sampler_thread = {
+        let stop = stop_watch.clone();
+        let wal = wal_path.clone();
+        thread::spawn(move || sampler(wal, t0, stop))
+    };
+
+    let mut next_tick = t0 + Duration::from_secs(60);
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    while t0.elapsed() < duration {
+        thread::sleep(Duration::from_millis(200));
+        let store_size = size(&store_path) + size(&wal_path);
+        if store_size >= max_store {
+            println!(
+                "stopping early at {:.1}s: the store reached {:.1} GiB (CPT_SOAK_MAX_GIB)",
+                t0.elapsed().as_secs_f64(),
+                store_size as f64 / (1u64 << 30) as f64
+            );
+            break;
+        }
+        if Instant::now() >= next_tick {
+            eprintln!(
+                "  {:>4}s  load {}  WAL {:.1} MiB",
+                t0.elapsed().as_secs(),
+                load_average(),
+                mib(size(&wal_path))
+            );
+            next_tick += Duration::from_secs(60);
+        }
+    }
+    stop_senders.store(true, Ordering::Relaxed);
+    let logs: Vec<SenderLog> = senders.into_iter().map(|t| t.join().unwrap()).collect();
+    let sending = t0.elapsed();
+    let load_end = load_average();
+    // A profile still running finishes before the collector stops.
+    let profiles = reader_thread.join().unwrap();
+    let stats_json = stats(http);
+    rt.block_on(collector.shutdown()).unwrap();
+    stop_watch.store(true, Ordering::Relaxed);
+    let wal = sampler_thread.join().unwrap();
+    let stored = Store::open_read_only(&store_path)
+        .and_then(|s| s.len())
+        .expect("the store opens read-only and counts its records");
+
+    report(&Report {
+        logs: &logs,
+        profiles: &profiles,
+        wal: &wal,
+        sending,
+        load_end: &load_end,
+        stats_json: &stats_json,
+        stored,
+        store_path: &store_path,
+    })
+}
+
+struct Report<'a> {
+    logs: &'a [SenderLog],
+    profiles: &'a [ProfileRun],
+    wal: &'a [(Duration, u64)],
+    sending: Duration,
+    load_end: &'a str,
+    stats_json: &'a str,
+    stored: u64,
+    store_path: &'a Path,
+}
+
+fn report(r: &Report<'_>) -> ExitCode {
+    let acked: u64 = r.logs.iter().map(|l| l.records).sum();
+    let refused: u64 = r.logs.iter().map(|l| l.refused).sum();
+    let errors: Vec<&String> = r.logs.iter().flat_map(|l| &l.errors).collect();
+    let mut acks: Vec<Ack> = r.logs.iter().flat_map(|l| l.acks.iter().copied()).collect();
+    acks.sort_by_key(|a| a.sent);
+    let mut lat: Vec<Duration> = acks.iter().map(|a| a.latency).collect();
+    lat.sort();
+    let secs = r.sending.as_secs_f64();
+    let store_bytes: u64 = ["", "-wal", "-shm"]
+        .iter()
+        .filter_map(|s| {
+            let mut p = r.store_path.as_os_str().to_owned();
+            p.push(s);
+            std::fs::metadata(PathBuf::from(p)).ok().map(|m| m.len())
+        })
+        .sum();
+
+    println!();
+    println!("load average at the end of sending: {}", r.load_end);
+    println!(
+        "sent for {secs:.1}s: {} batches acknowledged, {refused} refused and resent, {} errors",
+        acks.len(),
+        errors.len()
+    );
+    for e in errors.iter().take(5) {
+        println!("  error: {e}");
+    }
+    println!(
+        "store after shutdown: {:.0} MiB ({:.0} bytes a record)",
+        mib(store_bytes),
+        store_bytes as f64 / r.stored.max(1) as f64
+    );
+
+    println!();
+    println!("records: acknowledged {acked}, stored {}", r.stored);
+    println!("/v1/stats: {}", r.stats_json);
+    let stats_accepted = accepted_records(r.stats_json);
+
+    println!();
+    println!(
+        "ack latency per batch of {BATCH}: p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms",
+        ms(percentile(&lat, 0.50)),
+        ms(percentile(&lat, 0.99)),
+        ms(percentile(&lat, 0.999)),
+        ms(percentile(&lat, 1.0)),
+    );
+    println!(
+        "acks over 200 ms: {}, over 1 s: {}",
+        lat.iter()
+            .filter(|l| **l > Duration::from_millis(200))
+            .count(),
+        lat.iter().filter(|l| **l > Duration::from_secs(1)).count()
+    );
+    let mut slowest = acks.clone();
+    slowest.sort_by_key(|a| std::cmp::Reverse(a.latency));
+    println!("slowest acks (sent at):");
+    for a in slowest.iter().take(5) {
+        println!(
+            "  {:>8.1} ms at {:>6.1}s",
+            ms(a.latency),
+            a.sent.as_secs_f64()
+        );
+    }
+
+    // Per window: records acknowledged (by when the ack came), WAL max.
+    println!();
+    println!("per {}s window:", WINDOW.as_secs());
+    println!(
+        "  {:>9}  {:>10}  {:>10}  {:>11}  {:>9}",
+        "window", "records/s", "ack p99 ms", "ack max ms", "WAL max MiB"
+    );
+    let windows = (r.sending.as_secs_f64() / WINDOW.as_secs_f64()).ceil() as usize;
+    for w in 0..windows {
+        let from = WINDOW * w as u32;
+        let to = from + WINDOW;
+        let done = |a: &&Ack| {
+            let t = a.sent + a.latency;
+            t >= from && t < to
+        };
+        let mut wl: Vec<Duration> = acks.iter().filter(done).map(|a| a.latency).collect();
+        wl.sort();
+        let span = (to.min(r.sending) - from).as_secs_f64();
+        let wal_max = r
+            .wal
+            .iter()
+            .filter(|(t, _)| *t >= from && *t < to)
+            .map(|(_, b)| *b)
+            .max()
+            .unwrap_or(0);
+        println!(
+            "  {:>4}-{:<4}  {:>10.0}  {:>10.1}  {:>11.1}  {:>11.1}",
+            from.as_secs(),
+            to.as_secs(),
+            (wl.len() * BATCH) as f64 / span,
+            ms(percentile(&wl, 0.99)),
+            ms(percentile(&wl, 1.0)),
+            mib(wal_max)
+        );
+    }
+
+    // Ingest while a profile runs against while none does.
+    let in_profile = |t: Duration| {
+        r.profiles
+            .iter()
+            .any(|p| t >= p.started && t < p.started + p.took)
+    };
+    let profile_time: f64 = r
+        .profiles
+        .iter()
+        .map(|p| {
+            let end = (p.started + p.took).min(r.sending);
+            end.saturating_sub(p.started).as_secs_f64()
+        })
+        .sum();
+    let (during, outside): (Vec<&Ack>, Vec<&Ack>) =
+        acks.iter().partition(|a| in_profile(a.sent + a.latency));
+    let lat_of = |v: &[&Ack]| {
+        let mut l: Vec<Duration> = v.iter().map(|a| a.latency).collect();
+        l.sort();
+        l
+    };
+    let (ld, lo) = (lat_of(&during), lat_of(&outside));
+    println!();
+    println!(
+        "while a profile runs ({profile_time:.1}s): {:.0} records/s, ack p99 {:.1} ms, max {:.1} ms",
+        (during.len() * BATCH) as f64 / profile_time.max(1e-9),
+        ms(percentile(&ld, 0.99)),
+        ms(percentile(&ld, 1.0))
+    );
+    println!(
+        "while none runs ({:.1}s):  {:.0} records/s, ack p99 {:.1} ms, max {:.1} ms",
+        secs - profile_time,
+        (outside.len() * BATCH) as f64 / (secs - profile_time).max(1e-9),
+        ms(percentile(&lo, 0.99)),
+        ms(percentile(&lo, 1.0))
+    );
+
+    println!();
+    println!("GET /profile over the whole store:");
+    for p in r.profiles {
+        // Records stored when it began: those acknowledged by then.
+        let before = acks
+            .iter()
+            .filter(|a| a.sent + a.latency <= p.started)
+            .count()
+            * BATCH;
+        match &p.error {
+            None => println!(
+                "  at {:>6.1}s over ~{before:>8} records: {:>7.2} s, {} bytes",
+                p.started.as_secs_f64(),
+                p.took.as_secs_f64(),
+                p.bytes
+            ),
+            Some(e) => println!(
+                "  at {:>6.1}s over ~{before:>8} records: failed after {:.2} s: {e}",
+                p.started.as_secs_f64(),
+                p.took.as_secs_f64()
+            ),
+        }
+    }
+
+    let wal_max = r.wal.iter().map(|(_, b)| *b).max().unwrap_or(0);
+    let wal_last = r.wal.last().map(|(_, b)| *b).unwrap_or(0);
+    println!();
+    println!(
+        "WAL: max {:.1} MiB over {} samples; {:.1} MiB after shutdown",
+        mib(wal_max),
+        r.wal.len(),
+        mib(wal_last)
+    );
+
+    // Each time the WAL was cut back by more than 64 MiB between two
+    // samples, with the slowest acknowledgement in flight within a second
+    // of it: a stall caused by the truncation shows up beside it.
+    println!("WAL cut back (from → to, slowest ack in flight within 1 s):");
+    for pair in r.wal.windows(2) {
+        let ((_, before), (t, after)) = (pair[0], pair[1]);
+        if before.saturating_sub(after) <= 64 << 20 {
+            continue;
+        }
+        let near = |a: &&Ack| {
+            let (from, to) = (a.sent, a.sent + a.latency);
+            to + Duration::from_secs(1) >= t && from <= t + Duration::from_secs(1)
+        };
+        let slowest = acks
+            .iter()
+            .filter(near)
+            .map(|a| a.latency)
+            .max()
+            .unwrap_or_default();
+        println!(
+            "  at {:>6.1}s: {:>7.1} → {:>6.1} MiB, {:>7.1} ms",
+            t.as_secs_f64(),
+            mib(before),
+            mib(after),
+            ms(slowest)
+        );
+    }
+
+    let mut ok = true;
+    if acked != r.stored {
+        println!(
+            "FAIL: {acked} records acknowledged, {} stored in the store",
+            r.stored
+        );
+        ok = false;
+    }
+    if stats_accepted != Some(acked) {
+        println!(
+            "FAIL: {acked} records acknowledged, /v1/stats counts {stats_accepted:?} accepted"
+        );
+        ok = false;
+    }
+    if ok {
+        println!("acknowledged = stored: {acked}");
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
