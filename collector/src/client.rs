@@ -22,7 +22,7 @@
 //!   takes the batch (below).
 //!
 //! Every batch carries a **batch id** (the `cpt-batch-id` header or gRPC
-//! metadata, [`ingest::BATCH_ID_HEADER`]): 32 hex digits, a random prefix per
+//! metadata, [`ingest::BATCH_ID_HEADER`](crate::ingest::BATCH_ID_HEADER)): 32 hex digits, a random prefix per
 //! client and a counter, the same on every retry and replay of the batch.
 //! `cpt serve` stores a batch id once, so a batch resent because its
 //! acknowledgement was lost (the collector committed, then the connection

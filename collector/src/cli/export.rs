@@ -1,7 +1,7 @@
 //! `cpt export`: records already collected (JSON Lines files, Parquet files,
 //! a SQLite store) as Parquet files of schema `cpt.records.v1` in the
 //! Hive-partitioned layout `DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet`
-//! (docs/parquet.md), for Apache Spark and other engines.
+//! (docs/src/reference/parquet.md), for Apache Spark and other engines.
 //!
 //! Every input is opened (and a Parquet input's files checked) before the
 //! first record is written, so a missing file or a Parquet file of another

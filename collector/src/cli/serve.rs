@@ -91,7 +91,7 @@ pub struct ServeArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// Also write every accepted batch as Parquet (schema cpt.records.v1, docs/parquet.md) into
+    /// Also write every accepted batch as Parquet (schema cpt.records.v1, docs/src/reference/parquet.md) into
     /// DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet; a batch is acknowledged only once it is in
     /// a finished (fsynced, renamed) file. Each group commit closes its own file per hour.
     #[arg(long, value_name = "DIR")]

@@ -63,7 +63,7 @@ pub enum InputError {
         /// What the file is instead, and what to do.
         found: String,
     },
-    /// A bad line, under [`ReadOptions::strict`].
+    /// A bad line, under [`ReadOptions::strict`](super::input::ReadOptions::strict).
     #[error("{}:{line}: {error} (--strict)", path.display())]
     BadLine {
         /// The input.
@@ -73,7 +73,7 @@ pub enum InputError {
         /// What is wrong with it.
         error: LineError,
     },
-    /// The gzip stream breaks off, under [`ReadOptions::strict`].
+    /// The gzip stream breaks off, under [`ReadOptions::strict`](super::input::ReadOptions::strict).
     #[error(
         "{}: the gzip stream breaks off after line {line} ({error}): the file is truncated or corrupt (--strict)",
         path.display()
@@ -132,7 +132,7 @@ pub enum InputError {
     /// A Parquet file of another schema.
     #[error(
         "{}: not a cpt records file ({found}, expected cpt.records.v1); write it with \
-         `cpt export --parquet-dir` (see docs/parquet.md)",
+         `cpt export --parquet-dir` (see docs/src/reference/parquet.md)",
         path.display()
     )]
     NotCptParquet {

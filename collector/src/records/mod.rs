@@ -15,7 +15,7 @@
 //!
 //! A `.parquet` file (recognised by its magic `PAR1`) or a directory of them
 //! is read as records of schema `cpt.records.v1` (feature `parquet`, see
-//! `parquet` and docs/parquet.md), by the same [`RecordReader`].
+//! `parquet` and docs/src/reference/parquet.md), by the same [`RecordReader`].
 //!
 //! [`EntryServices`] notices a selection that mixes several entry services,
 //! in particular records an internal service made of its own traffic.

@@ -1,7 +1,7 @@
 //! The paper cases every crate's tests are built on, defined once.
 //!
 //! - CPT Figure 2 (a sequential, b parallel, c overlap): the critical paths
-//!   of the reference cases in `docs/semantics.md`, as [`CriticalPath`]s.
+//!   of the reference cases in `docs/src/reference/semantics.md`, as [`CriticalPath`]s.
 //! - CPT Table 1: the two requests whose aggregate is A1 5, A1/A2 5,
 //!   A1/B1 2, total 12 ms, as [`Record`]s.
 //!

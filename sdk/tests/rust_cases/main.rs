@@ -1,4 +1,4 @@
-//! The Rust-specific cases of docs/semantics.md "The critical path", each with
+//! The Rust-specific cases of docs/src/reference/semantics.md "The critical path", each with
 //! exact expected segments (paused tokio clock for waits, manual clock for
 //! CPU work).
 

@@ -1,10 +1,10 @@
-//! Records as Parquet: schema `cpt.records.v1` (see `docs/parquet.md`).
+//! Records as Parquet: schema `cpt.records.v1` (see the book's `reference/parquet.md`).
 //!
-//! One row per [`Record`]; the critical path is a list of segments, each a
+//! One row per [`Record`](cpt_sdk::Record); the critical path is a list of segments, each a
 //! list of fully spelled-out frames (no JSON Lines abbreviation), so engines
 //! such as Apache Spark can explode and fold it without knowing cpt.
 //!
-//! - [`schema`], [`to_batch`], [`from_batch`]: Record ⇄ Arrow [`RecordBatch`].
+//! - [`schema`], [`to_batch`], [`from_batch`]: Record ⇄ Arrow [`RecordBatch`](arrow_array::RecordBatch).
 //! - [`PartitionedWriter`]: records into the Hive-partitioned layout
 //!   `DIR/date=YYYY-MM-DD/hour=HH/part-<unique>.parquet`. A file is written as
 //!   `.part-<unique>.parquet.tmp` (hidden: Spark and cpt skip it), fsynced,

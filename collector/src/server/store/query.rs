@@ -229,7 +229,7 @@ pub(super) fn read_rows(
     }
 }
 
-/// The records a [`Store::query`] returns, streamed.
+/// The records a [`Store::query`](super::Store::query) returns, streamed.
 #[derive(Debug)]
 pub struct Records {
     pub(super) rx: mpsc::Receiver<Result<Record, StoreError>>,
