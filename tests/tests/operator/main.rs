@@ -48,8 +48,11 @@ async fn send(a: SocketAddr, request_id: &str, credential: Option<&str>) {
         .await
         .unwrap();
     let mut client = ServiceAClient::new(channel);
+    // In sequence (CPT Fig. 2a), so that B and C are both on the path
+    // whatever the machine's load: in parallel the path follows whichever
+    // branch ends last.
     let mut req = tonic::Request::new(RunRequest {
-        parallel: true,
+        parallel: false,
         key: 1,
         items: 2,
     });
