@@ -2,19 +2,13 @@
 //! failing the request.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::credential::Rejection;
 
-/// A refused force is logged at most once per reason in this interval, with
-/// the number refused since the last line.
-pub(crate) const FORCE_WARN_INTERVAL: Duration = Duration::from_secs(60);
-
-/// Per reason: when it was last logged and how many since.
-type ForceWarnings = [(Option<Instant>, u64); Rejection::ALL.len()];
-
-/// How often a misconfiguration that goes on is said again.
+/// How often a warning whose cause goes on is said again (a misconfiguration,
+/// a refused force credential, an unusable callee path).
 pub(crate) const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// A warning said at its first occurrence, then at most once per
@@ -62,7 +56,8 @@ pub(crate) fn more(n: u64) -> String {
 pub(crate) struct Counters {
     pub(crate) force_rejected: AtomicU64,
     force_rejected_by: [AtomicU64; Rejection::ALL.len()],
-    force_warnings: Mutex<ForceWarnings>,
+    /// One per reason.
+    force_warnings: [Every; Rejection::ALL.len()],
     pub(crate) trigger_untrusted: AtomicU64,
     pub(crate) path_withheld: AtomicU64,
     pub(crate) paths_returned: AtomicU64,
@@ -70,7 +65,7 @@ pub(crate) struct Counters {
     pub(crate) callee_path_missing: AtomicU64,
     pub(crate) callee_path_invalid: AtomicU64,
     pub(crate) callee_path_oversize: AtomicU64,
-    warned_invalid: AtomicBool,
+    invalid: Every,
     /// The layer's configuration was checked when it wrapped a service.
     pub(crate) checked_config: AtomicBool,
     pub(crate) untrusted: Every,
@@ -87,25 +82,14 @@ impl Counters {
     }
 
     /// Count a rejected force by reason, and warn once per reason per
-    /// [`FORCE_WARN_INTERVAL`] with the number refused since.
+    /// [`WARN_EVERY`] with the number refused since.
     pub(crate) fn force_rejected(&self, service: &str, why: Rejection) {
         Self::bump(&self.force_rejected);
         Self::bump(&self.force_rejected_by[why.index()]);
-        let now = Instant::now();
-        let mut warnings = self
-            .force_warnings
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (last, since) = &mut warnings[why.index()];
-        *since += 1;
-        if last.is_some_and(|t| now.duration_since(t) < FORCE_WARN_INTERVAL) {
+        let Some(unsaid) = self.force_warnings[why.index()].due() else {
             return;
-        }
-        let count = std::mem::take(since);
-        let first = last.is_none();
-        *last = Some(now);
-        drop(warnings);
-        if first {
+        };
+        if unsaid == 0 {
             tracing::warn!(
                 target: "cpt_middleware",
                 service,
@@ -114,6 +98,7 @@ impl Counters {
                  logged at most once a minute per reason and counted in Stats)"
             );
         } else {
+            let count = unsaid + 1;
             tracing::warn!(
                 target: "cpt_middleware",
                 service,
@@ -124,18 +109,19 @@ impl Counters {
         }
     }
 
-    /// Count a callee path that could not be used and warn the first time.
+    /// Count a callee path that could not be used and warn, rate-limited.
     pub(crate) fn callee_invalid(&self, oversize: bool, why: &dyn std::fmt::Display) {
         Self::bump(if oversize {
             &self.callee_path_oversize
         } else {
             &self.callee_path_invalid
         });
-        if !self.warned_invalid.swap(true, Relaxed) {
+        if let Some(unsaid) = self.invalid.due() {
             tracing::warn!(
                 target: "cpt_middleware",
-                "a callee returned an unusable critical path ({why}); it is a blind spot \
-                 (further ones are only counted in Stats)"
+                "a callee returned an unusable critical path ({why}){}; it is a blind spot \
+                 (logged at most once a minute, counted in Stats)",
+                more(unsaid),
             );
         }
     }
