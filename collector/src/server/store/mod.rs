@@ -59,13 +59,16 @@
 //! A store opened for writing keeps its WAL bounded: the writer never
 //! checkpoints on commit (`wal_autocheckpoint = 0`, so a commit never waits
 //! for a checkpoint of a long WAL); a background thread with its own
-//! connection runs a passive checkpoint every [`CHECKPOINT_EVERY`] (which
-//! never blocks the writer or readers), and once it has copied all but a
-//! few MiB of the WAL truncates it when no transaction is using it (without
-//! waiting: if one is, it tries again next time; a writer arriving during
-//! the truncation waits for the copy of those few MiB). `journal_size_limit`
-//! caps the size a reset WAL file is left at. Since profile reads take short
-//! snapshots, no reader holds the checkpoint back for long.
+//! connection runs passive checkpoints (which never block the writer or
+//! readers), back to back while there is a backlog. Once one has copied all
+//! but a few MiB of a WAL longer than `journal_size_limit` (64 MiB), the
+//! writer cuts the WAL back between two of its transactions: it copies
+//! those few MiB and resets the file, waiting at most 100 ms for readers
+//! still in a snapshot. Since profile reads take short snapshots, no reader
+//! holds the WAL for long. When the disk cannot keep up with the writes
+//! and the checkpoints together, a WAL of 768 MiB is cut whatever is left
+//! to copy: the writes wait for that copy, which slows the senders instead
+//! of letting the WAL grow.
 //!
 //! # Reading
 //!
@@ -330,8 +333,8 @@ pub struct Store {
     version: i64,
     /// The `frames` table, for a store opened for writing.
     frames: Option<FrameIds>,
-    /// The background checkpointer, for a store opened for writing.
-    _checkpointer: Option<wal::Checkpointer>,
+    /// The WAL's upkeep, for a store opened for writing.
+    wal: Option<wal::Wal>,
 }
 
 /// A connection that only reads an existing store.
@@ -393,6 +396,14 @@ impl Store {
     ///
     /// As [`Store::open`].
     pub fn open_with(path: impl AsRef<Path>, durability: Durability) -> Result<Store, StoreError> {
+        Store::open_with_limits(path, durability, wal::Limits::default())
+    }
+
+    fn open_with_limits(
+        path: impl AsRef<Path>,
+        durability: Durability,
+        limits: wal::Limits,
+    ) -> Result<Store, StoreError> {
         let path = path.as_ref().to_path_buf();
         let err = |context| {
             let path = path.clone();
@@ -403,7 +414,7 @@ impl Store {
             }
         };
         let conn = Connection::open(&path).map_err(err("open"))?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))
+        conn.busy_timeout(wal::WRITER_BUSY_TIMEOUT)
             .map_err(err("set busy timeout"))?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
@@ -419,17 +430,17 @@ impl Store {
         // runs a checkpoint itself.
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(err("turn off checkpoints on commit"))?;
-        conn.pragma_update(None, "journal_size_limit", wal::JOURNAL_SIZE_LIMIT)
+        conn.pragma_update(None, "journal_size_limit", limits.journal_size_limit as i64)
             .map_err(err("set journal_size_limit"))?;
         let mut store = Store {
             conn,
             path,
             version: 0,
             frames: None,
-            _checkpointer: None,
+            wal: None,
         };
         store.check_schema(true)?;
-        store._checkpointer = Some(wal::Checkpointer::start(&store.path, CHECKPOINT_EVERY));
+        store.wal = Some(wal::Wal::start(&store.path, limits));
         Ok(store)
     }
 
@@ -451,7 +462,7 @@ impl Store {
             path,
             version: 0,
             frames: None,
-            _checkpointer: None,
+            wal: None,
         };
         store.check_schema(false)?;
         Ok(store)
@@ -597,6 +608,9 @@ impl Store {
         batches: &[&EncodedBatch],
         before_commit: impl FnOnce(&[Result<u64, StoreError>]) -> Result<(), StoreError>,
     ) -> Result<Vec<Result<u64, StoreError>>, StoreError> {
+        if let Some(wal) = &self.wal {
+            wal.maintain(&self.conn);
+        }
         let path = self.path.clone();
         let sqlite = |context| {
             let path = path.clone();

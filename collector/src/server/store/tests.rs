@@ -585,3 +585,98 @@ fn a_profile_read_in_progress_does_not_pin_the_wal() {
         finished.recv().unwrap();
     });
 }
+
+/// How many inserts of `records` write `bytes` of WAL, from what the first
+/// one (made here) wrote.
+fn batches_for(store: &mut Store, records: &[Record], bytes: u64) -> u64 {
+    let before = wal_bytes(store.path());
+    store.insert(records).unwrap();
+    let one = wal_bytes(store.path()).saturating_sub(before).max(4096);
+    bytes / one + 1
+}
+
+/// Small WAL limits, so that a test writes many WALs' worth in little time.
+fn small_limits() -> wal::Limits {
+    wal::Limits {
+        journal_size_limit: 512 << 10,
+        cut_within_frames: 128,
+        hard_limit: 1 << 40,
+        checkpoint_every: Duration::from_millis(20),
+    }
+}
+
+#[test]
+fn the_writer_cuts_the_wal_back_under_continuous_writes_and_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let limits = small_limits();
+    let mut store = Store::open_with_limits(&path, Durability::Normal, limits).unwrap();
+    let records = varied(200);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let written = 256 * limits.journal_size_limit;
+    let mut sizes = Vec::new();
+    std::thread::scope(|s| {
+        // Profiles read beside the writes all along, in short snapshots.
+        s.spawn(|| {
+            let reader = Store::open_read_only(&path).unwrap();
+            let sel = Selection::new().with_triggers(TriggerFilter::All);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                reader.for_each_packed(&sel, 512, |_, _| {}).unwrap();
+            }
+        });
+        // Writes back to back (no pause for another connection to take the
+        // write lock in) until 256 WALs of the limit's size went by.
+        for _ in 0..batches_for(&mut store, &records, written) {
+            store.insert(&records).unwrap();
+            sizes.push(wal_bytes(&path));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let cuts = store.wal.as_ref().unwrap().cuts();
+    assert!(cuts >= 8, "the writer cut the WAL {cuts} times");
+    // Without the cuts the WAL holds about all that went through it. With
+    // them it is a few times the limit most of the time; how far it gets
+    // between two cuts depends on the machine's load (checkpoints run on
+    // their own thread, and a cut waits for readers), so the longest is
+    // held to a generous bound and the usual size to a tight one.
+    sizes.sort_unstable();
+    let (median, longest) = (sizes[sizes.len() / 2], sizes[sizes.len() - 1]);
+    assert!(
+        median <= 8 * limits.journal_size_limit && longest < written / 2,
+        "the WAL was {median} bytes after the median write and reached {longest} \
+         of {written} written (limit {}), {cuts} cuts",
+        limits.journal_size_limit
+    );
+}
+
+#[test]
+fn a_wal_at_the_hard_limit_is_cut_when_the_checkpoints_fall_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    // The checkpointer never runs: only the hard limit keeps the WAL short.
+    let limits = wal::Limits {
+        hard_limit: 2 << 20,
+        checkpoint_every: Duration::from_secs(3600),
+        ..small_limits()
+    };
+    let mut store = Store::open_with_limits(&path, Durability::Normal, limits).unwrap();
+    let records = varied(200);
+    let mut longest = 0u64;
+    for _ in 0..batches_for(&mut store, &records, 20 * limits.hard_limit) {
+        store.insert(&records).unwrap();
+        longest = longest.max(wal_bytes(&path));
+    }
+    let batch = {
+        // The WAL one batch adds, at most: what may pass the limit before
+        // the next cut.
+        let before = wal_bytes(&path);
+        store.insert(&records).unwrap();
+        wal_bytes(&path).saturating_sub(before)
+    };
+    assert!(store.wal.as_ref().unwrap().cuts() > 0);
+    assert!(
+        longest <= limits.hard_limit + 2 * batch.max(1 << 20),
+        "the WAL reached {longest} bytes with a hard limit of {}",
+        limits.hard_limit
+    );
+}

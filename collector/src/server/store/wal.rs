@@ -1,103 +1,263 @@
-//! Keeping a store's WAL short: passive checkpoints on a background thread,
-//! truncation once they catch up (see the parent module's "The WAL").
+//! Keeping a store's WAL short (see the parent module's "The WAL").
+//!
+//! Two parties share the work:
+//!
+//! - the **checkpointer**, a background thread with its own connection,
+//!   runs passive checkpoints (which never block the writer or readers):
+//!   every few milliseconds while writes go on, every [`CHECKPOINT_EVERY`]
+//!   otherwise;
+//! - the **writer** (the connection that inserts) cuts the WAL back, between
+//!   two of its transactions, once a passive checkpoint has copied all but
+//!   [`CUT_WITHIN_FRAMES`] of a WAL longer than [`JOURNAL_SIZE_LIMIT`].
+//!
+//! Under steady writes a passive checkpoint never quite finishes (the writer
+//! appends while it copies) and SQLite starts the WAL over only when a write
+//! begins with the whole WAL copied and no reader in it: the WAL would grow
+//! for as long as the writes go on. A truncating checkpoint needs the write
+//! lock, which a busy writer almost never leaves free for another
+//! connection to take; the writer takes no lock to cut between its own
+//! transactions, and the cut copies only the little the last passive
+//! checkpoint left, so the writes wait for that copy only. Readers take
+//! short snapshots, and the cut waits at most [`CUT_WAIT`] for the ones in
+//! progress; when they are not done by then it leaves the WAL to the next
+//! cut.
+//!
+//! When the passive checkpoints fall behind for good (writes faster than
+//! the disk can take them twice), the WAL reaching [`WAL_HARD_LIMIT`] makes
+//! the writer cut it whatever the backlog: writes then wait for the copy,
+//! which slows the senders down instead of letting the WAL fill the disk.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
 
-/// How often the background checkpointer runs.
+/// How often the background checkpointer runs while nothing is written.
 pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 
-/// WAL frames (pages) a passive checkpoint may leave uncopied for the
-/// truncation to be tried: what the truncation then copies while it holds
-/// the write lock.
-const TRUNCATE_WITHIN_FRAMES: i64 = 4096;
+/// The pause between two passive checkpoints while writes go on.
+const BACKLOG_PAUSE: Duration = Duration::from_millis(10);
 
-/// The size a WAL file is cut back to when it is reset (`journal_size_limit`).
+/// WAL frames (pages) a passive checkpoint may leave uncopied for the writer
+/// to cut the WAL: what the cut then copies while the writes wait.
+pub(super) const CUT_WITHIN_FRAMES: i64 = 4096;
+
+/// The size a WAL file is cut back to when it is reset
+/// (`journal_size_limit`); a WAL no longer than this is left alone.
 pub(super) const JOURNAL_SIZE_LIMIT: i64 = 64 << 20;
 
-/// The background checkpointer of one store; stops when dropped.
+/// A WAL this long is cut by the writer whatever the backlog.
+pub(super) const WAL_HARD_LIMIT: u64 = 768 << 20;
+
+/// How long a cut waits for the readers in the WAL to finish their snapshot.
+pub(super) const CUT_WAIT: Duration = Duration::from_millis(100);
+
+/// The busy timeout of the writer's connection outside a cut.
+pub(super) const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// When the WAL is cut: the defaults are the constants above; tests set
+/// small ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Limits {
+    /// A WAL file no longer than this is left alone (`journal_size_limit`).
+    pub(super) journal_size_limit: u64,
+    /// The most frames a passive checkpoint may leave for the writer's cut.
+    pub(super) cut_within_frames: i64,
+    /// A WAL this long is cut whatever the backlog.
+    pub(super) hard_limit: u64,
+    /// How often the checkpointer runs while it has nothing left to copy.
+    pub(super) checkpoint_every: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            journal_size_limit: JOURNAL_SIZE_LIMIT as u64,
+            cut_within_frames: CUT_WITHIN_FRAMES,
+            hard_limit: WAL_HARD_LIMIT,
+            checkpoint_every: CHECKPOINT_EVERY,
+        }
+    }
+}
+
+/// What the checkpointer and the writer share.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Set by the checkpointer: the WAL is long and nearly all copied.
+    cut_wanted: AtomicBool,
+    /// Cuts done by the writer (for tests and statistics).
+    cuts: AtomicU64,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+/// The WAL upkeep of one store opened for writing: the background
+/// checkpointer (stopped when this is dropped) and the writer's side.
 #[derive(Debug)]
-pub(super) struct Checkpointer {
-    stop: Arc<(Mutex<bool>, Condvar)>,
+pub(super) struct Wal {
+    shared: Arc<Shared>,
+    wal_path: PathBuf,
+    limits: Limits,
     thread: Option<thread::JoinHandle<()>>,
 }
 
-impl Checkpointer {
-    /// Checkpoint the store at `path` every `every` until dropped. When the
-    /// thread cannot open its connection it ends, and the WAL is then only
-    /// checkpointed when the last connection closes.
-    pub(super) fn start(path: &Path, every: Duration) -> Checkpointer {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let flag = stop.clone();
-        let path = path.to_path_buf();
-        let thread = thread::Builder::new()
-            .name("cpt-store-checkpoint".into())
-            .spawn(move || {
-                let Ok(conn) = Connection::open_with_flags(
-                    &path,
-                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                ) else {
-                    return;
-                };
-                // Never wait for a lock: a checkpoint that cannot run now
-                // runs next time.
-                let _ = conn.busy_timeout(Duration::ZERO);
-                let (lock, cv) = &*flag;
-                let mut stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
-                loop {
-                    let (s, _) = cv
-                        .wait_timeout(stopped, every)
-                        .unwrap_or_else(PoisonError::into_inner);
-                    stopped = s;
-                    if *stopped {
-                        return;
-                    }
-                    drop(stopped);
-                    checkpoint(&conn);
-                    stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
+/// The `-wal` file beside a database.
+pub(super) fn wal_path(db: &Path) -> PathBuf {
+    let mut s = db.as_os_str().to_owned();
+    s.push("-wal");
+    PathBuf::from(s)
+}
+
+fn wal_len(wal: &Path) -> u64 {
+    std::fs::metadata(wal).map_or(0, |m| m.len())
+}
+
+impl Wal {
+    /// Start checkpointing the store at `path`. When the thread cannot open
+    /// its connection it ends, and the WAL is then cut by the writer at
+    /// [`WAL_HARD_LIMIT`] only.
+    pub(super) fn start(path: &Path, limits: Limits) -> Wal {
+        let shared = Arc::new(Shared::default());
+        let wal_path = wal_path(path);
+        let thread = {
+            let shared = shared.clone();
+            let path = path.to_path_buf();
+            let wal_path = wal_path.clone();
+            thread::Builder::new()
+                .name("cpt-store-checkpoint".into())
+                .spawn(move || checkpoint_loop(&path, &wal_path, &shared, limits))
+                .ok()
+        };
+        Wal {
+            shared,
+            wal_path,
+            limits,
+            thread,
+        }
+    }
+
+    /// The writer's side, called on the writer's connection between two
+    /// transactions: cut the WAL back when the checkpointer found it nearly
+    /// copied, or when it has reached [`WAL_HARD_LIMIT`]. Returns whether a
+    /// cut ran (it may still have left the WAL to the next one when readers
+    /// held it past [`CUT_WAIT`]).
+    pub(super) fn maintain(&self, writer: &Connection) -> bool {
+        let wanted = self.shared.cut_wanted.load(Ordering::Acquire);
+        if !wanted && wal_len(&self.wal_path) < self.limits.hard_limit {
+            return false;
+        }
+        self.shared.cut_wanted.store(false, Ordering::Release);
+        // Wait briefly for the readers in the WAL and for a passive
+        // checkpoint in progress; then give up until the next time.
+        let _ = writer.busy_timeout(CUT_WAIT);
+        let _ = writer.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        let _ = writer.busy_timeout(WRITER_BUSY_TIMEOUT);
+        self.shared.cuts.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Cuts the writer has made.
+    #[cfg(test)]
+    pub(super) fn cuts(&self) -> u64 {
+        self.shared.cuts.load(Ordering::Relaxed)
+    }
+}
+
+/// The checkpointer's loop: a passive checkpoint, then a pause (short while
+/// writes go on), until stopped. While a cut is wanted it leaves the
+/// WAL to the writer; when the writer has not cut within a second (it is
+/// idle), it cuts the WAL itself, which then costs no writer anything.
+fn checkpoint_loop(path: &Path, wal: &Path, shared: &Shared, limits: Limits) {
+    let every = limits.checkpoint_every;
+    let Ok(conn) = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    ) else {
+        return;
+    };
+    // Never wait for a lock: a checkpoint that cannot run now runs next time.
+    let _ = conn.busy_timeout(Duration::ZERO);
+    let mut pause = every;
+    let mut wanted_since: Option<Instant> = None;
+    let mut stopped = shared.stop.lock().unwrap_or_else(PoisonError::into_inner);
+    loop {
+        let (s, _) = shared
+            .wake
+            .wait_timeout(stopped, pause)
+            .unwrap_or_else(PoisonError::into_inner);
+        stopped = s;
+        if *stopped {
+            return;
+        }
+        drop(stopped);
+        pause = every;
+        if shared.cut_wanted.load(Ordering::Acquire) {
+            // Back to passive checkpoints as soon as the writer has cut.
+            pause = BACKLOG_PAUSE;
+            let since = *wanted_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_secs(1) {
+                // The writer is idle: nothing to wait for.
+                if truncate(&conn) {
+                    shared.cut_wanted.store(false, Ordering::Release);
+                    wanted_since = None;
                 }
-            })
-            .ok();
-        Checkpointer { stop, thread }
+            }
+        } else {
+            wanted_since = None;
+            let copied = passive(&conn);
+            let writing = matches!(copied, Some((log, _)) if log > 0);
+            let nearly = matches!(copied, Some((log, done))
+                if log > 0 && log - done <= limits.cut_within_frames);
+            // Nearly or wholly copied: cut the WAL now when nobody is in it
+            // (a cut that waits for nothing), else leave a long one to the
+            // writer.
+            if nearly && !truncate(&conn) && wal_len(wal) > limits.journal_size_limit {
+                shared.cut_wanted.store(true, Ordering::Release);
+            } else if writing {
+                // Writes go on: keep up with them.
+                pause = BACKLOG_PAUSE;
+            }
+        }
+        stopped = shared.stop.lock().unwrap_or_else(PoisonError::into_inner);
     }
 }
 
-/// One passive checkpoint; then, when it left at most
-/// [`TRUNCATE_WITHIN_FRAMES`] uncopied, a truncation.
-///
-/// Under steady writes a passive checkpoint never quite catches up (the
-/// writer appends while it copies), and SQLite only starts the WAL over when
-/// a write begins with the whole WAL copied: the WAL would grow for as long
-/// as the writes go on. The truncation takes the write lock between two
-/// writes (never waiting for it), copies the little that is left and resets
-/// the file; a writer that comes meanwhile waits for that copy only.
-pub(super) fn checkpoint(conn: &Connection) {
-    let passive = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            r.get::<_, i64>(1)?,
-            r.get::<_, i64>(2)?,
-        ))
-    });
-    if let Ok((0, log, done)) = passive
-        && log > 0
-        && log - done <= TRUNCATE_WITHIN_FRAMES
-    {
-        // Nearly caught up: finish and cut the file back (fails at once,
-        // harmlessly, while a writer or reader is in a transaction).
-        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
-    }
+/// One passive checkpoint: `(frames in the WAL, frames copied)`, or `None`
+/// when it could not run.
+fn passive(conn: &Connection) -> Option<(i64, i64)> {
+    let (busy, log, done) = conn
+        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
+        .ok()?;
+    (busy == 0 && log >= 0).then_some((log, done))
 }
 
-impl Drop for Checkpointer {
+/// A truncating checkpoint that waits for nothing: true when the WAL was
+/// copied and cut.
+fn truncate(conn: &Connection) -> bool {
+    matches!(
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r
+            .get::<_, i64>(0)),
+        Ok(0)
+    )
+}
+
+impl Drop for Wal {
     fn drop(&mut self) {
-        let (lock, cv) = &*self.stop;
-        *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        cv.notify_all();
+        *self
+            .shared
+            .stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = true;
+        self.shared.wake.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
