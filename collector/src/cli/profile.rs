@@ -28,7 +28,7 @@ use anyhow::{Context as _, bail};
 use crate::format::fmt_ns;
 use crate::format::plural;
 use crate::profile;
-use crate::profile::aggregate::{Aggregate, Aggregator};
+use crate::profile::aggregate::{Aggregate, Aggregator, push_json_block};
 use crate::profile::diff::{DiffOptions, diff};
 use crate::profile::flame::{FlameOptions, flame_svg, folded};
 use crate::profile::report::Report;
@@ -281,13 +281,11 @@ fn load(
         let mut blocks = LineBlocks::start(opened, chunking.block_bytes);
         while let Some(block) = blocks.next_block() {
             progress.inc(block.bytes.len() as u64);
-            let mut first = None;
-            for (i, a) in aggs.iter_mut().enumerate() {
-                let shown = if i == 0 { mix.as_deref_mut() } else { None };
-                let r = a.push_json_block(&block, chunking.chunk_bytes, shown);
-                first.get_or_insert(r);
+            if aggs.is_empty() {
+                continue;
             }
-            let Some(r) = first else { continue };
+            // Each line parsed once, folded into every selection keeping it.
+            let r = push_json_block(aggs, &block, chunking.chunk_bytes, mix.as_deref_mut());
             stats.records += r.records;
             for (line, error) in r.bad {
                 if src.strict {

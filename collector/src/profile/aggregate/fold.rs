@@ -30,6 +30,8 @@ pub struct Aggregator {
     pub(super) parts: Vec<Partial>,
     pub(super) ordinal: u64,
     pub(super) offered: u64,
+    /// The JSON Lines scanners' frame tables, kept from block to block.
+    pub(super) json_frames: Vec<super::scan::Frames>,
 }
 
 impl Aggregator {
@@ -42,6 +44,7 @@ impl Aggregator {
             sel,
             ordinal: 0,
             offered: 0,
+            json_frames: Vec::new(),
         }
     }
 
@@ -297,52 +300,6 @@ impl Partial {
             }
         }
         id
-    }
-
-    /// [`Partial::intern_frame`] for a frame given by borrowed parts: no
-    /// allocation unless the frame is new to this partial.
-    #[inline]
-    pub(super) fn intern_parts(
-        &mut self,
-        service: &str,
-        name: &str,
-        location: Option<(&str, u32)>,
-    ) -> u32 {
-        let h = frame_hash_parts(name.as_bytes(), service.as_bytes(), location.map(|l| l.1));
-        let mask = self.frame_slots.len() - 1;
-        let mut i = h as usize & mask;
-        loop {
-            let (sh, id1) = self.frame_slots[i];
-            if id1 == 0 {
-                break;
-            }
-            if sh == h {
-                let f = &self.frames[id1 as usize - 1];
-                let same_location = match (&f.location, location) {
-                    (None, None) => true,
-                    (Some(l), Some((file, line))) => {
-                        l.line == line && same_bytes(l.file.as_bytes(), file.as_bytes())
-                    }
-                    _ => false,
-                };
-                if same_location
-                    && same_bytes(f.name.as_bytes(), name.as_bytes())
-                    && same_bytes(f.service.as_bytes(), service.as_bytes())
-                {
-                    return id1 - 1;
-                }
-            }
-            i = (i + 1) & mask;
-        }
-        let frame = Frame {
-            service: Arc::from(service),
-            name: Arc::from(name),
-            location: location.map(|(file, line)| cpt_sdk::path::Location {
-                file: Arc::from(file),
-                line,
-            }),
-        };
-        self.intern_frame(&frame)
     }
 
     /// The trie node for `frame` under `parent`, created on first use.

@@ -63,8 +63,9 @@ mod fold;
 mod jsonl;
 pub mod packed;
 
-pub use jsonl::BlockResult;
+pub use jsonl::{BlockResult, push_json_block};
 mod intern;
+mod scan;
 
 pub use fold::Aggregator;
 use fold::BATCH;
