@@ -151,6 +151,23 @@ impl Aggregator {
     }
 }
 
+/// One aggregator's view of an input folded into several at once.
+pub(super) struct Arm<'s> {
+    pub(super) sel: &'s Selection,
+    /// The ordinal of the input's first record.
+    pub(super) base: u64,
+    pub(super) keep: bool,
+    pub(super) histograms: bool,
+}
+
+impl Arm<'_> {
+    pub(super) fn fresh(&self) -> Partial {
+        let mut p = Partial::new(self.keep);
+        p.histograms = self.histograms;
+        p
+    }
+}
+
 /// One record's segments as stacks of a partial's frame ids, laid end to
 /// end: `segs[i]` is (end of segment i's stack in `ids`, ns, kind).
 #[derive(Debug, Default)]

@@ -15,7 +15,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::fold::{Flat, Partial};
+use super::fold::{Arm, Flat, Partial};
 use super::scan::{Frames, Head, Wanted, scan_line};
 use super::*;
 use crate::ingest::LineError;
@@ -37,23 +37,6 @@ pub struct BlockResult {
     pub records: u64,
     /// Lines that were not, with their 1-based numbers, in order.
     pub bad: Vec<(u64, LineError)>,
-}
-
-/// One aggregator's view of a block.
-struct Arm<'s> {
-    sel: &'s Selection,
-    /// The ordinal of the block's first line.
-    base: u64,
-    keep: bool,
-    histograms: bool,
-}
-
-impl Arm<'_> {
-    fn fresh(&self) -> Partial {
-        let mut p = Partial::new(self.keep);
-        p.histograms = self.histograms;
-        p
-    }
 }
 
 /// A worker's state for one chunk: a scanner's frame table, one partial

@@ -58,6 +58,8 @@ use crate::records::selection::Selection;
 
 #[cfg(feature = "parquet")]
 mod columns;
+#[cfg(feature = "parquet")]
+pub use columns::push_parquet;
 pub mod file;
 mod fold;
 mod jsonl;

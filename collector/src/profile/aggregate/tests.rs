@@ -639,3 +639,43 @@ fn json_lines_folded_into_several_aggregators_at_once_equal_each_folded_alone() 
         }
     }
 }
+
+#[cfg(feature = "parquet")]
+#[test]
+fn parquet_folded_into_several_aggregators_at_once_equals_each_folded_alone() {
+    use crate::records::parquet::ScanPlan;
+    let recs = json_corpus(3000);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain.parquet");
+    plain_parquet(&file, &recs);
+    let sels: Vec<Selection> = [
+        "label=arm%3Da&until=1500",
+        "label=arm%3Db&percentile=p50-p100",
+        "service=B&since=1000",
+    ]
+    .iter()
+    .map(|q| Selection::from_query(q).unwrap())
+    .collect();
+    for unit_rows in [3000, 700] {
+        let plan = ScanPlan::open(&file, None, None, unit_rows).unwrap();
+        let mut together: Vec<Aggregator> = sels.iter().cloned().map(Aggregator::new).collect();
+        let mut refs: Vec<&mut Aggregator> = together.iter_mut().collect();
+        assert_eq!(push_parquet(&mut refs, &plan, None, &|_| {}).unwrap(), 3000);
+        for (sel, agg) in sels.iter().zip(together) {
+            let mut alone = Aggregator::new(sel.clone());
+            alone.push_parquet(&plan, None, &|_| {}).unwrap();
+            let (agg, alone) = (agg.finish(), alone.finish());
+            assert!(agg.requests() > 0, "{sel}");
+            assert_eq!(
+                crate::profile::encode_gzip(&agg),
+                crate::profile::encode_gzip(&alone),
+                "{sel} in units of {unit_rows}"
+            );
+            assert_eq!(
+                crate::profile::encode_gzip(&agg),
+                crate::profile::encode_gzip(&Aggregate::from_records(sel, &recs)),
+                "{sel}"
+            );
+        }
+    }
+}
