@@ -77,6 +77,9 @@ pub fn newlines(b: &[u8]) -> u64 {
     memchr::memchr_iter(b'\n', b).count() as u64
 }
 
+/// The least read from the input at a time.
+const READ_BYTES: usize = 1 << 16;
+
 /// How an input ended.
 #[derive(Debug)]
 pub enum End {
@@ -159,24 +162,25 @@ fn read_blocks(
 ) {
     let mut carry: Vec<u8> = Vec::new();
     let mut line = 1u64;
-    let mut buf = vec![0u8; 1 << 16];
     loop {
         let mut block = std::mem::take(&mut carry);
-        block.reserve(block_bytes + (1 << 16));
+        block.reserve(block_bytes + READ_BYTES);
         let mut eof = false;
         let mut broken = None;
         let mut has_line = memchr::memchr(b'\n', &block).is_some();
         while block.len() < block_bytes || !has_line {
-            match input.reader.read(&mut buf) {
+            // Straight into the block (no copy through a buffer); what was
+            // read before an error is kept.
+            let at = block.len();
+            let want = block_bytes.saturating_sub(at).max(READ_BYTES) as u64;
+            let read = (&mut input.reader).take(want).read_to_end(&mut block);
+            has_line = has_line || memchr::memchr(b'\n', &block[at..]).is_some();
+            match read {
                 Ok(0) => {
                     eof = true;
                     break;
                 }
-                Ok(n) => {
-                    has_line = has_line || memchr::memchr(b'\n', &buf[..n]).is_some();
-                    block.extend_from_slice(&buf[..n]);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Ok(_) => {}
                 Err(e) if input.gzip => {
                     broken = Some(e);
                     break;

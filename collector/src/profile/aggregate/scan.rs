@@ -147,7 +147,7 @@ impl Frames {
     /// it: without `file`, the frame its (service, name) last stood for in
     /// this record, if any; else the frame at `file` (none when `""`).
     #[inline]
-    fn resolve(&mut self, service: &str, name: &str, file: Option<&str>, line: Option<u32>) -> u32 {
+    pub(super) fn resolve(&mut self, service: &str, name: &str, file: Option<&str>, line: Option<u32>) -> u32 {
         if file.is_none() {
             if let Some(sn) = self.find_sn(service, name) {
                 let (generation, id) = self.last[sn as usize];
