@@ -50,9 +50,24 @@ impl Block {
     /// The block cut at line breaks into pieces of about `bytes`, each with
     /// the number of its first line.
     pub fn chunks(&self, bytes: usize) -> Vec<(u64, &[u8])> {
+        let mut line = self.first_line;
+        self.pieces(bytes)
+            .into_iter()
+            .map(|(_, piece)| {
+                let first = line;
+                line += newlines(piece);
+                (first, piece)
+            })
+            .collect()
+    }
+
+    /// The block cut at line breaks into pieces of about `bytes`, each with
+    /// its offset in the block (no line counted: a reader that numbers the
+    /// lines as it parses them counts them once).
+    pub fn pieces(&self, bytes: usize) -> Vec<(usize, &[u8])> {
         let bytes = bytes.max(1);
         let mut out = Vec::with_capacity(self.bytes.len() / bytes + 1);
-        let mut line = self.first_line;
+        let mut at = 0;
         let mut rest: &[u8] = &self.bytes;
         while !rest.is_empty() {
             let cut = if rest.len() <= bytes {
@@ -64,8 +79,8 @@ impl Block {
                 }
             };
             let (piece, tail) = rest.split_at(cut);
-            out.push((line, piece));
-            line += newlines(piece);
+            out.push((at, piece));
+            at += cut;
             rest = tail;
         }
         out

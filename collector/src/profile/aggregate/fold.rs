@@ -189,6 +189,29 @@ impl Flat {
     }
 }
 
+/// A trie node's running totals, side by side so that folding a request's
+/// time into a stack touches one place in memory: the current request's
+/// time on the stack, and over the requests folded so far the summed time,
+/// their number and the sum of squares.
+#[derive(Clone, Copy, Debug, Default)]
+struct NodeSums {
+    cur: u64,
+    sum: u64,
+    count: u64,
+    sum_sq: u128,
+}
+
+impl NodeSums {
+    #[inline]
+    fn add(&mut self, v: u64) {
+        self.sum = self.sum.saturating_add(v);
+        self.count += 1;
+        self.sum_sq = self
+            .sum_sq
+            .saturating_add(u128::from(v) * u128::from(v));
+    }
+}
+
 /// A per-request contribution kept for the percentile band.
 #[derive(Debug)]
 pub(super) struct Kept {
@@ -211,9 +234,10 @@ pub(super) struct Partial {
     /// stack (root..=node), and sums are indexed by node.
     nodes: Vec<(u32, u32)>,
     node_ix: FxMap<u64, u32>,
-    sums: Vec<u64>,
-    counts: Vec<u64>,
-    details: Vec<Detail>,
+    /// Per node: running sums (see [`NodeSums`]) and, when
+    /// [`Partial::histograms`], the per-request time histogram.
+    node_sums: Vec<NodeSums>,
+    hists: Vec<Histogram>,
     kind_frames: [u32; 4],
     /// [`NO_FRAMES`]: busy time whose segment has an empty stack.
     no_frames: u32,
@@ -228,7 +252,6 @@ pub(super) struct Partial {
     stack_ix: StackIndex,
     /// The current segment's sample stack (frame ids), reused.
     key: Vec<u32>,
-    cur: Vec<u64>,
     touched: Vec<u32>,
     // totals
     pub(super) matched: u64,
@@ -251,9 +274,8 @@ impl Partial {
             frame_slots: vec![(0, 0); 256],
             nodes: Vec::new(),
             node_ix: FxMap::default(),
-            sums: Vec::new(),
-            counts: Vec::new(),
-            details: Vec::new(),
+            node_sums: Vec::new(),
+            hists: Vec::new(),
             kind_frames: [0; 4],
             no_frames: 0,
             local: Vec::new(),
@@ -262,7 +284,6 @@ impl Partial {
             packed_ids: Vec::new(),
             stack_ix: StackIndex::default(),
             key: Vec::new(),
-            cur: Vec::new(),
             touched: Vec::new(),
             matched: 0,
             requests: 0,
@@ -329,10 +350,8 @@ impl Partial {
         let n = self.nodes.len() as u32;
         self.nodes.push((parent, frame));
         self.node_ix.insert(key, n);
-        self.sums.push(0);
-        self.counts.push(0);
-        self.details.push(Detail::default());
-        self.cur.push(0);
+        self.node_sums.push(NodeSums::default());
+        self.hists.push(Histogram::default());
         n
     }
 
@@ -404,7 +423,7 @@ impl Partial {
                 }
             };
             let sid = node;
-            let c = &mut self.cur[sid as usize];
+            let c = &mut self.node_sums[sid as usize].cur;
             if *c == 0 {
                 self.touched.push(sid);
             }
@@ -413,7 +432,7 @@ impl Partial {
         self.key = key;
         if self.keep {
             for &s in &self.touched {
-                let v = std::mem::take(&mut self.cur[s as usize]);
+                let v = std::mem::take(&mut self.node_sums[s as usize].cur);
                 self.entries.push((s, v));
             }
             self.touched.clear();
@@ -426,11 +445,12 @@ impl Partial {
             });
         } else {
             for &s in &self.touched {
-                let s = s as usize;
-                let v = std::mem::take(&mut self.cur[s]);
-                self.sums[s] = self.sums[s].saturating_add(v);
-                self.counts[s] += 1;
-                self.details[s].add(v, self.histograms);
+                let n = &mut self.node_sums[s as usize];
+                let v = std::mem::take(&mut n.cur);
+                n.add(v);
+                if self.histograms {
+                    self.hists[s as usize].record(v);
+                }
             }
             self.touched.clear();
             self.add_request(latency, start_unix_nanos, accounting);
@@ -459,10 +479,10 @@ impl Partial {
             let key = (k.latency, k.ordinal);
             if key >= lo && key <= hi {
                 for &(s, v) in &entries[begin..k.end] {
-                    let s = s as usize;
-                    self.sums[s] = self.sums[s].saturating_add(v);
-                    self.counts[s] += 1;
-                    self.details[s].add(v, self.histograms);
+                    self.node_sums[s as usize].add(v);
+                    if self.histograms {
+                        self.hists[s as usize].record(v);
+                    }
                 }
                 self.add_request(k.latency, k.start_unix_nanos, &k.accounting);
             }
@@ -487,7 +507,7 @@ impl Partial {
         // have no time and no requests and are dropped by canonicalize.
         let stacks: Vec<Box<[u32]>> = (0..self.nodes.len() as u32)
             .map(|n| {
-                if self.counts[n as usize] > 0 {
+                if self.node_sums[n as usize].count > 0 {
                     self.stack_of(n)
                 } else {
                     Box::from([])
@@ -496,14 +516,16 @@ impl Partial {
             .collect();
         let stacks = stacks
             .into_iter()
-            .zip(self.sums)
-            .zip(self.counts)
-            .zip(self.details)
-            .map(|(((stack, sum_nanos), requests), detail)| StackStats {
+            .zip(self.node_sums)
+            .zip(self.hists)
+            .map(|((stack, n), histogram)| StackStats {
                 stack,
-                sum_nanos,
-                requests,
-                detail: Some(detail),
+                sum_nanos: n.sum,
+                requests: n.count,
+                detail: Some(Detail {
+                    sum_sq: n.sum_sq,
+                    histogram,
+                }),
             })
             .collect();
         let mut agg = Aggregate {

@@ -20,12 +20,15 @@ use super::scan::{Frames, Head, Wanted, scan_line};
 use super::*;
 use crate::ingest::LineError;
 use crate::records::EntryServices;
-use crate::records::blocks::{Block, newlines};
+use crate::records::blocks::Block;
 use crate::records::selection::RecordKeys;
 
 /// What one chunk of lines gave.
 struct ChunkResult {
+    /// Lines in the chunk.
+    lines: u64,
     records: u64,
+    /// Bad lines by their index in the chunk.
     bad: Vec<(u64, LineError)>,
     seen: EntryServices,
 }
@@ -130,23 +133,15 @@ pub fn push_json_block(
         .collect();
     let free = Mutex::new(slots);
     let lock = || free.lock().unwrap_or_else(PoisonError::into_inner);
-    let chunks = block.chunks(chunk_bytes);
+    let chunks = block.pieces(chunk_bytes);
     let results: Vec<ChunkResult> = chunks
         .par_iter()
-        .map(|&(first, bytes)| {
+        .map(|&(at, bytes)| {
             let taken = lock().pop();
             let mut slot = taken.unwrap_or_else(|| {
                 Slot::new(Frames::default(), arms.iter().map(Arm::fresh).collect())
             });
-            let r = fold_lines(
-                &mut slot,
-                &arms,
-                want,
-                bytes,
-                first,
-                first - block.first_line,
-                observe,
-            );
+            let r = fold_lines(&mut slot, &arms, want, bytes, at as u64, observe);
             lock().push(slot);
             r
         })
@@ -158,18 +153,20 @@ pub fn push_json_block(
             p.push(part);
         }
     }
-    let lines = newlines(&block.bytes) + u64::from(!block.bytes.ends_with(b"\n"));
     let mut out = BlockResult::default();
     let mut all = EntryServices::default();
+    let mut line = block.first_line;
     for r in results {
         out.records += r.records;
-        out.bad.extend(r.bad);
+        out.bad.extend(r.bad.into_iter().map(|(i, e)| (line + i, e)));
+        line += r.lines;
         all.merge(r.seen);
     }
     for (a, p) in aggs.iter_mut().zip(parts) {
         a.parts = p;
-        // A line's ordinal is the block's base plus its index in the block.
-        a.ordinal += lines;
+        // A line's ordinal is the block's base plus the line's offset in
+        // the block: in input order, which is all the band's ties need.
+        a.ordinal += block.bytes.len() as u64;
         a.offered += out.records;
     }
     aggs[0].json_frames = frames;
@@ -179,18 +176,18 @@ pub fn push_json_block(
     out
 }
 
-/// Fold the lines of one chunk into every arm that keeps them; the first
-/// is line `first_line` of the input and the `offset`-th of its block.
+/// Fold the lines of one chunk, at byte `offset` of its block, into every
+/// arm that keeps them.
 fn fold_lines(
     slot: &mut Slot,
     arms: &[Arm<'_>],
     want: Wanted,
     bytes: &[u8],
-    first_line: u64,
     offset: u64,
     observe: bool,
 ) -> ChunkResult {
     let mut out = ChunkResult {
+        lines: 0,
         records: 0,
         bad: Vec::new(),
         seen: EntryServices::default(),
@@ -199,14 +196,19 @@ fn fold_lines(
     // for `mix`.
     let mut entries: FxHashMap<String, (u32, u64)> = FxHashMap::default();
     let mut callees: FxHashSet<(u32, u32)> = FxHashSet::default();
+    // Per frame, the entry (+ 1) it was last noted as a callee of: a frame
+    // on every path is noted once, not once per record.
+    let mut noted: Vec<u32> = Vec::new();
     let mut head = Head::default();
     let mut start = 0;
     let ends = memchr::memchr_iter(b'\n', bytes)
         .chain((!bytes.ends_with(b"\n") && !bytes.is_empty()).then_some(bytes.len()));
     for (i, end) in ends.enumerate() {
+        out.lines += 1;
         let raw = &bytes[start..end];
+        let index = offset + start as u64;
         start = end + 1;
-        let line = first_line + i as u64;
+        let line = i as u64;
         if raw.trim_ascii().is_empty() {
             continue;
         }
@@ -217,7 +219,6 @@ fn fold_lines(
                 continue;
             }
         };
-        let index = offset + i as u64;
         if scan_line(text, want, &mut slot.frames, &mut head, &mut slot.scanned).is_none() {
             // The scanner refused the line: the record parser decides.
             match Record::from_json(text) {
@@ -285,7 +286,16 @@ fn fold_lines(
                 };
                 e.1 += 1;
                 let e = e.0;
-                callees.extend(slot.scanned.ids.iter().map(|&f| (e, f)));
+                for &f in &slot.scanned.ids {
+                    let f = f as usize;
+                    if f >= noted.len() {
+                        noted.resize(slot.frames.frames.len().max(f + 1), 0);
+                    }
+                    if noted[f] != e + 1 {
+                        noted[f] = e + 1;
+                        callees.insert((e, f as u32));
+                    }
+                }
             }
         }
     }
