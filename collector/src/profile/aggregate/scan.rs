@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use cpt_sdk::path::{Accounting, Cause, Location, SegmentKind};
 use cpt_sdk::trigger::Trigger;
+use rustc_hash::FxHashMap;
 
 use super::fold::Flat;
 use super::intern::{frame_hash_parts, same_bytes};
@@ -83,7 +84,15 @@ pub(super) struct Frames {
     /// for in that record).
     last: Vec<(u32, u32)>,
     generation: u32,
+    /// Stack entries written out in full (`service` and `file` given) by
+    /// their exact bytes: the same bytes are the same frame wherever they
+    /// stand, so a repeated entry is found without parsing it. At most
+    /// [`SPELLED_MAX`] entries.
+    spelled: FxHashMap<Box<[u8]>, u32>,
 }
+
+/// The most entries [`Frames::spelled`] keeps.
+const SPELLED_MAX: usize = 1 << 14;
 
 /// Insert `(h, v)` into an open-addressing table (grown to stay at most half
 /// full; `len` entries before this one).
@@ -114,6 +123,22 @@ impl Frames {
         if self.generation == 0 {
             self.last.iter_mut().for_each(|e| e.0 = 0);
             self.generation = 1;
+        }
+    }
+
+    /// The frame of a stack entry written out in full seen before, as
+    /// [`Frames::resolve`] would find it.
+    #[inline]
+    fn spelled(&mut self, raw: &[u8]) -> Option<u32> {
+        let id = *self.spelled.get(raw)?;
+        let sn = self.sn[id as usize];
+        self.last[sn as usize] = (self.generation, id);
+        Some(id)
+    }
+
+    fn remember_spelled(&mut self, raw: &[u8], id: u32) {
+        if self.spelled.len() < SPELLED_MAX {
+            self.spelled.insert(raw.into(), id);
         }
     }
 
@@ -693,12 +718,7 @@ fn accounting(c: &mut Cursor<'_>, a: &mut Accounting) -> Option<()> {
 }
 
 /// The `path` array: each segment's stack resolved to frame ids.
-fn path<'a: 's, 's>(
-    c: &mut Cursor<'a>,
-    service: &'s str,
-    frames: &mut Frames,
-    flat: &mut Flat,
-) -> Option<()> {
+fn path(c: &mut Cursor<'_>, service: &str, frames: &mut Frames, flat: &mut Flat) -> Option<()> {
     c.array(|c| {
         let mut seen = 0u32;
         let mut ns = 0;
@@ -707,15 +727,14 @@ fn path<'a: 's, 's>(
             match &*key {
                 "stack" => {
                     once(&mut seen, 0)?;
-                    // A bare name's service is the entry's before it.
-                    let mut parent: Cow<'s, str> = Cow::Borrowed(service);
+                    // A bare name's service is the entry's before it (the
+                    // record's for the first).
+                    let mut parent = None;
                     let before = flat.ids.len();
                     c.array(|c| {
-                        let (id, given) = frame(c, &parent, frames)?;
+                        let id = frame(c, parent, service, frames)?;
                         flat.ids.push(id);
-                        if let Some(s) = given {
-                            parent = s;
-                        }
+                        parent = Some(id);
                         Some(())
                     })?;
                     if flat.ids.len() == before {
@@ -744,19 +763,38 @@ fn path<'a: 's, 's>(
     })
 }
 
-/// One stack entry: a bare name or `{"name", "service", "file", "line"}`;
-/// its frame id and the service it gave, if it gave one.
+/// One stack entry (a bare name or `{"name", "service", "file", "line"}`)
+/// as a frame id; a missing service is the `parent` frame's (the record's
+/// `service` when `None`).
 #[inline]
-fn frame<'a>(
-    c: &mut Cursor<'a>,
-    parent: &str,
-    frames: &mut Frames,
-) -> Option<(u32, Option<Cow<'a, str>>)> {
+fn frame(c: &mut Cursor<'_>, parent: Option<u32>, service: &str, frames: &mut Frames) -> Option<u32> {
+    let inherited = |frames: &Frames| -> Arc<str> {
+        match parent {
+            Some(p) => Arc::clone(&frames.frames[p as usize].service),
+            None => Arc::from(service),
+        }
+    };
     if c.peek()? == b'"' {
         let name = c.str()?;
-        return Some((frames.resolve(parent, &name, None, None), None));
+        return Some(match parent {
+            None => frames.resolve(service, &name, None, None),
+            Some(_) => {
+                let s = inherited(frames);
+                frames.resolve(&s, &name, None, None)
+            }
+        });
     }
-    let (mut name, mut service, mut file, mut line) = (None, None, None, None);
+    let b = c.b();
+    let start = c.i;
+    // An entry written out in full before: its bytes up to the first `}`.
+    let end = memchr::memchr(b'}', b.get(start..)?).map(|e| start + e + 1);
+    if let Some(end) = end {
+        if let Some(id) = frames.spelled(&b[start..end]) {
+            c.i = end;
+            return Some(id);
+        }
+    }
+    let (mut name, mut given, mut file, mut line) = (None, None, None, None);
     let mut seen = 0u32;
     c.object(|c, key| {
         match &*key {
@@ -766,7 +804,7 @@ fn frame<'a>(
             }
             "service" => {
                 once(&mut seen, 1)?;
-                service = c.opt_str()?;
+                given = c.opt_str()?;
             }
             "file" => {
                 once(&mut seen, 2)?;
@@ -785,13 +823,21 @@ fn frame<'a>(
         Some(())
     })?;
     let name = name?;
-    let id = frames.resolve(
-        service.as_deref().unwrap_or(parent),
-        &name,
-        file.as_deref(),
-        line,
-    );
-    Some((id, service))
+    let spelled = given.is_some() && file.is_some();
+    let id = match (given, parent) {
+        (Some(s), _) => frames.resolve(&s, &name, file.as_deref(), line),
+        (None, None) => frames.resolve(service, &name, file.as_deref(), line),
+        (None, Some(_)) => {
+            let s = inherited(frames);
+            frames.resolve(&s, &name, file.as_deref(), line)
+        }
+    };
+    // Neither service nor location depends on what came before: the same
+    // bytes are this frame wherever they stand.
+    if spelled && end == Some(c.i) {
+        frames.remember_spelled(&b[start..c.i], id);
+    }
+    Some(id)
 }
 
 #[cfg(test)]

@@ -480,6 +480,11 @@ const SCANNED_FORMS: &[&str] = &[
     // Locations: a frame without `file` is the last one of its service and
     // name; `"file": ""` says none; zero-length segments.
     r#"{"service":"A","trigger":"sampled","latency_ns":9,"labels":{"arm":"b"},"path":[{"stack":[{"name":"A1","file":"a.rs","line":3}],"ns":2},{"stack":["A1",{"name":"B1","service":"B","file":"b.rs","line":1}],"ns":3,"kind":"queueing"},{"stack":["A1",{"name":"B1","service":"B"}],"ns":0},{"stack":[{"name":"A1","file":""},{"name":"B1","service":"B"}],"ns":4,"kind":"blind_spot"}],"accounting":{"queueing_ns":3,"blind_spot_ns":4}}"#,
+    // Entries written out in full, found again by their bytes in the next
+    // record (one with a `}` in its name), before bare names that inherit
+    // their service and an entry that takes the last location.
+    r#"{"service":"A","trigger":"sampled","latency_ns":6,"labels":{"arm":"b"},"path":[{"stack":[{"name":"b}1","service":"B","file":"b.rs","line":1},"B2"],"ns":3},{"stack":[{"name":"A1","service":"A","file":"a.rs","line":1},{"name":"B1","service":"B","file":"b.rs","line":5},"B1",{"name":"B1"}],"ns":3}]}"#,
+    r#"{"service":"A","trigger":"sampled","latency_ns":6,"labels":{"arm":"b"},"path":[{"stack":[{"name":"b}1","service":"B","file":"b.rs","line":1},"B2"],"ns":3},{"stack":[{"name":"A1","service":"A","file":"a.rs","line":1},{"name":"B1","service":"B","file":"b.rs","line":5},"B1",{"name":"B1"}],"ns":3}]}"#,
 ];
 
 /// Lines the record parser accepts but the scanner leaves to it.
