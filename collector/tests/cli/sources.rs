@@ -236,10 +236,7 @@ fn diff_arms_read_together_equal_each_arm_profiled_alone() {
     let arms: [(Vec<String>, [Vec<String>; 2]); 3] = [
         (
             vec![],
-            [
-                vec!["label=arm=a".into()],
-                vec!["label=arm=b".into()],
-            ],
+            [vec!["label=arm=a".into()], vec!["label=arm=b".into()]],
         ),
         (
             vec!["--trigger".into(), "all".into()],
@@ -293,7 +290,10 @@ fn diff_arms_read_together_equal_each_arm_profiled_alone() {
                     got == std::fs::read(&alone).unwrap(),
                     "{name}, {common:?} {arm} {pairs:?}: the diff's arm differs from its profile"
                 );
-                assert!(requests(&alone) > 0, "{name} {arm} {pairs:?} selects something");
+                assert!(
+                    requests(&alone) > 0,
+                    "{name} {arm} {pairs:?} selects something"
+                );
             }
         }
     }

@@ -114,13 +114,7 @@ pub fn push_parquet(
             let taken = lock().pop();
             let mut slot = taken.unwrap_or_else(|| arms.iter().map(Arm::fresh).collect());
             let mut seen = EntryServices::default();
-            let r = fold_unit(
-                &mut slot,
-                &arms,
-                unit,
-                cols,
-                observe.then_some(&mut seen),
-            );
+            let r = fold_unit(&mut slot, &arms, unit, cols, observe.then_some(&mut seen));
             lock().push(slot);
             progress(unit.len() as u64);
             r.map(|()| seen)

@@ -206,9 +206,7 @@ impl NodeSums {
     fn add(&mut self, v: u64) {
         self.sum = self.sum.saturating_add(v);
         self.count += 1;
-        self.sum_sq = self
-            .sum_sq
-            .saturating_add(u128::from(v) * u128::from(v));
+        self.sum_sq = self.sum_sq.saturating_add(u128::from(v) * u128::from(v));
     }
 }
 

@@ -158,7 +158,8 @@ pub fn push_json_block(
     let mut line = block.first_line;
     for r in results {
         out.records += r.records;
-        out.bad.extend(r.bad.into_iter().map(|(i, e)| (line + i, e)));
+        out.bad
+            .extend(r.bad.into_iter().map(|(i, e)| (line + i, e)));
         line += r.lines;
         all.merge(r.seen);
     }
@@ -307,7 +308,8 @@ fn fold_lines(
         }
         for (e, f) in callees {
             if let Some(s) = names.get(&e) {
-                out.seen.observe_callee(s, &slot.frames.frames[f as usize].service);
+                out.seen
+                    .observe_callee(s, &slot.frames.frames[f as usize].service);
             }
         }
     }

@@ -172,7 +172,13 @@ impl Frames {
     /// it: without `file`, the frame its (service, name) last stood for in
     /// this record, if any; else the frame at `file` (none when `""`).
     #[inline]
-    pub(super) fn resolve(&mut self, service: &str, name: &str, file: Option<&str>, line: Option<u32>) -> u32 {
+    pub(super) fn resolve(
+        &mut self,
+        service: &str,
+        name: &str,
+        file: Option<&str>,
+        line: Option<u32>,
+    ) -> u32 {
         if file.is_none() {
             if let Some(sn) = self.find_sn(service, name) {
                 let (generation, id) = self.last[sn as usize];
@@ -181,7 +187,9 @@ impl Frames {
                 }
             }
         }
-        let location = file.filter(|f| !f.is_empty()).map(|f| (f, line.unwrap_or(0)));
+        let location = file
+            .filter(|f| !f.is_empty())
+            .map(|f| (f, line.unwrap_or(0)));
         let id = self.intern(service, name, location);
         let sn = self.sn[id as usize];
         self.last[sn as usize] = (self.generation, id);
@@ -256,8 +264,9 @@ fn find_special(b: &[u8], mut i: usize) -> usize {
         let bs = w ^ (LO * u64::from(b'\\'));
         // A byte is flagged when it is zero (after the xor) or below 0x20;
         // the lowest flagged byte is exact, which is the one taken.
-        let m = (q.wrapping_sub(LO) & !q | bs.wrapping_sub(LO) & !bs | w.wrapping_sub(LO * 0x20) & !w)
-            & HI;
+        let m =
+            (q.wrapping_sub(LO) & !q | bs.wrapping_sub(LO) & !bs | w.wrapping_sub(LO * 0x20) & !w)
+                & HI;
         if m != 0 {
             return i + (m.trailing_zeros() / 8) as usize;
         }
@@ -767,7 +776,12 @@ fn path(c: &mut Cursor<'_>, service: &str, frames: &mut Frames, flat: &mut Flat)
 /// as a frame id; a missing service is the `parent` frame's (the record's
 /// `service` when `None`).
 #[inline]
-fn frame(c: &mut Cursor<'_>, parent: Option<u32>, service: &str, frames: &mut Frames) -> Option<u32> {
+fn frame(
+    c: &mut Cursor<'_>,
+    parent: Option<u32>,
+    service: &str,
+    frames: &mut Frames,
+) -> Option<u32> {
     let inherited = |frames: &Frames| -> Arc<str> {
         match parent {
             Some(p) => Arc::clone(&frames.frames[p as usize].service),

@@ -515,13 +515,23 @@ fn json_lines_scanner_reads_escapes_any_field_order_unknown_fields_and_nulls() {
             &mut super::scan::Head::default(),
             &mut super::fold::Flat::default(),
         );
-        assert!(scanned.is_some(), "form {i} left to the record parser: {line}");
+        assert!(
+            scanned.is_some(),
+            "form {i} left to the record parser: {line}"
+        );
     }
     for (i, line) in FALLBACK_FORMS.iter().enumerate() {
         assert!(Record::from_json(line).is_ok(), "fallback form {i}");
     }
-    let lines: Vec<&str> = SCANNED_FORMS.iter().chain(FALLBACK_FORMS).copied().collect();
-    let recs: Vec<Record> = lines.iter().map(|l| Record::from_json(l).unwrap()).collect();
+    let lines: Vec<&str> = SCANNED_FORMS
+        .iter()
+        .chain(FALLBACK_FORMS)
+        .copied()
+        .collect();
+    let recs: Vec<Record> = lines
+        .iter()
+        .map(|l| Record::from_json(l).unwrap())
+        .collect();
     let text = lines.join("\n") + "\n";
     for q in [
         "trigger=all",
@@ -535,7 +545,10 @@ fn json_lines_scanner_reads_escapes_any_field_order_unknown_fields_and_nulls() {
         assert!(want.requests() > 0, "{q} selects something");
         for chunk_bytes in [1, 1 << 20] {
             let mut agg = Aggregator::new(sel.clone());
-            assert_eq!(fold_json(&mut [&mut agg], text.as_bytes(), 1 << 20, chunk_bytes), vec![]);
+            assert_eq!(
+                fold_json(&mut [&mut agg], text.as_bytes(), 1 << 20, chunk_bytes),
+                vec![]
+            );
             assert_eq!(
                 crate::profile::encode_gzip(&agg.finish()),
                 crate::profile::encode_gzip(&want),
@@ -547,7 +560,8 @@ fn json_lines_scanner_reads_escapes_any_field_order_unknown_fields_and_nulls() {
 
 #[test]
 fn json_lines_bad_line_is_named_by_number_with_the_record_parsers_message() {
-    let good = r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A1"],"ns":3}]}"#;
+    let good =
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A1"],"ns":3}]}"#;
     let bad: &[&str] = &[
         // Numbers that are not u64: exponent, fraction, negative, too big,
         // a leading zero.
@@ -619,7 +633,10 @@ fn json_lines_folded_into_several_aggregators_at_once_equal_each_folded_alone() 
         "label=arm%3Db&percentile=p50-p100",
         "service=B&trigger=all",
     ];
-    let sels: Vec<Selection> = arms.iter().map(|q| Selection::from_query(q).unwrap()).collect();
+    let sels: Vec<Selection> = arms
+        .iter()
+        .map(|q| Selection::from_query(q).unwrap())
+        .collect();
     for (block_bytes, chunk_bytes) in [(1 << 30, 1 << 20), (4096, 700), (1, 1)] {
         let mut together: Vec<Aggregator> = sels.iter().cloned().map(Aggregator::new).collect();
         let mut refs: Vec<&mut Aggregator> = together.iter_mut().collect();
