@@ -24,7 +24,8 @@ use cpt_sdk::path::{Accounting, Frame, Location, SegmentKind};
 use cpt_sdk::trigger::Trigger;
 use rustc_hash::FxHashMap;
 
-use super::fold::{Arm, Flat, Partial};
+use super::fold::{Arm, Partial};
+use super::intern::Flat;
 use super::*;
 use crate::records::parquet::{ScanColumns, ScanPlan, ScanUnit};
 use crate::records::selection::RecordKeys;

@@ -168,27 +168,6 @@ impl Arm<'_> {
     }
 }
 
-/// One record's segments as stacks of a partial's frame ids, laid end to
-/// end: `segs[i]` is (end of segment i's stack in `ids`, ns, kind).
-#[derive(Debug, Default)]
-pub(super) struct Flat {
-    pub(super) ids: Vec<u32>,
-    pub(super) segs: Vec<(u32, u64, SegmentKind)>,
-}
-
-impl Flat {
-    pub(super) fn clear(&mut self) {
-        self.ids.clear();
-        self.segs.clear();
-    }
-
-    /// Close the segment whose frames were pushed onto `ids` since the last.
-    #[inline]
-    pub(super) fn end_segment(&mut self, ns: u64, kind: SegmentKind) {
-        self.segs.push((self.ids.len() as u32, ns, kind));
-    }
-}
-
 /// A trie node's running totals, side by side so that folding a request's
 /// time into a stack touches one place in memory: the current request's
 /// time on the stack, and over the requests folded so far the summed time,

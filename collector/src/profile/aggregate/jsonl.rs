@@ -15,7 +15,8 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::fold::{Arm, Flat, Partial};
+use super::fold::{Arm, Partial};
+use super::intern::Flat;
 use super::scan::{Frames, Head, Wanted, scan_line};
 use super::*;
 use crate::ingest::LineError;

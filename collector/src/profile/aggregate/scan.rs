@@ -24,8 +24,7 @@ use cpt_sdk::path::{Accounting, Cause, Location, SegmentKind};
 use cpt_sdk::trigger::Trigger;
 use rustc_hash::FxHashMap;
 
-use super::fold::Flat;
-use super::intern::{frame_hash_parts, same_bytes};
+use super::intern::{Flat, frame_hash_parts, same_bytes};
 use super::*;
 
 /// Nesting the scanner follows (the record object is depth 1); deeper

@@ -513,7 +513,7 @@ fn json_lines_scanner_reads_escapes_any_field_order_unknown_fields_and_nulls() {
             want,
             &mut super::scan::Frames::default(),
             &mut super::scan::Head::default(),
-            &mut super::fold::Flat::default(),
+            &mut super::intern::Flat::default(),
         );
         assert!(
             scanned.is_some(),
