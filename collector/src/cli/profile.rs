@@ -28,7 +28,7 @@ use anyhow::{Context as _, bail};
 use crate::format::fmt_ns;
 use crate::format::plural;
 use crate::profile;
-use crate::profile::aggregate::{Aggregate, Aggregator};
+use crate::profile::aggregate::{Aggregate, Aggregator, push_json_block, push_parquet};
 use crate::profile::diff::{DiffOptions, diff};
 use crate::profile::flame::{FlameOptions, flame_svg, folded};
 use crate::profile::report::Report;
@@ -250,21 +250,19 @@ fn load(
             continue;
         }
         if path != Path::new("-") && is_parquet_input(path) {
-            // Folded from the columns, once per selection (each skips the
-            // partitions and row groups outside its own time range).
-            for (i, a) in aggs.iter_mut().enumerate() {
-                let (since, until) = a.selection().time_range();
-                let plan = ScanPlan::open(path, since, until, UNIT_ROWS)?;
-                let shown = if i == 0 { mix.as_deref_mut() } else { None };
-                let progress = Progress::new(
-                    Some(plan.rows()),
-                    "{bar:30} {human_pos}/{human_len} Parquet rows ({per_sec}) {elapsed}",
-                );
-                let read = a.push_parquet(&plan, shown, &|n| progress.inc(n))?;
-                if i == 0 {
-                    stats.records += read;
-                }
+            // Folded from the columns in one pass for every selection,
+            // skipping the partitions and row groups outside all their time
+            // ranges.
+            if aggs.is_empty() {
+                continue;
             }
+            let (since, until) = union_range(aggs);
+            let plan = ScanPlan::open(path, since, until, UNIT_ROWS)?;
+            let progress = Progress::new(
+                Some(plan.rows()),
+                "{bar:30} {human_pos}/{human_len} Parquet rows ({per_sec}) {elapsed}",
+            );
+            stats.records += push_parquet(aggs, &plan, mix.as_deref_mut(), &|n| progress.inc(n))?;
             continue;
         }
         // JSON Lines: blocks read (and gunzipped) on their own thread, their
@@ -281,13 +279,11 @@ fn load(
         let mut blocks = LineBlocks::start(opened, chunking.block_bytes);
         while let Some(block) = blocks.next_block() {
             progress.inc(block.bytes.len() as u64);
-            let mut first = None;
-            for (i, a) in aggs.iter_mut().enumerate() {
-                let shown = if i == 0 { mix.as_deref_mut() } else { None };
-                let r = a.push_json_block(&block, chunking.chunk_bytes, shown);
-                first.get_or_insert(r);
+            if aggs.is_empty() {
+                continue;
             }
-            let Some(r) = first else { continue };
+            // Each line parsed once, folded into every selection keeping it.
+            let r = push_json_block(aggs, &block, chunking.chunk_bytes, mix.as_deref_mut());
             stats.records += r.records;
             for (line, error) in r.bad {
                 if src.strict {
@@ -343,6 +339,18 @@ fn load(
         );
     }
     Ok(stats)
+}
+
+/// The time range covering every aggregator's selection (unbounded on a
+/// side any of them leaves open).
+fn union_range(aggs: &[&mut Aggregator]) -> (Option<u64>, Option<u64>) {
+    let ranges: Vec<_> = aggs.iter().map(|a| a.selection().time_range()).collect();
+    let since = ranges.iter().map(|r| r.0).collect::<Option<Vec<u64>>>();
+    let until = ranges.iter().map(|r| r.1).collect::<Option<Vec<u64>>>();
+    (
+        since.and_then(|v| v.into_iter().min()),
+        until.and_then(|v| v.into_iter().max()),
+    )
 }
 
 #[cfg(feature = "server")]

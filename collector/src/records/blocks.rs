@@ -50,9 +50,24 @@ impl Block {
     /// The block cut at line breaks into pieces of about `bytes`, each with
     /// the number of its first line.
     pub fn chunks(&self, bytes: usize) -> Vec<(u64, &[u8])> {
+        let mut line = self.first_line;
+        self.pieces(bytes)
+            .into_iter()
+            .map(|(_, piece)| {
+                let first = line;
+                line += newlines(piece);
+                (first, piece)
+            })
+            .collect()
+    }
+
+    /// The block cut at line breaks into pieces of about `bytes`, each with
+    /// its offset in the block (no line counted: a reader that numbers the
+    /// lines as it parses them counts them once).
+    pub fn pieces(&self, bytes: usize) -> Vec<(usize, &[u8])> {
         let bytes = bytes.max(1);
         let mut out = Vec::with_capacity(self.bytes.len() / bytes + 1);
-        let mut line = self.first_line;
+        let mut at = 0;
         let mut rest: &[u8] = &self.bytes;
         while !rest.is_empty() {
             let cut = if rest.len() <= bytes {
@@ -64,8 +79,8 @@ impl Block {
                 }
             };
             let (piece, tail) = rest.split_at(cut);
-            out.push((line, piece));
-            line += newlines(piece);
+            out.push((at, piece));
+            at += cut;
             rest = tail;
         }
         out
@@ -76,6 +91,9 @@ impl Block {
 pub fn newlines(b: &[u8]) -> u64 {
     memchr::memchr_iter(b'\n', b).count() as u64
 }
+
+/// The least read from the input at a time.
+const READ_BYTES: usize = 1 << 16;
 
 /// How an input ended.
 #[derive(Debug)]
@@ -159,24 +177,25 @@ fn read_blocks(
 ) {
     let mut carry: Vec<u8> = Vec::new();
     let mut line = 1u64;
-    let mut buf = vec![0u8; 1 << 16];
     loop {
         let mut block = std::mem::take(&mut carry);
-        block.reserve(block_bytes + (1 << 16));
+        block.reserve(block_bytes + READ_BYTES);
         let mut eof = false;
         let mut broken = None;
         let mut has_line = memchr::memchr(b'\n', &block).is_some();
         while block.len() < block_bytes || !has_line {
-            match input.reader.read(&mut buf) {
+            // Straight into the block (no copy through a buffer); what was
+            // read before an error is kept.
+            let at = block.len();
+            let want = block_bytes.saturating_sub(at).max(READ_BYTES) as u64;
+            let read = (&mut input.reader).take(want).read_to_end(&mut block);
+            has_line = has_line || memchr::memchr(b'\n', &block[at..]).is_some();
+            match read {
                 Ok(0) => {
                     eof = true;
                     break;
                 }
-                Ok(n) => {
-                    has_line = has_line || memchr::memchr(b'\n', &buf[..n]).is_some();
-                    block.extend_from_slice(&buf[..n]);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Ok(_) => {}
                 Err(e) if input.gzip => {
                     broken = Some(e);
                     break;

@@ -216,3 +216,85 @@ fn profiles_are_byte_identical_from_json_lines_parquet_and_store() {
     // The selections are not vacuous: nearly all select something.
     assert!(nonempty >= 4 * 13, "{nonempty}");
 }
+
+/// `cpt diff` folds both arms from one read of each input: its base and
+/// test profiles are byte for byte `cpt profile` of each arm's selection
+/// alone, from JSON Lines, Parquet and a store, with arms split by label,
+/// by time (arms whose ranges differ, so one scan covers both) and by
+/// percentile band.
+#[test]
+fn diff_arms_read_together_equal_each_arm_profiled_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = generated(2000);
+    let src = write(dir.path(), "r.jsonl", &jsonl(&records));
+    let pq = dir.path().join("pq");
+    run(&["export", s(&src), "--parquet-dir", s(&pq)], true);
+    let store = dir.path().join("cpt.db");
+    run(&["import", "--store", s(&store), s(&src)], true);
+    let t = |ns: u64| format!("{ns}ns");
+    let split = t(HOUR0 + HOUR + HOUR / 2);
+    let arms: [(Vec<String>, [Vec<String>; 2]); 3] = [
+        (
+            vec![],
+            [vec!["label=arm=a".into()], vec!["label=arm=b".into()]],
+        ),
+        (
+            vec!["--trigger".into(), "all".into()],
+            [
+                vec![format!("until={split}")],
+                vec![format!("since={split}"), "percentile=p50-p100".into()],
+            ],
+        ),
+        (
+            vec!["--label".into(), "arm=a".into()],
+            [
+                vec!["percentile=p0-p50".into()],
+                vec!["percentile=p50-p100".into()],
+            ],
+        ),
+    ];
+    let out = dir.path().join("out");
+    let alone = dir.path().join("alone.pb.gz");
+    let sources: [(&str, Vec<&str>); 3] = [
+        ("json lines", vec![s(&src)]),
+        ("parquet", vec![s(&pq)]),
+        ("store", vec!["--store", s(&store)]),
+    ];
+    for (common, [base, test]) in &arms {
+        for (name, input) in &sources {
+            let mut args = vec!["diff", "-o", s(&out)];
+            args.extend(input.iter().copied());
+            args.extend(common.iter().map(String::as_str));
+            for p in base {
+                args.extend(["--base", p.as_str()]);
+            }
+            for p in test {
+                args.extend(["--test", p.as_str()]);
+            }
+            run(&args, true);
+            for (arm, pairs) in [("base", base), ("test", test)] {
+                let mut args = vec!["profile", "-o", s(&alone)];
+                args.extend(input.iter().copied());
+                args.extend(common.iter().map(String::as_str));
+                let flags: Vec<String> = pairs
+                    .iter()
+                    .flat_map(|p| {
+                        let (k, v) = p.split_once('=').unwrap();
+                        [format!("--{k}"), v.to_owned()]
+                    })
+                    .collect();
+                args.extend(flags.iter().map(String::as_str));
+                run(&args, true);
+                let got = std::fs::read(out.join(format!("{arm}.pb.gz"))).unwrap();
+                assert!(
+                    got == std::fs::read(&alone).unwrap(),
+                    "{name}, {common:?} {arm} {pairs:?}: the diff's arm differs from its profile"
+                );
+                assert!(
+                    requests(&alone) > 0,
+                    "{name} {arm} {pairs:?} selects something"
+                );
+            }
+        }
+    }
+}

@@ -24,7 +24,8 @@ use cpt_sdk::path::{Accounting, Frame, Location, SegmentKind};
 use cpt_sdk::trigger::Trigger;
 use rustc_hash::FxHashMap;
 
-use super::fold::{Flat, Partial};
+use super::fold::{Arm, Partial};
+use super::intern::Flat;
 use super::*;
 use crate::records::parquet::{ScanColumns, ScanPlan, ScanUnit};
 use crate::records::selection::RecordKeys;
@@ -50,54 +51,95 @@ impl Aggregator {
         mix: Option<&mut EntryServices>,
         progress: &(dyn Fn(u64) + Sync),
     ) -> Result<u64, InputError> {
-        let sel = &self.sel;
-        let cols = ScanColumns {
-            endpoint: sel.endpoint().is_some(),
-            labels: !sel.labels().is_empty(),
-            ids: sel.request_id().is_some() || sel.trace_id().is_some(),
-        };
-        let keep = sel.percentile().is_some();
-        let histograms = self.parts.first().is_some_and(|p| p.histograms);
-        let base = self.ordinal;
-        let observe = mix.is_some();
-        let fresh = || {
-            let mut p = Partial::new(keep);
-            p.histograms = histograms;
-            p
-        };
-        let free = Mutex::new(std::mem::take(&mut self.parts));
-        let lock = || free.lock().unwrap_or_else(PoisonError::into_inner);
-        let results: Vec<Result<EntryServices, InputError>> = plan
-            .units()
-            .par_iter()
-            .map(|unit| {
-                let mut part = lock().pop().unwrap_or_else(fresh);
-                let mut seen = EntryServices::default();
-                let r = fold_unit(
-                    &mut part,
-                    sel,
-                    unit,
-                    cols,
-                    base,
-                    observe.then_some(&mut seen),
-                );
-                lock().push(part);
-                progress(unit.len() as u64);
-                r.map(|()| seen)
-            })
-            .collect();
-        self.parts = free.into_inner().unwrap_or_else(PoisonError::into_inner);
-        let mut all = EntryServices::default();
-        for r in results {
-            all.merge(r?);
-        }
-        if let Some(m) = mix {
-            m.merge(all);
-        }
-        self.ordinal += plan.rows();
-        self.offered += plan.rows();
-        Ok(plan.rows())
+        push_parquet(&mut [self], plan, mix, progress)
     }
+}
+
+/// [`Aggregator::push_parquet`] for several aggregators at once (the arms
+/// of a diff): each row is read and checked once and folded into every
+/// aggregator whose selection keeps it; `mix` sees what the first keeps.
+/// The plan must cover every aggregator's time range.
+///
+/// # Errors
+///
+/// As [`Aggregator::push_parquet`].
+///
+/// # Panics
+///
+/// If `aggs` is empty.
+pub fn push_parquet(
+    aggs: &mut [&mut Aggregator],
+    plan: &ScanPlan,
+    mix: Option<&mut EntryServices>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<u64, InputError> {
+    assert!(!aggs.is_empty(), "push_parquet needs an aggregator");
+    let cols = ScanColumns {
+        endpoint: aggs.iter().any(|a| a.sel.endpoint().is_some()),
+        labels: aggs.iter().any(|a| !a.sel.labels().is_empty()),
+        ids: aggs
+            .iter()
+            .any(|a| a.sel.request_id().is_some() || a.sel.trace_id().is_some()),
+    };
+    let observe = mix.is_some();
+    let mut parts: Vec<Vec<Partial>> = aggs
+        .iter_mut()
+        .map(|a| std::mem::take(&mut a.parts))
+        .collect();
+    let arms: Vec<Arm<'_>> = aggs
+        .iter()
+        .zip(&parts)
+        .map(|(a, p)| Arm {
+            sel: &a.sel,
+            base: a.ordinal,
+            keep: a.sel.percentile().is_some(),
+            histograms: p.first().is_some_and(|p| p.histograms),
+        })
+        .collect();
+    let slots = parts.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let slots: Vec<Vec<Partial>> = (0..slots)
+        .map(|_| {
+            parts
+                .iter_mut()
+                .zip(&arms)
+                .map(|(p, arm)| p.pop().unwrap_or_else(|| arm.fresh()))
+                .collect()
+        })
+        .collect();
+    let free = Mutex::new(slots);
+    let lock = || free.lock().unwrap_or_else(PoisonError::into_inner);
+    let results: Vec<Result<EntryServices, InputError>> = plan
+        .units()
+        .par_iter()
+        .map(|unit| {
+            let taken = lock().pop();
+            let mut slot = taken.unwrap_or_else(|| arms.iter().map(Arm::fresh).collect());
+            let mut seen = EntryServices::default();
+            let r = fold_unit(&mut slot, &arms, unit, cols, observe.then_some(&mut seen));
+            lock().push(slot);
+            progress(unit.len() as u64);
+            r.map(|()| seen)
+        })
+        .collect();
+    drop(arms);
+    for slot in free.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        for (p, part) in parts.iter_mut().zip(slot) {
+            p.push(part);
+        }
+    }
+    for (a, p) in aggs.iter_mut().zip(parts) {
+        a.parts = p;
+        a.ordinal += plan.rows();
+        a.offered += plan.rows();
+    }
+    let mut all = EntryServices::default();
+    for r in results {
+        all.merge(r?);
+    }
+    if let Some(m) = mix {
+        m.merge(all);
+    }
+    Ok(plan.rows())
 }
 
 /// A dictionary-encoded string column.
@@ -189,15 +231,15 @@ struct Frames {
     /// held so that a later batch's dictionary cannot take their place in
     /// memory and pass for them.
     dicts: Option<[ArrayRef; 3]>,
-    ids: FxHashMap<FrameKey, u32>,
+    /// Per aggregator.
+    ids: Vec<FxHashMap<FrameKey, u32>>,
 }
 
 fn fold_unit(
-    part: &mut Partial,
-    sel: &Selection,
+    parts: &mut [Partial],
+    arms: &[Arm<'_>],
     unit: &ScanUnit,
     cols: ScanColumns,
-    base: u64,
     mut mix: Option<&mut EntryServices>,
 ) -> Result<(), InputError> {
     let bad = |error: String| InputError::BadParquet {
@@ -205,18 +247,21 @@ fn fold_unit(
         error,
     };
     let reader = unit.read(cols, SCAN_BATCH_ROWS)?;
-    let mut frames = Frames::default();
+    let mut frames = Frames {
+        dicts: None,
+        ids: vec![FxHashMap::default(); arms.len()],
+    };
     let mut flat = Flat::default();
     let mut row0 = 0u64;
     for batch in reader {
         let batch = batch.map_err(|e| bad(e.to_string()))?;
         fold_batch(
-            part,
-            sel,
+            parts,
+            arms,
             &batch,
             &mut frames,
             &mut flat,
-            (unit.first_row() + base + row0, unit.file_row() + row0),
+            (unit.first_row() + row0, unit.file_row() + row0),
             mix.as_deref_mut(),
         )
         .map_err(bad)?;
@@ -225,10 +270,11 @@ fn fold_unit(
     Ok(())
 }
 
-/// Fold one batch; `at` is (ordinal, row in file) of its first row.
+/// Fold one batch into every arm keeping its rows; `at` is (row in the
+/// plan, row in file) of its first row.
 fn fold_batch(
-    part: &mut Partial,
-    sel: &Selection,
+    parts: &mut [Partial],
+    arms: &[Arm<'_>],
     b: &RecordBatch,
     frames: &mut Frames,
     flat: &mut Flat,
@@ -315,7 +361,7 @@ fn fold_batch(
         .is_some_and(|held| held.iter().zip(dicts).all(|(a, b)| same_array(a, b)));
     if !same {
         frames.dicts = Some(dicts.map(Arc::clone));
-        frames.ids.clear();
+        frames.ids.iter_mut().for_each(FxHashMap::clear);
     }
     // Selected rows per entry service key, and (entry, frame service) key
     // pairs seen, for `mix`.
@@ -394,72 +440,80 @@ fn fold_batch(
             trace_id: trace_id.and_then(|a| a.is_valid(row).then(|| a.value(row))),
             label: &label,
         };
-        if !sel.matches_keys(&keys) {
-            continue;
-        }
         let mut acc = [Duration::ZERO; 7];
-        for (a, col) in acc.iter_mut().zip(&acc_cols) {
-            *a = Duration::from_nanos(non_negative(
-                col.value(row),
-                "an accounting field",
-                file_row,
-            )?);
-        }
-        let accounting = Accounting {
-            network: acc[0],
-            overcount: acc[1],
-            blind_spot: acc[2],
-            unattributed: acc[3],
-            queueing: acc[4],
-            truncated: acc[5],
-            clock_skew: acc[6],
-        };
-        let entry_key = service.key(row);
-        if mix.is_some() {
-            *entry_rows.entry(entry_key).or_default() += 1;
-        }
-        flat.clear();
-        prev.clear();
-        for s in s0..s1 {
-            let (f0, f1) = (stack_off[s] as usize, stack_off[s + 1] as usize);
-            for (depth, f) in (f0..f1).enumerate() {
-                let key: FrameKey = (
-                    f_service.key(f),
-                    f_name.key(f),
-                    f_file.key(f),
-                    if f_line.is_valid(f) {
-                        line_v[f]
-                    } else {
-                        i64::MIN
-                    },
-                );
-                if let Some(&(k, id)) = prev.get(depth)
-                    && k == key
-                {
-                    flat.ids.push(id);
-                    continue;
-                }
-                prev.truncate(depth);
-                let id = match frames.ids.get(&key) {
-                    Some(&id) => id,
-                    None => {
-                        let frame = make_frame(&f_service, &f_name, &f_file, f_line, f)
-                            .map_err(|e| format!("row {file_row}: {e}"))?;
-                        let id = part.intern_frame(&frame);
-                        frames.ids.insert(key, id);
-                        id
-                    }
-                };
-                if mix.is_some() {
-                    callees.insert((entry_key, key.0));
-                }
-                flat.ids.push(id);
-                prev.push((key, id));
+        let mut any = false;
+        for (k, arm) in arms.iter().enumerate() {
+            if !arm.sel.matches_keys(&keys) {
+                continue;
             }
-            let kind = kinds[seg_kind.keys[s] as usize].expect("checked above");
-            flat.end_segment(ns_v[s] as u64, kind);
+            if !any {
+                any = true;
+                for (a, col) in acc.iter_mut().zip(&acc_cols) {
+                    *a = Duration::from_nanos(non_negative(
+                        col.value(row),
+                        "an accounting field",
+                        file_row,
+                    )?);
+                }
+            }
+            let observe = k == 0 && mix.is_some();
+            let entry_key = service.key(row);
+            if observe {
+                *entry_rows.entry(entry_key).or_default() += 1;
+            }
+            let (part, ids) = (&mut parts[k], &mut frames.ids[k]);
+            flat.clear();
+            prev.clear();
+            for s in s0..s1 {
+                let (f0, f1) = (stack_off[s] as usize, stack_off[s + 1] as usize);
+                for (depth, f) in (f0..f1).enumerate() {
+                    let key: FrameKey = (
+                        f_service.key(f),
+                        f_name.key(f),
+                        f_file.key(f),
+                        if f_line.is_valid(f) {
+                            line_v[f]
+                        } else {
+                            i64::MIN
+                        },
+                    );
+                    if let Some(&(k, id)) = prev.get(depth) {
+                        if k == key {
+                            flat.ids.push(id);
+                            continue;
+                        }
+                    }
+                    prev.truncate(depth);
+                    let id = match ids.get(&key) {
+                        Some(&id) => id,
+                        None => {
+                            let frame = make_frame(&f_service, &f_name, &f_file, f_line, f)
+                                .map_err(|e| format!("row {file_row}: {e}"))?;
+                            let id = part.intern_frame(&frame);
+                            ids.insert(key, id);
+                            id
+                        }
+                    };
+                    if observe {
+                        callees.insert((entry_key, key.0));
+                    }
+                    flat.ids.push(id);
+                    prev.push((key, id));
+                }
+                let kind = kinds[seg_kind.keys[s] as usize].expect("checked above");
+                flat.end_segment(ns_v[s] as u64, kind);
+            }
+            let accounting = Accounting {
+                network: acc[0],
+                overcount: acc[1],
+                blind_spot: acc[2],
+                unattributed: acc[3],
+                queueing: acc[4],
+                truncated: acc[5],
+                clock_skew: acc[6],
+            };
+            part.push_flat(flat, start_ns, &accounting, arm.base + at.0 + row as u64);
         }
-        part.push_flat(flat, start_ns, &accounting, at.0 + row as u64);
     }
     if let Some(m) = mix {
         for (k, n) in entry_rows {

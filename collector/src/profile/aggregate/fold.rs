@@ -30,6 +30,8 @@ pub struct Aggregator {
     pub(super) parts: Vec<Partial>,
     pub(super) ordinal: u64,
     pub(super) offered: u64,
+    /// The JSON Lines scanners' frame tables, kept from block to block.
+    pub(super) json_frames: Vec<super::scan::Frames>,
 }
 
 impl Aggregator {
@@ -42,6 +44,7 @@ impl Aggregator {
             sel,
             ordinal: 0,
             offered: 0,
+            json_frames: Vec::new(),
         }
     }
 
@@ -148,24 +151,41 @@ impl Aggregator {
     }
 }
 
-/// One record's segments as stacks of a partial's frame ids, laid end to
-/// end: `segs[i]` is (end of segment i's stack in `ids`, ns, kind).
-#[derive(Debug, Default)]
-pub(super) struct Flat {
-    pub(super) ids: Vec<u32>,
-    pub(super) segs: Vec<(u32, u64, SegmentKind)>,
+/// One aggregator's view of an input folded into several at once.
+pub(super) struct Arm<'s> {
+    pub(super) sel: &'s Selection,
+    /// The ordinal of the input's first record.
+    pub(super) base: u64,
+    pub(super) keep: bool,
+    pub(super) histograms: bool,
 }
 
-impl Flat {
-    pub(super) fn clear(&mut self) {
-        self.ids.clear();
-        self.segs.clear();
+impl Arm<'_> {
+    pub(super) fn fresh(&self) -> Partial {
+        let mut p = Partial::new(self.keep);
+        p.histograms = self.histograms;
+        p
     }
+}
 
-    /// Close the segment whose frames were pushed onto `ids` since the last.
+/// A trie node's running totals, side by side so that folding a request's
+/// time into a stack touches one place in memory: the current request's
+/// time on the stack, and over the requests folded so far the summed time,
+/// their number and the sum of squares.
+#[derive(Clone, Copy, Debug, Default)]
+struct NodeSums {
+    cur: u64,
+    sum: u64,
+    count: u64,
+    sum_sq: u128,
+}
+
+impl NodeSums {
     #[inline]
-    pub(super) fn end_segment(&mut self, ns: u64, kind: SegmentKind) {
-        self.segs.push((self.ids.len() as u32, ns, kind));
+    fn add(&mut self, v: u64) {
+        self.sum = self.sum.saturating_add(v);
+        self.count += 1;
+        self.sum_sq = self.sum_sq.saturating_add(u128::from(v) * u128::from(v));
     }
 }
 
@@ -191,9 +211,10 @@ pub(super) struct Partial {
     /// stack (root..=node), and sums are indexed by node.
     nodes: Vec<(u32, u32)>,
     node_ix: FxMap<u64, u32>,
-    sums: Vec<u64>,
-    counts: Vec<u64>,
-    details: Vec<Detail>,
+    /// Per node: running sums (see [`NodeSums`]) and, when
+    /// [`Partial::histograms`], the per-request time histogram.
+    node_sums: Vec<NodeSums>,
+    hists: Vec<Histogram>,
     kind_frames: [u32; 4],
     /// [`NO_FRAMES`]: busy time whose segment has an empty stack.
     no_frames: u32,
@@ -208,7 +229,6 @@ pub(super) struct Partial {
     stack_ix: StackIndex,
     /// The current segment's sample stack (frame ids), reused.
     key: Vec<u32>,
-    cur: Vec<u64>,
     touched: Vec<u32>,
     // totals
     pub(super) matched: u64,
@@ -231,9 +251,8 @@ impl Partial {
             frame_slots: vec![(0, 0); 256],
             nodes: Vec::new(),
             node_ix: FxMap::default(),
-            sums: Vec::new(),
-            counts: Vec::new(),
-            details: Vec::new(),
+            node_sums: Vec::new(),
+            hists: Vec::new(),
             kind_frames: [0; 4],
             no_frames: 0,
             local: Vec::new(),
@@ -242,7 +261,6 @@ impl Partial {
             packed_ids: Vec::new(),
             stack_ix: StackIndex::default(),
             key: Vec::new(),
-            cur: Vec::new(),
             touched: Vec::new(),
             matched: 0,
             requests: 0,
@@ -299,52 +317,6 @@ impl Partial {
         id
     }
 
-    /// [`Partial::intern_frame`] for a frame given by borrowed parts: no
-    /// allocation unless the frame is new to this partial.
-    #[inline]
-    pub(super) fn intern_parts(
-        &mut self,
-        service: &str,
-        name: &str,
-        location: Option<(&str, u32)>,
-    ) -> u32 {
-        let h = frame_hash_parts(name.as_bytes(), service.as_bytes(), location.map(|l| l.1));
-        let mask = self.frame_slots.len() - 1;
-        let mut i = h as usize & mask;
-        loop {
-            let (sh, id1) = self.frame_slots[i];
-            if id1 == 0 {
-                break;
-            }
-            if sh == h {
-                let f = &self.frames[id1 as usize - 1];
-                let same_location = match (&f.location, location) {
-                    (None, None) => true,
-                    (Some(l), Some((file, line))) => {
-                        l.line == line && same_bytes(l.file.as_bytes(), file.as_bytes())
-                    }
-                    _ => false,
-                };
-                if same_location
-                    && same_bytes(f.name.as_bytes(), name.as_bytes())
-                    && same_bytes(f.service.as_bytes(), service.as_bytes())
-                {
-                    return id1 - 1;
-                }
-            }
-            i = (i + 1) & mask;
-        }
-        let frame = Frame {
-            service: Arc::from(service),
-            name: Arc::from(name),
-            location: location.map(|(file, line)| cpt_sdk::path::Location {
-                file: Arc::from(file),
-                line,
-            }),
-        };
-        self.intern_frame(&frame)
-    }
-
     /// The trie node for `frame` under `parent`, created on first use.
     #[inline]
     pub(super) fn child(&mut self, parent: u32, frame: u32) -> u32 {
@@ -355,10 +327,8 @@ impl Partial {
         let n = self.nodes.len() as u32;
         self.nodes.push((parent, frame));
         self.node_ix.insert(key, n);
-        self.sums.push(0);
-        self.counts.push(0);
-        self.details.push(Detail::default());
-        self.cur.push(0);
+        self.node_sums.push(NodeSums::default());
+        self.hists.push(Histogram::default());
         n
     }
 
@@ -430,7 +400,7 @@ impl Partial {
                 }
             };
             let sid = node;
-            let c = &mut self.cur[sid as usize];
+            let c = &mut self.node_sums[sid as usize].cur;
             if *c == 0 {
                 self.touched.push(sid);
             }
@@ -439,7 +409,7 @@ impl Partial {
         self.key = key;
         if self.keep {
             for &s in &self.touched {
-                let v = std::mem::take(&mut self.cur[s as usize]);
+                let v = std::mem::take(&mut self.node_sums[s as usize].cur);
                 self.entries.push((s, v));
             }
             self.touched.clear();
@@ -452,11 +422,12 @@ impl Partial {
             });
         } else {
             for &s in &self.touched {
-                let s = s as usize;
-                let v = std::mem::take(&mut self.cur[s]);
-                self.sums[s] = self.sums[s].saturating_add(v);
-                self.counts[s] += 1;
-                self.details[s].add(v, self.histograms);
+                let n = &mut self.node_sums[s as usize];
+                let v = std::mem::take(&mut n.cur);
+                n.add(v);
+                if self.histograms {
+                    self.hists[s as usize].record(v);
+                }
             }
             self.touched.clear();
             self.add_request(latency, start_unix_nanos, accounting);
@@ -485,10 +456,10 @@ impl Partial {
             let key = (k.latency, k.ordinal);
             if key >= lo && key <= hi {
                 for &(s, v) in &entries[begin..k.end] {
-                    let s = s as usize;
-                    self.sums[s] = self.sums[s].saturating_add(v);
-                    self.counts[s] += 1;
-                    self.details[s].add(v, self.histograms);
+                    self.node_sums[s as usize].add(v);
+                    if self.histograms {
+                        self.hists[s as usize].record(v);
+                    }
                 }
                 self.add_request(k.latency, k.start_unix_nanos, &k.accounting);
             }
@@ -513,7 +484,7 @@ impl Partial {
         // have no time and no requests and are dropped by canonicalize.
         let stacks: Vec<Box<[u32]>> = (0..self.nodes.len() as u32)
             .map(|n| {
-                if self.counts[n as usize] > 0 {
+                if self.node_sums[n as usize].count > 0 {
                     self.stack_of(n)
                 } else {
                     Box::from([])
@@ -522,14 +493,16 @@ impl Partial {
             .collect();
         let stacks = stacks
             .into_iter()
-            .zip(self.sums)
-            .zip(self.counts)
-            .zip(self.details)
-            .map(|(((stack, sum_nanos), requests), detail)| StackStats {
+            .zip(self.node_sums)
+            .zip(self.hists)
+            .map(|((stack, n), histogram)| StackStats {
                 stack,
-                sum_nanos,
-                requests,
-                detail: Some(detail),
+                sum_nanos: n.sum,
+                requests: n.count,
+                detail: Some(Detail {
+                    sum_sq: n.sum_sq,
+                    histogram,
+                }),
             })
             .collect();
         let mut agg = Aggregate {

@@ -121,15 +121,33 @@ pub(super) fn stack_hash(ids: &[u32]) -> u64 {
 /// A partial's sample stacks (trie nodes some segment ended at) by their
 /// frame ids, so a segment finds its node with one hash of its ids, one
 /// probe and one comparison instead of a hash lookup per level of the trie.
-/// Open addressing with linear probing, at most half full; each entry's ids
-/// are kept in one arena.
+/// Open addressing with linear probing, at most half full. A slot holds a
+/// stack's first [`INLINE`] ids itself, so a short stack is found and
+/// compared within one cache line; the ids past those are kept in one
+/// arena.
 #[derive(Debug, Default)]
 pub(super) struct StackIndex {
-    /// `(hash, node + 1, start of the ids in the arena, their count)`;
-    /// node + 1 of 0 marks an empty slot. Length a power of two.
-    slots: Vec<(u64, u32, u32, u32)>,
+    /// Length a power of two; `node1` of 0 marks an empty slot.
+    slots: Vec<StackSlot>,
     len: usize,
     arena: Vec<u32>,
+}
+
+/// Ids a [`StackSlot`] holds itself.
+const INLINE: usize = 4;
+
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(32))]
+pub(super) struct StackSlot {
+    /// The high half of the stack's hash (the low bits chose the slot).
+    tag: u32,
+    /// The node + 1.
+    node1: u32,
+    /// How many ids the stack has.
+    n: u32,
+    /// Where its ids past the first [`INLINE`] start in the arena.
+    at: u32,
+    head: [u32; INLINE],
 }
 
 impl StackIndex {
@@ -140,18 +158,25 @@ impl StackIndex {
             return None;
         }
         let mask = self.slots.len() - 1;
+        let tag = (h >> 32) as u32;
         let mut i = h as usize & mask;
         loop {
-            let (sh, node1, at, n) = self.slots[i];
-            if node1 == 0 {
+            let s = &self.slots[i];
+            if s.node1 == 0 {
                 return None;
             }
-            if sh == h && n as usize == ids.len() {
-                let stored = &self.arena[at as usize..][..ids.len()];
+            if s.tag == tag && s.n as usize == ids.len() {
+                let k = ids.len().min(INLINE);
                 // Elementwise, not `==`: a `memcmp` call costs more than
                 // these few ids.
-                if stored.iter().zip(ids).all(|(a, b)| a == b) {
-                    return Some(node1 - 1);
+                let same = s.head[..k].iter().zip(&ids[..k]).all(|(a, b)| a == b)
+                    && (ids.len() <= INLINE
+                        || self.arena[s.at as usize..][..ids.len() - INLINE]
+                            .iter()
+                            .zip(&ids[INLINE..])
+                            .all(|(a, b)| a == b));
+                if same {
+                    return Some(s.node1 - 1);
                 }
             }
             i = (i + 1) & mask;
@@ -162,26 +187,113 @@ impl StackIndex {
     pub(super) fn insert(&mut self, h: u64, ids: &[u32], node: u32) {
         if (self.len + 1) * 2 > self.slots.len() {
             let size = (self.slots.len() * 2).max(256);
-            let old = std::mem::replace(&mut self.slots, vec![(0, 0, 0, 0); size]);
+            let old = std::mem::replace(&mut self.slots, vec![StackSlot::default(); size]);
+            // Slots keep only part of the hash: each stack is hashed again.
+            let mut stack = Vec::new();
             for e in old {
-                if e.1 != 0 {
-                    self.place(e);
+                if e.node1 != 0 {
+                    stack.clear();
+                    let n = e.n as usize;
+                    stack.extend_from_slice(&e.head[..n.min(INLINE)]);
+                    if n > INLINE {
+                        stack.extend_from_slice(&self.arena[e.at as usize..][..n - INLINE]);
+                    }
+                    self.place_new(e, stack_hash(&stack));
                 }
             }
         }
         let at = u32::try_from(self.arena.len())
             .expect("stack arena over 4 Gi frame ids; this is a bug");
-        self.arena.extend_from_slice(ids);
-        self.place((h, node + 1, at, ids.len() as u32));
+        let mut head = [0; INLINE];
+        let k = ids.len().min(INLINE);
+        head[..k].copy_from_slice(&ids[..k]);
+        if ids.len() > INLINE {
+            self.arena.extend_from_slice(&ids[INLINE..]);
+        }
+        let slot = StackSlot {
+            tag: (h >> 32) as u32,
+            node1: node + 1,
+            n: ids.len() as u32,
+            at,
+            head,
+        };
+        self.place_new(slot, h);
         self.len += 1;
     }
 
-    pub(super) fn place(&mut self, e: (u64, u32, u32, u32)) {
+    fn place_new(&mut self, e: StackSlot, h: u64) {
         let mask = self.slots.len() - 1;
-        let mut i = e.0 as usize & mask;
-        while self.slots[i].1 != 0 {
+        let mut i = h as usize & mask;
+        while self.slots[i].node1 != 0 {
             i = (i + 1) & mask;
         }
         self.slots[i] = e;
+    }
+}
+
+/// One record's segments as stacks of a partial's frame ids, laid end to
+/// end: `segs[i]` is (end of segment i's stack in `ids`, ns, kind).
+#[derive(Debug, Default)]
+pub(super) struct Flat {
+    pub(super) ids: Vec<u32>,
+    pub(super) segs: Vec<(u32, u64, SegmentKind)>,
+}
+
+impl Flat {
+    pub(super) fn clear(&mut self) {
+        self.ids.clear();
+        self.segs.clear();
+    }
+
+    /// Close the segment whose frames were pushed onto `ids` since the last.
+    #[inline]
+    pub(super) fn end_segment(&mut self, ns: u64, kind: SegmentKind) {
+        self.segs.push((self.ids.len() as u32, ns, kind));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stacks of 1 to 9 ids, many alike in their first [`INLINE`] ids and
+    /// different only in the ids kept in the arena, are each found at
+    /// their own node after the table has grown several times, and stacks
+    /// never inserted are not found.
+    #[test]
+    fn stack_index_tells_apart_stacks_that_differ_only_past_the_inline_ids() {
+        let stack = |i: u32| -> Vec<u32> {
+            let len = 1 + i % 9;
+            (0..len)
+                .map(|d| if d < INLINE as u32 { d } else { i * 7 + d })
+                .collect()
+        };
+        let mut ix = StackIndex::default();
+        for i in 0..5000 {
+            let s = stack(i);
+            match ix.find(stack_hash(&s), &s) {
+                None => ix.insert(stack_hash(&s), &s, i),
+                Some(_) => assert!(s.len() <= INLINE, "{i}: a long stack found before inserted"),
+            }
+        }
+        for i in 0..5000 {
+            let s = stack(i);
+            let want = if s.len() <= INLINE {
+                // Short stacks repeat (they are all a prefix of 0, 1, 2, 3):
+                // the first one inserted owns the node.
+                (0..).find(|&j| stack(j) == s).unwrap()
+            } else {
+                i
+            };
+            assert_eq!(ix.find(stack_hash(&s), &s), Some(want), "{i}");
+        }
+        for i in 5000..6000 {
+            let mut s = stack(i);
+            if s.len() > INLINE {
+                assert_eq!(ix.find(stack_hash(&s), &s), None, "{i}");
+            }
+            s.push(u32::MAX);
+            assert_eq!(ix.find(stack_hash(&s), &s), None, "{i} extended");
+        }
     }
 }

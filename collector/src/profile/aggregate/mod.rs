@@ -58,13 +58,16 @@ use crate::records::selection::Selection;
 
 #[cfg(feature = "parquet")]
 mod columns;
+#[cfg(feature = "parquet")]
+pub use columns::push_parquet;
 pub mod file;
 mod fold;
 mod jsonl;
 pub mod packed;
 
-pub use jsonl::BlockResult;
+pub use jsonl::{BlockResult, push_json_block};
 mod intern;
+mod scan;
 
 pub use fold::Aggregator;
 use fold::BATCH;

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use cpt_sdk::path::Frame;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::fold::{CHUNK, Flat, Partial};
+use super::fold::{CHUNK, Partial};
+use super::intern::Flat;
 use super::*;
 use crate::records::EntryServices;
 use crate::records::packed::{PackedError, unpack};

@@ -5,6 +5,9 @@ use cpt_sdk::trigger::Trigger;
 use cpt_sdk::testing::fixtures::table1;
 use cpt_sdk::testing::ms;
 
+use super::scan::Wanted;
+use crate::ingest::LineError;
+
 fn a(name: &str) -> Frame {
     Frame::new("A", name)
 }
@@ -422,6 +425,278 @@ fn parquet_fold_maps_each_batchs_own_dictionary_afresh() {
                 crate::profile::encode_gzip(&agg.finish()),
                 crate::profile::encode_gzip(&Aggregate::from_records(&sel, &recs)),
                 "{sel} in units of {unit_rows}"
+            );
+        }
+    }
+}
+
+/// Fold `text` as JSON Lines in blocks of about `block_bytes`, chunks of
+/// about `chunk_bytes`, into each of `aggs` at once; the bad lines' numbers
+/// and messages.
+fn fold_json(
+    aggs: &mut [&mut Aggregator],
+    text: &[u8],
+    block_bytes: usize,
+    chunk_bytes: usize,
+) -> Vec<(u64, String)> {
+    let mut bad = Vec::new();
+    let (mut at, mut line) = (0, 1);
+    while at < text.len() {
+        let end = text[at..]
+            .iter()
+            .enumerate()
+            .skip(block_bytes.min(text.len() - at - 1))
+            .find(|(_, b)| **b == b'\n')
+            .map_or(text.len(), |(i, _)| at + i + 1);
+        let block = json_block(&text[at..end], line);
+        let r = push_json_block(aggs, &block, chunk_bytes, None);
+        bad.extend(r.bad.into_iter().map(|(l, e)| (l, e.to_string())));
+        line += text[at..end].iter().filter(|&&b| b == b'\n').count() as u64;
+        at = end;
+    }
+    bad
+}
+
+/// Lines in the forms the record format allows beyond what `cpt` writes,
+/// each of which the scanner reads itself (no fallback).
+const SCANNED_FORMS: &[&str] = &[
+    // Escapes in frame names: quote, backslash, slash, control escapes.
+    r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A\"1",{"name":"B\\1\/x\n\t","service":"B","file":"b.rs","line":2}],"ns":3}],"labels":{"arm":"b"}}"#,
+    // Unicode escapes (a surrogate pair among them) and raw UTF-8 naming
+    // the same frames.
+    r#"{"service":"\u0041","trigger":"sampled","latency_ns":5,"path":[{"stack":["caf\u00e9",{"name":"\ud83d\ude00","service":"B"}],"ns":2},{"stack":["café",{"name":"😀","service":"B"}],"ns":3}],"labels":{"arm":"b"}}"#,
+    // Fields in any order, path before the service its bare names inherit.
+    r#"{"path":[{"ns":2,"kind":"network","stack":["A1",{"line":4,"file":"b.rs","service":"B","name":"B1"},"B2"]}],"labels":{"arm":"b"},"latency_ns":2,"trigger":"sampled","service":"A"}"#,
+    // Unknown fields at every level, with any JSON in them (numbers in
+    // exponent form, negative, fractional; literals; nesting; escapes, a
+    // lone surrogate, which an ignored value may hold).
+    r#"{"w":"\ud800","x":{"y":[1,-2.5e-3,1E+9,0,-0,true,false,null,"s\n\u00e9",{},[]]},"service":"A","trigger":"sampled","latency_ns":5,"path":[{"stack":[{"name":"A1","extra":[{"z":0.5}]}],"ns":5,"note":"n"}],"accounting":{"network_ns":1,"future_ns":{"a":1e3}},"labels":{"arm":"b"}}"#,
+    // Whitespace between every token.
+    "{ \"service\" : \"A\" ,\t\"trigger\":\"sampled\" ,\r\"latency_ns\" : 4 , \"path\" : [ { \"stack\" : [ \"A1\" , { \"name\" : \"B1\" , \"service\" : \"B\" } ] , \"ns\" : 4 } ] , \"labels\" : { \"arm\" : \"b\" } }",
+    // Every optional field null.
+    r#"{"service":"A","endpoint":null,"trigger":"sampled","latency_ns":4,"start_unix_nanos":null,"request_id":null,"trace_id":null,"labels":null,"accounting":null,"path":[{"stack":[{"name":"A1","service":null,"file":null,"line":null}],"ns":4,"kind":null}]}"#,
+    // Escaped keys, a repeated label (the last counts), every id.
+    r#"{"serv\u0069ce":"A","endpoint":"/a","trigger":"forced","latency_ns":7,"start_unix_nanos":1700000000000000000,"request_id":"r-1","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","labels":{"arm":"a","arm":"b"},"path":[{"stack":["A1"],"ns":7}]}"#,
+    // Locations: a frame without `file` is the last one of its service and
+    // name; `"file": ""` says none; zero-length segments.
+    r#"{"service":"A","trigger":"sampled","latency_ns":9,"labels":{"arm":"b"},"path":[{"stack":[{"name":"A1","file":"a.rs","line":3}],"ns":2},{"stack":["A1",{"name":"B1","service":"B","file":"b.rs","line":1}],"ns":3,"kind":"queueing"},{"stack":["A1",{"name":"B1","service":"B"}],"ns":0},{"stack":[{"name":"A1","file":""},{"name":"B1","service":"B"}],"ns":4,"kind":"blind_spot"}],"accounting":{"queueing_ns":3,"blind_spot_ns":4}}"#,
+    // Entries written out in full, found again by their bytes in the next
+    // record (one with a `}` in its name), before bare names that inherit
+    // their service and an entry that takes the last location.
+    r#"{"service":"A","trigger":"sampled","latency_ns":6,"labels":{"arm":"b"},"path":[{"stack":[{"name":"b}1","service":"B","file":"b.rs","line":1},"B2"],"ns":3},{"stack":[{"name":"A1","service":"A","file":"a.rs","line":1},{"name":"B1","service":"B","file":"b.rs","line":5},"B1",{"name":"B1"}],"ns":3}]}"#,
+    r#"{"service":"A","trigger":"sampled","latency_ns":6,"labels":{"arm":"b"},"path":[{"stack":[{"name":"b}1","service":"B","file":"b.rs","line":1},"B2"],"ns":3},{"stack":[{"name":"A1","service":"A","file":"a.rs","line":1},{"name":"B1","service":"B","file":"b.rs","line":5},"B1",{"name":"B1"}],"ns":3}]}"#,
+];
+
+/// Lines the record parser accepts but the scanner leaves to it.
+const FALLBACK_FORMS: &[&str] = &[
+    // A repeated key in a frame: the last one counts.
+    r#"{"service":"A","trigger":"sampled","latency_ns":3,"labels":{"arm":"b"},"path":[{"stack":[{"name":"x","name":"A9"}],"ns":3}]}"#,
+    // Nesting deeper than the scanner follows.
+    concat!(
+        r#"{"deep":"#,
+        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+        "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+        r#","service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A8"],"ns":3}]}"#
+    ),
+];
+
+#[test]
+fn json_lines_scanner_reads_escapes_any_field_order_unknown_fields_and_nulls() {
+    for (i, line) in SCANNED_FORMS.iter().enumerate() {
+        let want = Wanted {
+            endpoint: true,
+            ids: true,
+            labels: true,
+        };
+        let scanned = super::scan::scan_line(
+            line,
+            want,
+            &mut super::scan::Frames::default(),
+            &mut super::scan::Head::default(),
+            &mut super::intern::Flat::default(),
+        );
+        assert!(
+            scanned.is_some(),
+            "form {i} left to the record parser: {line}"
+        );
+    }
+    for (i, line) in FALLBACK_FORMS.iter().enumerate() {
+        assert!(Record::from_json(line).is_ok(), "fallback form {i}");
+    }
+    let lines: Vec<&str> = SCANNED_FORMS
+        .iter()
+        .chain(FALLBACK_FORMS)
+        .copied()
+        .collect();
+    let recs: Vec<Record> = lines
+        .iter()
+        .map(|l| Record::from_json(l).unwrap())
+        .collect();
+    let text = lines.join("\n") + "\n";
+    for q in [
+        "trigger=all",
+        "label=arm%3Db",
+        "endpoint=/a&trigger=forced",
+        "request_id=r-1&trigger=all",
+        "trigger=all&percentile=p50-p100",
+    ] {
+        let sel = Selection::from_query(q).unwrap();
+        let want = Aggregate::from_records(&sel, &recs);
+        assert!(want.requests() > 0, "{q} selects something");
+        for chunk_bytes in [1, 1 << 20] {
+            let mut agg = Aggregator::new(sel.clone());
+            assert_eq!(
+                fold_json(&mut [&mut agg], text.as_bytes(), 1 << 20, chunk_bytes),
+                vec![]
+            );
+            assert_eq!(
+                crate::profile::encode_gzip(&agg.finish()),
+                crate::profile::encode_gzip(&want),
+                "{q}, chunks of {chunk_bytes}"
+            );
+        }
+    }
+}
+
+#[test]
+fn json_lines_bad_line_is_named_by_number_with_the_record_parsers_message() {
+    let good =
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A1"],"ns":3}]}"#;
+    let bad: &[&str] = &[
+        // Numbers that are not u64: exponent, fraction, negative, too big,
+        // a leading zero.
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A1"],"ns":3e0}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A1"],"ns":3.0}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":-3,"path":[{"stack":["A1"],"ns":3}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":18446744073709551616,"path":[{"stack":["A1"],"ns":3}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":03,"path":[{"stack":["A1"],"ns":3}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":[{"name":"A1","file":"a.rs","line":4294967296}],"ns":3}]}"#,
+        // Strings: a raw control character, a lone surrogate, a bad escape.
+        "{\"service\":\"A\",\"trigger\":\"sampled\",\"latency_ns\":3,\"path\":[{\"stack\":[\"A\t1\"],\"ns\":3}]}",
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A\ud800"],"ns":3}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A\q"],"ns":3}]}"#,
+        // Structure: a repeated field, trailing text, a trailing comma, cut
+        // short, missing fields, wrong types.
+        r#"{"service":"A","service":"B","trigger":"sampled","latency_ns":3,"path":[{"stack":["A1"],"ns":3}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A1"],"ns":3}]} x"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A1"],"ns":3},]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A1"],"#,
+        r#"{"service":"A","trigger":"sampled","path":[{"stack":["A1"],"ns":3}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A1"]}]}"#,
+        r#"{"service":"A","endpoint":3,"trigger":"sampled","latency_ns":3,"path":[{"stack":["A1"],"ns":3}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"labels":{"arm":1},"path":[{"stack":["A1"],"ns":3}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":[3],"ns":3}]}"#,
+        r#"["A",null,"sampled",3]"#,
+        // The record's own checks.
+        r#"{"service":"A","trigger":"maybe","latency_ns":3,"path":[{"stack":["A1"],"ns":3}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":4,"path":[{"stack":["A1"],"ns":3}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":[],"ns":3}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"path":[{"stack":["A1"],"ns":3,"kind":"idle"}]}"#,
+        r#"{"service":"A","trigger":"sampled","latency_ns":3,"accounting":{"network_ns":1,"network_ns":1},"path":[{"stack":["A1"],"ns":3}]}"#,
+    ];
+    // Good lines, blank lines and bad lines interleaved.
+    let mut text = String::new();
+    let mut want_bad = Vec::new();
+    let mut line = 0;
+    for b in bad {
+        for l in [good, "", b] {
+            text.push_str(l);
+            text.push('\n');
+            line += 1;
+        }
+        let e = Record::from_json(b).expect_err(b);
+        want_bad.push((line, LineError::Record(e).to_string()));
+    }
+    let sel = Selection::new();
+    for chunk_bytes in [1, 300, 1 << 20] {
+        let mut agg = Aggregator::new(sel.clone());
+        let got = fold_json(&mut [&mut agg], text.as_bytes(), 1 << 20, chunk_bytes);
+        assert_eq!(got, want_bad, "chunks of {chunk_bytes}");
+        assert_eq!(agg.offered(), bad.len() as u64);
+        assert_eq!(agg.finish().requests(), bad.len() as u64);
+    }
+}
+
+#[test]
+fn json_lines_folded_into_several_aggregators_at_once_equal_each_folded_alone() {
+    let recs = json_corpus(400);
+    let mut text = Vec::new();
+    for (i, r) in recs.iter().enumerate() {
+        if i == 7 {
+            text.extend_from_slice(b"{\"service\":\n");
+        }
+        text.extend_from_slice(r.to_json().as_bytes());
+        text.push(b'\n');
+    }
+    let arms = [
+        "label=arm%3Da",
+        "label=arm%3Db&percentile=p50-p100",
+        "service=B&trigger=all",
+    ];
+    let sels: Vec<Selection> = arms
+        .iter()
+        .map(|q| Selection::from_query(q).unwrap())
+        .collect();
+    for (block_bytes, chunk_bytes) in [(1 << 30, 1 << 20), (4096, 700), (1, 1)] {
+        let mut together: Vec<Aggregator> = sels.iter().cloned().map(Aggregator::new).collect();
+        let mut refs: Vec<&mut Aggregator> = together.iter_mut().collect();
+        let bad = fold_json(&mut refs, &text, block_bytes, chunk_bytes);
+        assert_eq!(bad.iter().map(|b| b.0).collect::<Vec<_>>(), vec![8]);
+        for (sel, agg) in sels.iter().zip(together) {
+            let mut alone = Aggregator::new(sel.clone());
+            fold_json(&mut [&mut alone], &text, block_bytes, chunk_bytes);
+            assert_eq!(agg.offered(), 400);
+            let (agg, alone) = (agg.finish(), alone.finish());
+            assert!(agg.requests() > 0, "{sel}");
+            assert_eq!(
+                crate::profile::encode_gzip(&agg),
+                crate::profile::encode_gzip(&alone),
+                "{sel}, blocks of {block_bytes}, chunks of {chunk_bytes}"
+            );
+            assert_eq!(
+                crate::profile::encode_gzip(&agg),
+                crate::profile::encode_gzip(&Aggregate::from_records(sel, &recs)),
+                "{sel}"
+            );
+        }
+    }
+}
+
+#[cfg(feature = "parquet")]
+#[test]
+fn parquet_folded_into_several_aggregators_at_once_equals_each_folded_alone() {
+    use crate::records::parquet::ScanPlan;
+    let recs = json_corpus(3000);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain.parquet");
+    plain_parquet(&file, &recs);
+    let sels: Vec<Selection> = [
+        "label=arm%3Da&until=1500",
+        "label=arm%3Db&percentile=p50-p100",
+        "service=B&since=1000",
+    ]
+    .iter()
+    .map(|q| Selection::from_query(q).unwrap())
+    .collect();
+    for unit_rows in [3000, 700] {
+        let plan = ScanPlan::open(&file, None, None, unit_rows).unwrap();
+        let mut together: Vec<Aggregator> = sels.iter().cloned().map(Aggregator::new).collect();
+        let mut refs: Vec<&mut Aggregator> = together.iter_mut().collect();
+        assert_eq!(push_parquet(&mut refs, &plan, None, &|_| {}).unwrap(), 3000);
+        for (sel, agg) in sels.iter().zip(together) {
+            let mut alone = Aggregator::new(sel.clone());
+            alone.push_parquet(&plan, None, &|_| {}).unwrap();
+            let (agg, alone) = (agg.finish(), alone.finish());
+            assert!(agg.requests() > 0, "{sel}");
+            assert_eq!(
+                crate::profile::encode_gzip(&agg),
+                crate::profile::encode_gzip(&alone),
+                "{sel} in units of {unit_rows}"
+            );
+            assert_eq!(
+                crate::profile::encode_gzip(&agg),
+                crate::profile::encode_gzip(&Aggregate::from_records(sel, &recs)),
+                "{sel}"
             );
         }
     }
