@@ -341,6 +341,28 @@ fn load(
     Ok(stats)
 }
 
+/// Fold the records of `inputs` (JSON Lines or Parquet, as `cpt profile`
+/// reads them: bad lines skipped with a warning) and of the store at
+/// `store` into `agg`, the selection's own. Returns how many records were
+/// read.
+///
+/// # Errors
+///
+/// As `cpt profile`: no input, an unreadable input or store.
+pub(crate) fn fold_sources(
+    inputs: &[PathBuf],
+    store: Option<&Path>,
+    agg: &mut Aggregator,
+) -> anyhow::Result<u64> {
+    let src = SourceArgs {
+        inputs: inputs.to_vec(),
+        store: store.map(Path::to_path_buf),
+        strict: false,
+        from_aggregate: None,
+    };
+    Ok(load(&src, &mut [agg], None, None)?.records)
+}
+
 /// The time range covering every aggregator's selection (unbounded on a
 /// side any of them leaves open).
 fn union_range(aggs: &[&mut Aggregator]) -> (Option<u64>, Option<u64>) {
@@ -367,10 +389,14 @@ fn load_store(
         crate::server::store::Store::open_read_only(path).map_err(|e| anyhow::anyhow!("{e}"))?;
     // Each selection pushed down and folded from the packed paths: one
     // read per aggregator (diff has two), each of only what it selects.
+    let progress = Progress::new(
+        None,
+        "{spinner} {human_pos} stored records ({per_sec}) {elapsed}",
+    );
     for (i, a) in aggs.iter_mut().enumerate() {
         let shown = if i == 0 { mix.as_deref_mut() } else { None };
         let read = store
-            .fold_into(a, LINES_PER_BATCH, shown)
+            .fold_into_reporting(a, LINES_PER_BATCH, shown, &mut |n| progress.inc(n))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         if i == 0 {
             stats.records += read;

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use cpt_sdk::record::Record;
 
+use super::profile::fold_sources;
 use super::remote::{Remote, RemoteArgs, check_request_id, check_trace_id, selection_query};
 use crate::format::fmt_ns;
-use crate::profile::aggregate::Aggregate;
+use crate::profile::aggregate::{Aggregate, Aggregator};
 use crate::profile::flame::{FlameOptions, flame_svg};
 pub use crate::profile::tree::{Baseline, Node, tree};
 use crate::profile::tree::{PathKey, collect_leaves};
@@ -100,6 +101,32 @@ impl Source<'_> {
     }
 
     /// The records `sel` selects (at most `limit`), oldest first.
+    /// The profile of every record `sel` selects, folded the way `cpt
+    /// profile` folds them (the collector's `/profile`).
+    fn profile(&self, sel: &Selection) -> anyhow::Result<Aggregate> {
+        match self {
+            Source::Collector(remote) => {
+                let answer = remote.get(&format!("/profile?{}", selection_query(sel)))?;
+                crate::profile::pprof::read_aggregate(&answer.body).with_context(|| {
+                    format!(
+                        "the collector {} sent a profile that does not decode",
+                        remote.url()
+                    )
+                })
+            }
+            Source::Store(path) => {
+                let mut agg = Aggregator::new(sel.clone());
+                fold_sources(&[], Some(path), &mut agg)?;
+                Ok(agg.finish())
+            }
+            Source::Files(files) => {
+                let mut agg = Aggregator::new(sel.clone());
+                fold_sources(files, None, &mut agg)?;
+                Ok(agg.finish())
+            }
+        }
+    }
+
     fn fetch(&self, sel: &Selection, limit: u64) -> anyhow::Result<Vec<Record>> {
         match self {
             #[cfg(feature = "server")]
@@ -341,8 +368,8 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<String> {
             if let Some(e) = &r.endpoint {
                 base = base.with_endpoint(e);
             }
-            let sampled = source.fetch(&base, 100_000)?;
-            if sampled.is_empty() {
+            let sampled = source.profile(&base)?;
+            if sampled.requests() == 0 {
                 eprintln!(
                     "cpt: warning: no sampled records of {} {} in {} to compare with",
                     r.service,
@@ -351,7 +378,7 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<String> {
                 );
                 None
             } else {
-                Some(Baseline::of(&sampled))
+                Some(Baseline::of_aggregate(&sampled))
             }
         } else {
             None

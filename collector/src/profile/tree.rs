@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use cpt_sdk::path::SegmentKind;
 use cpt_sdk::record::Record;
 
+use crate::profile::aggregate::{Aggregate, kind_frame};
+
 /// One line of the tree: a frame (`kind` `None`) or the time a frame's path
 /// spent in one accounting kind (a marked leaf).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,7 +122,7 @@ fn mean_totals(records: &[Record]) -> BTreeMap<PathKey, u64> {
 }
 
 /// The comparison baseline: the endpoint's sampled records and their mean per line.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Baseline {
     /// Requests averaged.
     pub requests: u64,
@@ -138,6 +140,56 @@ impl Baseline {
             requests: n,
             mean_latency_ns: u64::try_from(lat / u128::from(n.max(1))).unwrap_or(u64::MAX),
             means: mean_totals(records),
+        }
+    }
+
+    /// The same averages from a profile's fold of the records (what
+    /// [`Baseline::of`] gives for them, without holding them): each tree
+    /// line's total is the sum over the stacks that pass through it. The
+    /// mean latency is the aggregate's when it has one, else (an aggregate
+    /// read back from a profile) the mean path total, which equals it since
+    /// a path sums to its latency.
+    pub fn of_aggregate(agg: &Aggregate) -> Baseline {
+        let n = agg.requests();
+        let mut sum: BTreeMap<PathKey, u64> = BTreeMap::new();
+        let mut path_total: u128 = 0;
+        let kinds: Vec<(cpt_sdk::path::Frame, SegmentKind)> = [
+            SegmentKind::Queueing,
+            SegmentKind::Unattributed,
+            SegmentKind::Network,
+            SegmentKind::BlindSpot,
+        ]
+        .into_iter()
+        .filter_map(|k| kind_frame(k).map(|f| (f, k)))
+        .collect();
+        let mut key: PathKey = Vec::new();
+        for s in agg.stacks() {
+            path_total += u128::from(s.sum_nanos);
+            key.clear();
+            let mut parent_service = String::new();
+            for f in agg.stack_frames(s) {
+                let kind = kinds.iter().find(|(kf, _)| kf == f).map(|&(_, k)| k);
+                match kind {
+                    Some(k) => key.push((parent_service.clone(), k.as_str().to_owned(), Some(k))),
+                    None => {
+                        parent_service = f.service.to_string();
+                        key.push((f.service.to_string(), f.name.to_string(), None));
+                    }
+                }
+                let total = sum.entry(key.clone()).or_default();
+                *total = total.saturating_add(s.sum_nanos);
+            }
+        }
+        let latency = match agg.latency_sum().as_nanos() {
+            0 => path_total,
+            l => l,
+        };
+        let d = u64::max(n, 1);
+        sum.values_mut().for_each(|v| *v /= d);
+        Baseline {
+            requests: n,
+            mean_latency_ns: u64::try_from(latency / u128::from(d)).unwrap_or(u64::MAX),
+            means: sum,
         }
     }
 }
@@ -166,5 +218,65 @@ impl Baseline {
     /// averaged request's path passes there).
     pub fn mean_at(&self, key: &[(String, String, Option<SegmentKind>)]) -> u64 {
         self.means.get(key).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::selection::{Selection, TriggerFilter};
+    use cpt_sdk::path::{CriticalPath, Frame};
+    use cpt_sdk::trigger::Trigger;
+    use std::time::Duration;
+
+    /// Requests of one endpoint whose paths share some lines and not
+    /// others: frames under different parents, the same frame name in two
+    /// places, the same name at two source lines (one tree line), every
+    /// accounting kind, and a segment with no frame at all.
+    fn requests() -> Vec<Record> {
+        let root = Frame::new("A", "A1").with_location("a.rs", 10);
+        let b = Frame::new("B", "B1");
+        let b_again = Frame::new("B", "B1").with_location("b.rs", 7);
+        let c = Frame::new("C", "C1");
+        (0..12u64)
+            .map(|i| {
+                let mut p = CriticalPath::new();
+                let ms = |x: u64| Duration::from_micros(100 + 37 * x + 11 * i);
+                p.push_frames([root.clone()], ms(1), SegmentKind::Busy);
+                p.push_frames([root.clone(), b.clone()], ms(2), SegmentKind::Busy);
+                if i % 3 == 0 {
+                    p.push_frames([root.clone(), b_again.clone()], ms(3), SegmentKind::Busy);
+                }
+                if i % 2 == 0 {
+                    p.push_frames([root.clone(), c.clone()], ms(4), SegmentKind::Network);
+                    p.push_frames(
+                        [root.clone(), b.clone(), c.clone()],
+                        ms(5),
+                        SegmentKind::Busy,
+                    );
+                }
+                p.push_frames([root.clone()], ms(6), SegmentKind::Queueing);
+                if i % 4 == 1 {
+                    p.push_frames([root.clone(), b.clone()], ms(7), SegmentKind::BlindSpot);
+                    p.push_frames(Vec::<Frame>::new(), ms(8), SegmentKind::Unattributed);
+                }
+                Record::new("A", Trigger::Sampled, p)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_baseline_from_the_endpoints_profile_equals_the_one_from_its_records() {
+        let records = requests();
+        let sel = Selection::new().with_triggers(TriggerFilter::All);
+        let agg = Aggregate::from_records(&sel, &records);
+        let from_records = Baseline::of(&records);
+        assert_eq!(Baseline::of_aggregate(&agg), from_records);
+        assert!(from_records.means.len() >= 8, "{:?}", from_records.means);
+        // Read back from its pprof profile (what the collector serves): the
+        // latency comes from the paths, which sum to it.
+        let back = crate::profile::pprof::read_aggregate(&crate::profile::pprof::encode_gzip(&agg))
+            .unwrap();
+        assert_eq!(Baseline::of_aggregate(&back), from_records);
     }
 }

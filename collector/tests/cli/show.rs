@@ -94,6 +94,47 @@ fn show_compare_puts_the_endpoints_sampled_mean_beside_each_frame() {
 }
 
 #[test]
+fn show_compare_says_the_same_from_records_a_store_and_parquet() {
+    let dir = tempfile::tempdir().unwrap();
+    // More sampled requests of the endpoint than fit one read batch, with
+    // varied times, so the average is the fold's over all of them.
+    let mut records: Vec<Record> = (0..9000u64)
+        .map(|i| {
+            shaped(
+                Trigger::Sampled,
+                &[
+                    (&["run"], 1),
+                    (&["run", "load"], 2 + i % 5),
+                    (&["run", "save"], 1 + i % 3),
+                ],
+            )
+        })
+        .collect();
+    records.insert(4500, slow_one("req-9"));
+    let file = write(dir.path(), "r.jsonl", &jsonl(&records));
+    let store = dir.path().join("s.db");
+    run(&["import", "--store", s(&store), s(&file)], true);
+    let pq = dir.path().join("pq");
+    run(&["export", s(&file), "--parquet-dir", s(&pq)], true);
+    let show = |source: &[&str]| {
+        let mut args = vec!["show", "--request-id", "req-9", "--compare"];
+        args.extend_from_slice(source);
+        run(&args, true).0
+    };
+    let from_file = show(&[s(&file)]);
+    assert!(
+        from_file.contains("compared with the mean of 9000 sampled requests of the same endpoint"),
+        "{from_file}"
+    );
+    assert!(
+        line(&from_file, "load").contains("avg 4.00ms"),
+        "{from_file}"
+    );
+    assert_eq!(show(&["--store", s(&store)]), from_file);
+    assert_eq!(show(&[s(&pq)]), from_file);
+}
+
+#[test]
 fn show_top_flags_that_many_of_the_slowest_leaves() {
     let dir = tempfile::tempdir().unwrap();
     let mut r = shaped(

@@ -9,7 +9,9 @@ use cpt_collector::ingest::CONTENT_TYPE_JSON_LINES;
 use cpt_collector::serve::MAX_RECORDS_LIMIT;
 use cpt_sdk::{Record, Trigger};
 
-use crate::support::{HttpResponse, TestCollector, http_with_headers, json_lines, record};
+use crate::support::{
+    HttpResponse, TestCollector, http_with_headers, json_lines, post_records, record, records,
+};
 
 const INGEST: &str = "ingest-t0ken";
 const READ: &str = "r3ad-t0ken";
@@ -330,4 +332,38 @@ fn an_open_collector_tells_show_why_a_forced_record_is_not_found() {
     );
     assert!(!ok);
     assert!(err.contains("no read token"), "{err}");
+}
+
+#[test]
+fn show_compare_against_a_collector_averages_what_its_store_holds() {
+    let c = TestCollector::start(|c| c);
+    // Sampled requests of one endpoint (several batches' worth), the one to
+    // show among them.
+    let mut batch = records("cmp", 3000);
+    batch[1234].request_id = Some("the-one".into());
+    for part in batch.chunks(1000) {
+        assert_eq!(
+            post_records(c.http(), CONTENT_TYPE_JSON_LINES, &json_lines(part)).status,
+            200
+        );
+    }
+    let url = format!("http://{}", c.http());
+    let store = c.store.to_str().unwrap();
+    let args = |source: &[&str]| -> Vec<String> {
+        let mut a = vec!["show", "--request-id", "the-one", "--compare"];
+        a.extend_from_slice(source);
+        a.into_iter().map(String::from).collect()
+    };
+    let run = |a: Vec<String>| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (ok, out, err) = cpt(&a, None);
+        assert!(ok, "{a:?}: {err}");
+        out
+    };
+    let remote = run(args(&["--collector", &url]));
+    assert!(
+        remote.contains("compared with the mean of 3000 sampled requests"),
+        "{remote}"
+    );
+    assert_eq!(remote, run(args(&["--store", store])));
 }

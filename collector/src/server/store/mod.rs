@@ -847,11 +847,28 @@ impl Store {
         &self,
         agg: &mut Aggregator,
         batch: usize,
+        mix: Option<&mut EntryServices>,
+    ) -> Result<u64, StoreError> {
+        self.fold_into_reporting(agg, batch, mix, &mut |_| {})
+    }
+
+    /// [`fold_into`](Self::fold_into), telling `progress` how many records
+    /// each batch held as it is folded (for a progress bar).
+    ///
+    /// # Errors
+    ///
+    /// As [`fold_into`](Self::fold_into).
+    pub fn fold_into_reporting(
+        &self,
+        agg: &mut Aggregator,
+        batch: usize,
         mut mix: Option<&mut EntryServices>,
+        progress: &mut dyn FnMut(u64),
     ) -> Result<u64, StoreError> {
         let sel = agg.selection().clone();
         let mut failed = None;
         let packed = self.for_each_packed(&sel, batch, |rows, frames| {
+            progress(rows.len() as u64);
             if failed.is_none()
                 && let Err(e) = agg.push_packed(rows, frames, mix.as_deref_mut())
             {
@@ -869,6 +886,7 @@ impl Store {
             return Ok(n);
         }
         self.for_each_batch(&sel, batch, |records| {
+            progress(records.len() as u64);
             if let Some(m) = mix.as_deref_mut() {
                 for r in records.iter().filter(|r| sel.matches(r)) {
                     m.observe(r);
