@@ -885,6 +885,34 @@ mod tests {
     }
 
     #[test]
+    fn repeated_ids_exact_copies_dropped_differing_records_kept_as_dup_k() {
+        // b twice identically, then a differing b: the copy is dropped, the
+        // differing record becomes b~dup2 (the records with id b before
+        // it), and c, naming b, hangs under the first b.
+        let t = build(
+            "t",
+            vec![
+                raw("a", None, Some(0), Some(100)),
+                raw("b", Some("a"), Some(10), Some(20)),
+                raw("b", Some("a"), Some(10), Some(20)),
+                raw("b", Some("a"), Some(40), Some(5)),
+                raw("c", Some("b"), Some(12), Some(3)),
+            ],
+            BuildOptions::default(),
+        )
+        .unwrap();
+        let ids: Vec<&str> = t.spans.iter().map(|s| &*s.span_id).collect();
+        assert_eq!(ids.len(), 4, "{ids:?}");
+        assert_eq!((t.duplicates_dropped, t.duplicates_renamed), (1, 1));
+        let get = |id: &str| t.spans.iter().position(|s| &*s.span_id == id).unwrap();
+        let (b, dup) = (get("b"), get("b~dup2"));
+        assert_eq!(t.spans[b].start_ns, 10);
+        assert_eq!(t.spans[dup].start_ns, 40);
+        assert_eq!(t.spans[get("c")].parent, Some(b as u32));
+        assert_eq!(t.spans[dup].parent, Some(get("a") as u32));
+    }
+
+    #[test]
     fn untimed_spans_cover_their_children_or_sit_at_the_parent_start() {
         let t = build(
             "t",
