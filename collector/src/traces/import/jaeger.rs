@@ -134,12 +134,7 @@ struct JTrace<'a> {
 
 #[derive(Deserialize)]
 struct JSpan<'a> {
-    #[serde(
-        rename = "traceID",
-        default,
-        borrow,
-        deserialize_with = "borrowed_opt"
-    )]
+    #[serde(rename = "traceID", default, borrow, deserialize_with = "borrowed_opt")]
     trace_id: Option<Cow<'a, str>>,
     #[serde(rename = "spanID", borrow)]
     span_id: Cow<'a, str>,
@@ -168,12 +163,7 @@ struct JSpan<'a> {
 struct JRef<'a> {
     #[serde(rename = "refType", borrow)]
     ref_type: Cow<'a, str>,
-    #[serde(
-        rename = "traceID",
-        default,
-        borrow,
-        deserialize_with = "borrowed_opt"
-    )]
+    #[serde(rename = "traceID", default, borrow, deserialize_with = "borrowed_opt")]
     trace_id: Option<Cow<'a, str>>,
     #[serde(rename = "spanID", borrow)]
     span_id: Cow<'a, str>,
@@ -198,9 +188,7 @@ struct JProcess<'a> {
 /// An optional string borrowed from the document when it has no escapes
 /// (serde borrows a `Cow<str>` field, but not one inside an `Option`: that
 /// would be one allocation per span and per reference).
-fn borrowed_opt<'de: 'a, 'a, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<Cow<'a, str>>, D::Error> {
+fn borrowed_opt<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'a, str>>, D::Error> {
     #[derive(Deserialize)]
     struct Borrowed<'a>(#[serde(borrow)] Cow<'a, str>);
     Ok(Option::<Borrowed<'a>>::deserialize(d)?.map(|b| b.0))
