@@ -2,7 +2,10 @@
 //! traces, 175,500 spans, 6 gzipped files) read → clock-skew repair →
 //! critical path → profile, against a baseline that only gunzips and parses
 //! the same JSON into `serde_json::Value` (what any JSON-reading tool pays).
-//! Also a synthetic single trace of 80,000 spans and a 10,000-deep chain.
+//! `convert_jsonl` is `cpt traces convert` without the file: the same read
+//! → repair → critical path, then every record written as the JSON line
+//! the command writes. Also a synthetic single trace of 80,000 spans and a
+//! 10,000-deep chain.
 //!
 //! Besides criterion's timings, the bench prints one summary block per run:
 //! traces/s, spans/s and the ratio to the baseline, measured back to back.
@@ -26,6 +29,18 @@ fn full(files: &[PathBuf]) -> (Import, Aggregate) {
     let imp = import_files(files, Format::Jaeger, &ImportOptions::default(), &|_| {});
     let agg = Aggregate::from_records(&Selection::new(), imp.records());
     (imp, agg)
+}
+
+/// `cpt traces convert`'s work: read → repair → critical path, every
+/// record as its JSON line, into memory instead of a file.
+fn convert_jsonl(files: &[PathBuf]) -> Vec<u8> {
+    let imp = import_files(files, Format::Jaeger, &ImportOptions::default(), &|_| {});
+    let mut out = Vec::with_capacity(32 << 20);
+    for r in imp.records() {
+        out.extend_from_slice(r.to_json().as_bytes());
+        out.push(b'\n');
+    }
+    out
 }
 
 /// Baseline: gunzip and parse into a generic JSON tree, in parallel per file.
@@ -151,6 +166,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("traces_media_set");
     g.sample_size(10).measurement_time(Duration::from_secs(8));
     g.bench_function("read_cp_profile", |b| b.iter(|| full(&files)));
+    g.bench_function("convert_jsonl", |b| b.iter(|| convert_jsonl(&files)));
     g.bench_function("baseline_gunzip_json_value", |b| {
         b.iter(|| baseline(&files))
     });

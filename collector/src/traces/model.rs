@@ -9,6 +9,7 @@
 //! count it, report it and go on with the next trace.
 
 use std::borrow::Cow;
+use std::collections::hash_map::Entry;
 use std::fmt;
 use std::sync::Arc;
 
@@ -461,46 +462,66 @@ pub fn build(
         return Err(err(Reason::Empty));
     }
     let mut raw = raw;
-    // Differing records that share an id (Jaeger's own fixtures have them;
-    // Jaeger UI shows both): each later one is kept under `ID~dupK`, and
-    // references to the id resolve to the first.
-    let duplicates_renamed;
-    {
-        let mut seen: FxHashMap<&str, Vec<usize>> =
-            FxHashMap::with_capacity_and_hasher(raw.len(), Default::default());
+    let n = raw.len();
+    // Ids → index of their first record, in one pass over the spans. A
+    // repeated id is rare; only then is more looked at: an exact duplicate
+    // is dropped and counted, and a record that differs from every earlier
+    // one with its id (Jaeger's own fixtures have them; Jaeger UI shows
+    // both) is kept under `ID~dupK`, references to the id resolving to the
+    // first.
+    let mut keep = vec![true; n];
+    let mut duplicates_dropped = 0;
+    let mut index: FxHashMap<&str, u32> =
+        FxHashMap::with_capacity_and_hasher(n, Default::default());
+    let rename = {
+        // Id → every record with it so far, for the ids seen more than once.
+        let mut repeated: FxHashMap<&str, Vec<usize>> = FxHashMap::default();
         let mut rename: Vec<(usize, String)> = Vec::new();
         for (i, s) in raw.iter().enumerate() {
-            let same = seen.entry(&s.id).or_default();
-            if !same.is_empty() && !same.iter().any(|&j| raw[j] == *s) {
+            let first = match index.entry(&*s.id) {
+                Entry::Vacant(v) => {
+                    v.insert(i as u32);
+                    continue;
+                }
+                Entry::Occupied(o) => *o.get() as usize,
+            };
+            let same = repeated.entry(&*s.id).or_insert_with(|| vec![first]);
+            if !same.iter().any(|&j| raw[j] == *s) {
                 rename.push((i, format!("{}~dup{}", s.id, same.len())));
             }
             same.push(i);
+            // Without renames every repeat equals the first record.
+            keep[i] = false;
+            duplicates_dropped += 1;
         }
-        drop(seen);
-        duplicates_renamed = rename.len();
+        rename
+    };
+    let duplicates_renamed = rename.len();
+    if !rename.is_empty() {
+        // Renamed ids may meet other ids: index the records again as they
+        // now are.
+        drop(index);
         for (i, id) in rename {
             raw[i].id = Cow::Owned(id);
         }
-    }
-    // Ids → index; drop exact duplicates.
-    let mut index: FxHashMap<&str, u32> =
-        FxHashMap::with_capacity_and_hasher(raw.len(), Default::default());
-    let mut keep = vec![true; raw.len()];
-    let mut duplicates_dropped = 0;
-    for (i, s) in raw.iter().enumerate() {
-        match index.get(&*s.id) {
-            Some(&j) => {
-                if raw[j as usize] == *s {
-                    keep[i] = false;
-                    duplicates_dropped += 1;
-                } else {
-                    return Err(err(Reason::DuplicateSpanId {
-                        span: s.id.to_string(),
-                    }));
+        index = FxHashMap::with_capacity_and_hasher(n, Default::default());
+        keep.fill(true);
+        duplicates_dropped = 0;
+        for (i, s) in raw.iter().enumerate() {
+            match index.get(&*s.id) {
+                Some(&j) => {
+                    if raw[j as usize] == *s {
+                        keep[i] = false;
+                        duplicates_dropped += 1;
+                    } else {
+                        return Err(err(Reason::DuplicateSpanId {
+                            span: s.id.to_string(),
+                        }));
+                    }
                 }
-            }
-            None => {
-                index.insert(&s.id, i as u32);
+                None => {
+                    index.insert(&s.id, i as u32);
+                }
             }
         }
     }
@@ -516,7 +537,6 @@ pub fn build(
         }
     }
     // Resolve parents (indices into `raw`).
-    let n = raw.len();
     let mut parent: Vec<Option<u32>> = vec![None; n];
     let mut orphans = 0;
     for (i, s) in raw.iter().enumerate() {
@@ -862,6 +882,34 @@ mod tests {
             ),
             (2, 1, 1, 2)
         );
+    }
+
+    #[test]
+    fn repeated_ids_exact_copies_dropped_differing_records_kept_as_dup_k() {
+        // b twice identically, then a differing b: the copy is dropped, the
+        // differing record becomes b~dup2 (the records with id b before
+        // it), and c, naming b, hangs under the first b.
+        let t = build(
+            "t",
+            vec![
+                raw("a", None, Some(0), Some(100)),
+                raw("b", Some("a"), Some(10), Some(20)),
+                raw("b", Some("a"), Some(10), Some(20)),
+                raw("b", Some("a"), Some(40), Some(5)),
+                raw("c", Some("b"), Some(12), Some(3)),
+            ],
+            BuildOptions::default(),
+        )
+        .unwrap();
+        let ids: Vec<&str> = t.spans.iter().map(|s| &*s.span_id).collect();
+        assert_eq!(ids.len(), 4, "{ids:?}");
+        assert_eq!((t.duplicates_dropped, t.duplicates_renamed), (1, 1));
+        let get = |id: &str| t.spans.iter().position(|s| &*s.span_id == id).unwrap();
+        let (b, dup) = (get("b"), get("b~dup2"));
+        assert_eq!(t.spans[b].start_ns, 10);
+        assert_eq!(t.spans[dup].start_ns, 40);
+        assert_eq!(t.spans[get("c")].parent, Some(b as u32));
+        assert_eq!(t.spans[dup].parent, Some(get("a") as u32));
     }
 
     #[test]

@@ -134,7 +134,7 @@ struct JTrace<'a> {
 
 #[derive(Deserialize)]
 struct JSpan<'a> {
-    #[serde(rename = "traceID", default, borrow)]
+    #[serde(rename = "traceID", default, borrow, deserialize_with = "borrowed_opt")]
     trace_id: Option<Cow<'a, str>>,
     #[serde(rename = "spanID", borrow)]
     span_id: Cow<'a, str>,
@@ -148,7 +148,12 @@ struct JSpan<'a> {
     duration_us: Wide,
     #[serde(default)]
     tags: SpanTags,
-    #[serde(rename = "processID", default, borrow)]
+    #[serde(
+        rename = "processID",
+        default,
+        borrow,
+        deserialize_with = "borrowed_opt"
+    )]
     process_id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     process: Option<JProcess<'a>>,
@@ -158,7 +163,7 @@ struct JSpan<'a> {
 struct JRef<'a> {
     #[serde(rename = "refType", borrow)]
     ref_type: Cow<'a, str>,
-    #[serde(rename = "traceID", default, borrow)]
+    #[serde(rename = "traceID", default, borrow, deserialize_with = "borrowed_opt")]
     trace_id: Option<Cow<'a, str>>,
     #[serde(rename = "spanID", borrow)]
     span_id: Cow<'a, str>,
@@ -178,6 +183,15 @@ struct JProcess<'a> {
     service: Cow<'a, str>,
     #[serde(default, borrow)]
     tags: ProcessTags<'a>,
+}
+
+/// An optional string borrowed from the document when it has no escapes
+/// (serde borrows a `Cow<str>` field, but not one inside an `Option`: that
+/// would be one allocation per span and per reference).
+fn borrowed_opt<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'a, str>>, D::Error> {
+    #[derive(Deserialize)]
+    struct Borrowed<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Borrowed<'a>>::deserialize(d)?.map(|b| b.0))
 }
 
 /// The span tags we use (kind, error), read without collecting the array.
