@@ -561,42 +561,55 @@ def fold(sel):
     )
 
 
-def run(spark, a):
+def java_error(e):
+    """A Java exception's messages down its causes, first lines only (no stack traces)."""
+    msgs, t = [], e.java_exception
+    while t is not None and len(msgs) < 8:
+        m = t.getMessage()
+        if m:
+            first = str(m).strip().splitlines()[0]
+            if first not in msgs:
+                msgs.append(first)
+        t = t.getCause()
+    # Spark's wrappers ("Job aborted due to stage failure: ...", "Exception thrown in
+    # awaitResult") say where, not what; the causes below them say what.
+    what = [
+        m for m in msgs
+        if not m.startswith(("Job aborted due to stage failure", "Exception thrown in awaitResult"))
+    ]
+    return "; caused by: ".join(what or msgs) or str(e).splitlines()[0]
+
+
+def fold_all(spark, a, kept, timings, t0):
+    """Read the kept files once; the totals (collected) and the cached per-bucket rows."""
     import time
 
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    timings = {}
-    t0 = time.monotonic()
-    files = list_files(spark, a.inputs)
-    # Partition pruning: a file in a date=/hour= partition outside --since/--until is
-    # not opened (its records started in that hour); the rest get the exact row filter.
-    kept = [f for f in files if in_range(f, a.since_ns, a.until_ns)]
-    print(
-        f"cpt_aggregate.py: reading {len(kept)} of {len(files)} Parquet files"
-        + (f" ({len(files) - len(kept)} in date=/hour= partitions outside --since/--until)"
-           if len(kept) < len(files) else ""),
-        file=sys.stderr,
-    )
-    matched, tot, agg = 0, [], None
-    if kept:
-        raw = spark.read.parquet(*kept)
-        check_schema(spark, raw, kept[0], a.inputs)
-        # The collected stack sets make the per-bucket aggregation an object hash
-        # aggregation; it stays one while a task's groups (stacks x buckets) fit.
-        spark.conf.set("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", str(1 << 16))
-        sel = raw.where(selection(a))
-        matched = None
-        if a.band is not None:
-            band, matched = band_condition(spark, sel, a.band, timings, t0)
-            sel = sel.where(band)
-        agg = fold(sel).persist(StorageLevel.MEMORY_AND_DISK)
-        tot = agg.where(F.col("tag") == 0).drop("keys").collect()
-        timings["fold_s"] = time.monotonic() - t0
-    requests = sum(r["c"] for r in tot)
+    raw = spark.read.parquet(*kept)
+    check_schema(spark, raw, kept[0], a.inputs)
+    # The collected stack sets make the per-bucket aggregation an object hash
+    # aggregation; it stays one while a task's groups (stacks x buckets) fit.
+    spark.conf.set("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", str(1 << 16))
+    sel = raw.where(selection(a))
+    matched = None
+    if a.band is not None:
+        band, matched = band_condition(spark, sel, a.band, timings, t0)
+        sel = sel.where(band)
+    agg = fold(sel).persist(StorageLevel.MEMORY_AND_DISK)
+    tot = agg.where(F.col("tag") == 0).drop("keys").collect()
+    timings["fold_s"] = time.monotonic() - t0
     if matched is None:
-        matched = requests
+        matched = sum(r["c"] for r in tot)
+    return tot, agg, matched
+
+
+def write(spark, a, tot, agg, matched):
+    """The header from the totals, then one line per stack from the cached rows."""
+    from pyspark.sql import functions as F
+
+    requests = sum(r["c"] for r in tot)
     firsts = [r["first"] for r in tot if r["first"] is not None]
     lasts = [r["last"] for r in tot if r["last"] is not None]
     if any(r["sq"] is None for r in tot):
@@ -649,6 +662,34 @@ def run(spark, a):
     lines.coalesce(1).write.mode("overwrite").text(a.output)
     if agg is not None:
         agg.unpersist()
+    return requests
+
+
+def run(spark, a):
+    import time
+
+    from py4j.protocol import Py4JJavaError
+    from pyspark.sql.utils import AnalysisException
+
+    timings = {}
+    t0 = time.monotonic()
+    files = list_files(spark, a.inputs)
+    # Partition pruning: a file in a date=/hour= partition outside --since/--until is
+    # not opened (its records started in that hour); the rest get the exact row filter.
+    kept = [f for f in files if in_range(f, a.since_ns, a.until_ns)]
+    print(
+        f"cpt_aggregate.py: reading {len(kept)} of {len(files)} Parquet files"
+        + (f" ({len(files) - len(kept)} in date=/hour= partitions outside --since/--until)"
+           if len(kept) < len(files) else ""),
+        file=sys.stderr,
+    )
+    try:
+        tot, agg, matched = fold_all(spark, a, kept, timings, t0) if kept else ([], None, 0)
+        requests = write(spark, a, tot, agg, matched)
+    except Py4JJavaError as e:
+        fail(f"{', '.join(a.inputs)}: {java_error(e)}")
+    except AnalysisException as e:
+        fail(f"{', '.join(a.inputs)}: {str(e).strip().splitlines()[0]}")
     timings["total_s"] = time.monotonic() - t0
     print(
         f"cpt_aggregate.py: {requests} requests aggregated ({matched} matched the selection"
