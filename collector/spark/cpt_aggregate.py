@@ -502,8 +502,12 @@ def fold(sel):
                 .otherwise(F.coalesce(f["line"].cast("long"), F.lit(0).cast("long"))).alias("line"),
             ),
         )
-        key = F.when(kind == "busy", frames).otherwise(F.concat(frames, F.array(kind_frame)))
-        return F.when(F.size(key) == 0, F.array(frame("", NO_FRAMES))).otherwise(key)
+        # Only a busy segment without frames has an empty stack (the others get a leaf).
+        return (
+            F.when((kind == "busy") & (F.size(seg["stack"]) == 0), F.array(frame("", NO_FRAMES)))
+            .when(kind == "busy", frames)
+            .otherwise(F.concat(frames, F.array(kind_frame)))
+        )
 
     zero = F.lit(0).cast("long")
     no_long = F.lit(None).cast("long")
