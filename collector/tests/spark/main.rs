@@ -366,7 +366,8 @@ fn parquet_files(dir: &Path) -> Vec<PathBuf> {
 /// same job without a time range shows; with the range the job succeeds and
 /// its profile is byte for byte `cpt profile`'s for the same range on the
 /// directory before the corrupt files were added (the exact row filter still
-/// cuts hour 22 at 22:40).
+/// cuts hour 22 at 22:40). A range that overlaps no partition opens no file
+/// and gives `cpt profile`'s empty profile.
 #[test]
 fn spark_job_reads_only_the_partitions_a_time_range_overlaps() {
     let py = python();
@@ -384,6 +385,10 @@ fn spark_job_reads_only_the_partitions_a_time_range_overlaps() {
     let sel = ["--since", since, "--until", until, "--trigger", "all"];
     let want = dir.path().join("cpt.pb.gz");
     ok(&[&["profile", s(&pq), "-o", s(&want)][..], &sel[..]].concat());
+    // A range no partition overlaps: nothing is read, an empty aggregate.
+    let none = ["--since", "2023-11-14T20:00:00Z", "--until", "2023-11-14T21:00:00Z"];
+    let want_none = dir.path().join("cpt-none.pb.gz");
+    ok(&[&["profile", s(&pq), "-o", s(&want_none)][..], &none[..]].concat());
 
     let in_range = ["date=2023-11-14/hour=22", "date=2023-11-14/hour=23"];
     let all = parquet_files(&pq);
@@ -419,8 +424,21 @@ fn spark_job_reads_only_the_partitions_a_time_range_overlaps() {
     assert!(err.contains("part-corrupt.parquet"), "{err}");
     assert!(err.contains(&format!("reading {total} of {total} Parquet files")), "{err}");
 
-    let agg = dir.path().join("agg-range");
-    let pruned = run(&agg, &sel);
+    // The range and the one overlapping nothing, in one Spark session.
+    let (agg, agg_none) = (dir.path().join("agg-range"), dir.path().join("agg-none"));
+    let batch = dir.path().join("batch.jsonl");
+    let mut lines = String::new();
+    for (out, args) in [(&agg, &sel[..]), (&agg_none, &none[..])] {
+        let mut argv: Vec<&str> = vec![s(&pq), "--output", s(out)];
+        argv.extend(args);
+        lines += &(serde_json::to_string(&argv).unwrap() + "\n");
+    }
+    std::fs::write(&batch, lines).unwrap();
+    let pruned = Command::new(&py)
+        .arg(job())
+        .args(["--batch", s(&batch), "--master", "local[2]"])
+        .output()
+        .expect("run the Spark job");
     let err = String::from_utf8_lossy(&pruned.stderr);
     assert!(pruned.status.success(), "cpt_aggregate.py failed: {err}");
     assert!(
@@ -429,6 +447,19 @@ fn spark_job_reads_only_the_partitions_a_time_range_overlaps() {
             total - read
         )),
         "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "reading 0 of {total} Parquet files ({total} in date=/hour= partitions outside --since/--until)"
+        )),
+        "{err}"
+    );
+    let got_none = dir.path().join("spark-none.pb.gz");
+    ok(&["profile", "--from-aggregate", s(&agg_none), "-o", s(&got_none)]);
+    assert_eq!(
+        std::fs::read(&want_none).unwrap(),
+        std::fs::read(&got_none).unwrap(),
+        "the empty range's profile"
     );
     let got = dir.path().join("spark.pb.gz");
     ok(&["profile", "--from-aggregate", s(&agg), "-o", s(&got)]);
