@@ -55,6 +55,7 @@ KIND_FRAMES = {
     "blind_spot": "[blind spot]",
 }
 NO_FRAMES = "[no frames]"
+KEY_TYPE = "array<struct<service:string,name:string,file:string,line:bigint>>"
 ACCOUNTING = [
     "network_ns",
     "overcount_ns",
@@ -476,9 +477,9 @@ def fold(sel):
     """One pass over the selected records: per (kind, stack hash, log-linear bucket) the
     count, sum, sum of squares, min and max of the value, where a record contributes one
     row of kind 0 (its latency, start time and accounting, for the totals) and one row of
-    kind 1 per distinct sample stack on its path (the stack's time in this request, and
-    the stack's frames, collected as a set: more than one set member is two stacks
-    sharing a hash)."""
+    kind 1 per distinct sample stack on its path (the stack's time in this request); and,
+    observed on the way, the set of (stack hash, frames) pairs."""
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     def frame(service, name):
@@ -538,31 +539,38 @@ def fold(sel):
             lambda h: F.filter(F.col("_st"), lambda x: x["h"] == h),
         ).alias("_groups"),
     )
-    key_type = "array<struct<service:string,name:string,file:string,line:bigint>>"
     entry = lambda tag, h, v, key, start, acc: F.struct(  # noqa: E731
         F.lit(tag).alias("tag"), h.alias("h"), v.alias("v"), key.alias("key"),
         start.alias("start"), *[c.alias(n) for c, n in zip(acc, ACCOUNTING)],
     )
     record = entry(
-        0, zero, F.col("_latency"), F.lit(None).cast(key_type), F.col("start_unix_nanos"),
+        0, zero, F.col("_latency"), F.lit(None).cast(KEY_TYPE), F.col("start_unix_nanos"),
         [F.col(c) for c in ACCOUNTING],
     )
     stacks = F.transform(
         F.col("_groups"),
         lambda g: entry(
-            1, g[0]["h"], F.aggregate(g, zero, lambda acc, x: acc + x["ns"]), g[0]["key"].cast(key_type),
+            1, g[0]["h"], F.aggregate(g, zero, lambda acc, x: acc + x["ns"]), g[0]["key"].cast(KEY_TYPE),
             no_long, [no_long] * len(ACCOUNTING),
         ),
     )
     rows = per_stack.select(F.explode(F.concat(F.array(record), stacks)).alias("e")).select("e.*")
+    # The stacks' frames ride along the same pass as an observed metric (a set per task,
+    # merged on the driver: one entry per distinct stack, so a hash seen with two frame
+    # lists is a collision); the aggregation itself holds only numbers, so Spark runs it
+    # as a generated hash aggregation however many (stack, bucket) groups there are.
+    keys = Observation()
+    rows = rows.observe(
+        keys, F.to_json(F.collect_set(F.when(F.col("tag") == 1, F.struct("h", "key")))).alias("keys")
+    )
     dec = lambda c: F.col(c).cast("decimal(38,0)")  # noqa: E731
-    return rows.groupBy("tag", "h", F.expr(BUCKET_SQL.format(v="v")).alias("b")).agg(
+    agg = rows.groupBy("tag", "h", F.expr(BUCKET_SQL.format(v="v")).alias("b")).agg(
         F.count(F.lit(1)).alias("c"), F.sum("v").alias("s"),
         F.sum(dec("v") * dec("v")).alias("sq"), F.min("v").alias("mn"), F.max("v").alias("mx"),
         F.min("start").alias("first"), F.max("start").alias("last"),
         *[F.sum(c).alias(c) for c in ACCOUNTING],
-        F.collect_set("key").alias("keys"),
     )
+    return agg, keys
 
 
 def java_error(e):
@@ -593,20 +601,31 @@ def fold_all(spark, a, kept, timings, t0):
 
     raw = spark.read.parquet(*kept)
     check_schema(spark, raw, kept[0], a.inputs)
-    # The collected stack sets make the per-bucket aggregation an object hash
-    # aggregation; it stays one while a task's groups (stacks x buckets) fit.
+    # The per-stack bucket lists are collected per task in a hash map of stacks.
     spark.conf.set("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", str(1 << 16))
     sel = raw.where(selection(a))
     matched = None
     if a.band is not None:
         band, matched = band_condition(spark, sel, a.band, timings, t0)
         sel = sel.where(band)
-    agg = fold(sel).persist(StorageLevel.MEMORY_AND_DISK)
-    tot = agg.where(F.col("tag") == 0).drop("keys").collect()
+    agg, observed = fold(sel)
+    # The per-bucket rows are few next to the records: cached in as many partitions as
+    # there are cores (not spark.sql.shuffle.partitions, each a task for every later read).
+    agg = agg.coalesce(max(1, spark.sparkContext.defaultParallelism)).persist(StorageLevel.MEMORY_AND_DISK)
+    tot = agg.where(F.col("tag") == 0).collect()
     timings["fold_s"] = time.monotonic() - t0
+    text = observed.get.get("keys") or "[]"
+    seen = json.loads(text)
+    if len({e["h"] for e in seen}) != len(seen):
+        fail("two sample stacks share a 64-bit hash (vanishingly rare); report it")
+    keys = (
+        spark.createDataFrame([(text,)], "j string")
+        .select(F.explode(F.from_json("j", f"array<struct<h:long,key:{KEY_TYPE}>>")).alias("e"))
+        .select(F.col("e.h").alias("h"), F.col("e.key").alias("frames"))
+    )
     if matched is None:
         matched = sum(r["c"] for r in tot)
-    return tot, agg, matched
+    return tot, (agg, keys), matched
 
 
 def write(spark, a, tot, agg, matched):
@@ -639,6 +658,7 @@ def write(spark, a, tot, agg, matched):
     }
     lines = spark.createDataFrame([(json.dumps(header),)], "value string")
     if agg is not None:
+        agg, keys = agg
         stacks = (
             agg.where(F.col("tag") == 1)
             .groupBy("h")
@@ -646,18 +666,11 @@ def write(spark, a, tot, agg, matched):
                 F.sum("s").alias("sum_ns"), F.sum("c").alias("requests"), F.sum("sq").alias("sq"),
                 F.min("mn").alias("mn"), F.max("mx").alias("mx"),
                 F.collect_list(F.struct(F.col("b").alias("b"), F.col("c").alias("c"))).alias("buckets"),
-                F.array_distinct(F.flatten(F.collect_list("keys"))).alias("keys"),
             )
-            # Keeps every row, or fails the job if two stacks share a hash.
-            .where(
-                F.when(
-                    F.size("keys") != 1,
-                    F.raise_error(F.lit("two sample stacks share a 64-bit hash (vanishingly rare); report it")),
-                ).isNull()
-            )
+            .join(F.broadcast(keys), "h")
         )
         fields = [
-            F.lit("stack").alias("kind"), F.col("keys")[0].alias("frames"), "sum_ns", "requests",
+            F.lit("stack").alias("kind"), "frames", "sum_ns", "requests",
             F.col("sq").cast("string").alias("sum_sq"),
         ]
         if not a.no_histograms:
