@@ -312,11 +312,13 @@ fn main() {
     // One hour: the middle date=/hour= partition.
     let parts = partitions(&pq);
     let hour = parts.get(parts.len() / 2).cloned();
-    let (since, until) = hour.as_ref().map_or((String::new(), String::new()), |(d, h)| {
-        let since = cpt_collector::selection::parse_time(&format!("{d}T{h}:00:00Z"))
-            .expect("partition hour");
-        (since.to_string(), (since + 3_600_000_000_000).to_string())
-    });
+    let (since, until) = hour
+        .as_ref()
+        .map_or((String::new(), String::new()), |(d, h)| {
+            let since = cpt_collector::selection::parse_time(&format!("{d}T{h}:00:00Z"))
+                .expect("partition hour");
+            (since.to_string(), (since + 3_600_000_000_000).to_string())
+        });
     println!(
         "{} hour partitions; one-hour case: {:?} (--since {since} --until {until})",
         parts.len(),
@@ -468,7 +470,9 @@ fn main() {
         println!();
     }
 
-    println!("\nSpark stages of the band run (event log): task time = executorRunTime summed over tasks");
+    println!(
+        "\nSpark stages of the band run (event log): task time = executorRunTime summed over tasks"
+    );
     println!(
         "{:>5} {:>6} {:>9} {:>10} {:>10} {:>11} {:>11} {:>10}  name",
         "stage", "tasks", "wall ms", "task ms", "scan ms", "input MB", "shuffle MB", "shufw ms"

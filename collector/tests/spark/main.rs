@@ -386,7 +386,12 @@ fn spark_job_reads_only_the_partitions_a_time_range_overlaps() {
     let want = dir.path().join("cpt.pb.gz");
     ok(&[&["profile", s(&pq), "-o", s(&want)][..], &sel[..]].concat());
     // A range no partition overlaps: nothing is read, an empty aggregate.
-    let none = ["--since", "2023-11-14T20:00:00Z", "--until", "2023-11-14T21:00:00Z"];
+    let none = [
+        "--since",
+        "2023-11-14T20:00:00Z",
+        "--until",
+        "2023-11-14T21:00:00Z",
+    ];
     let want_none = dir.path().join("cpt-none.pb.gz");
     ok(&[&["profile", s(&pq), "-o", s(&want_none)][..], &none[..]].concat());
 
@@ -404,7 +409,11 @@ fn spark_job_reads_only_the_partitions_a_time_range_overlaps() {
     for part in ["date=2023-11-14/hour=21", "date=2023-11-15/hour=00"] {
         let d = pq.join(part);
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("part-corrupt.parquet"), b"PAR1 not a parquet file PAR1").unwrap();
+        std::fs::write(
+            d.join("part-corrupt.parquet"),
+            b"PAR1 not a parquet file PAR1",
+        )
+        .unwrap();
     }
     let total = all.len() + 2;
 
@@ -420,9 +429,15 @@ fn spark_job_reads_only_the_partitions_a_time_range_overlaps() {
     // Read, the corrupt file fails the job and is named.
     let unpruned = run(&dir.path().join("agg-all"), &["--trigger", "all"]);
     let err = String::from_utf8_lossy(&unpruned.stderr);
-    assert!(!unpruned.status.success(), "the corrupt files were read without error");
+    assert!(
+        !unpruned.status.success(),
+        "the corrupt files were read without error"
+    );
     assert!(err.contains("part-corrupt.parquet"), "{err}");
-    assert!(err.contains(&format!("reading {total} of {total} Parquet files")), "{err}");
+    assert!(
+        err.contains(&format!("reading {total} of {total} Parquet files")),
+        "{err}"
+    );
 
     // The range and the one overlapping nothing, in one Spark session.
     let (agg, agg_none) = (dir.path().join("agg-range"), dir.path().join("agg-none"));
@@ -455,7 +470,13 @@ fn spark_job_reads_only_the_partitions_a_time_range_overlaps() {
         "{err}"
     );
     let got_none = dir.path().join("spark-none.pb.gz");
-    ok(&["profile", "--from-aggregate", s(&agg_none), "-o", s(&got_none)]);
+    ok(&[
+        "profile",
+        "--from-aggregate",
+        s(&agg_none),
+        "-o",
+        s(&got_none),
+    ]);
     assert_eq!(
         std::fs::read(&want_none).unwrap(),
         std::fs::read(&got_none).unwrap(),
