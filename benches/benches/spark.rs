@@ -1,32 +1,39 @@
 //! `cpt profile` (one process) against the Spark job
 //! `collector/spark/cpt_aggregate.py` in `local[2]` mode, on the same
-//! Parquet directory.
+//! Parquet directory, and optionally against another version of the job.
 //!
-//! Generates `CPT_BENCH_RECORDS` (default 10⁶; 10⁷ for the issue's number)
-//! Figure-1-shaped records of 25–35 segments (services A–F, ~200 stacks of
-//! depth 2–7, some network / queueing / unattributed / blind-spot time,
-//! labels `arm=a|b`, 5 % forced), writes them with the collector's Parquet
-//! writer, then times and measures (peak RSS: of `cpt`; of the Python
-//! driver plus its JVM for Spark):
+//! Generates `CPT_BENCH_RECORDS` (default 10⁶) Figure-1-shaped records of
+//! 25–35 segments (services A–F, ~200 stacks of depth 2–7, some network /
+//! queueing / unattributed / blind-spot time, labels `arm=a|b`, 5 % forced,
+//! 12 ms apart: four hourly partitions per 10⁶), writes them with the
+//! collector's Parquet writer (or reads `CPT_BENCH_PARQUET`, a directory
+//! `cpt export --parquet-dir` wrote, without writing to it), then times and
+//! measures (peak RSS: of `cpt`; of the Python driver plus its JVM for
+//! Spark), for two selections:
 //!
-//! 1. `cpt profile DIR --label arm=b --percentile p0-p99 -o cpt.pb.gz`
-//! 2. `cpt_aggregate.py DIR --label arm=b --percentile p0-p99 --master local[2]`, then
+//! - `band`: `--label arm=b --percentile p0-p99` (the exact band ranks every
+//!   selected record);
+//! - `one-hour`: `--since/--until` the middle `date=/hour=` partition's hour
+//!   (the job opens that partition's files only);
+//!
+//! 1. `cpt profile DIR SELECTION -o cpt.pb.gz`
+//! 2. `cpt_aggregate.py DIR SELECTION --master local[2]`, then
 //!    `cpt profile --from-aggregate` (the profiles must be byte-identical);
+//! 3. with `CPT_BENCH_SPARK_BASELINE=FILE`, that version of the job too.
 //!
-//! and splits the Spark job's time by stage from its event log: task time
-//! (executorRunTime, summed over tasks), and inside the stage that reads the
-//! Parquet files, Spark's own "scan time" metric versus the rest (explode,
-//! the stack keys and the map-side aggregation), shuffle bytes and write
-//! time. A cluster of N executors divides the task time of each stage by
-//! about N (the stages are embarrassingly parallel up to the number of input
-//! splits); the driver's fixed cost (JVM start, planning, the band's two
-//! small jobs) does not shrink.
+//! `CPT_BENCH_ROUNDS` (default 1) repeats the runs, alternating their order,
+//! and the summary gives medians and ratios. The Spark job's first band run
+//! is split by stage from its event log: task time (executorRunTime, summed
+//! over tasks), and inside the stages that read the Parquet files, Spark's
+//! own "scan time" metric versus the rest (exploding segments, stack keys
+//! and hashes, map-side aggregation), shuffle bytes and write time.
 //!
 //! `CPT_SPARK_PYTHON` names the Python with pyspark (default
-//! `.venv-spark/bin/python`), `CPT_BENCH_DIR` keeps the Parquet directory
-//! (otherwise a temporary one). Run:
+//! `.venv-spark/bin/python`), `CPT_BENCH_DIR` keeps the outputs (and a
+//! generated Parquet directory; otherwise a temporary one),
+//! `CPT_BENCH_SPARK_MEMORY` is the driver's memory (default 4g). Run:
 //! `cargo bench -p cpt-benches --bench spark`
-//! (`CPT_BENCH_RECORDS=10000000` for 10⁷; needs ~1.5 GB of disk per 10⁶ records).
+//! (needs ~0.5 GB of disk per 10⁶ records).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -53,7 +60,7 @@ fn record(rng: &mut Rng, stacks: &[Vec<Frame>], i: u64) -> Record {
     let mut r = Record::new("A", trigger, p);
     r.endpoint = Some("/frontend".into());
     r.request_id = Some(format!("req-{i}"));
-    // 10⁶ records a second apart: a dozen hourly partitions per 10⁶.
+    // 12 ms apart: 300 000 records an hour, four hourly partitions per 10⁶.
     r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i * 3_600_000_000_000 / 300_000);
     r.labels.insert(
         "arm".into(),
@@ -213,6 +220,45 @@ fn mb(kb: u64) -> String {
     format!("{:.0} MB", kb as f64 / 1024.0)
 }
 
+/// The `date=YYYY-MM-DD/hour=HH` partition directories under `dir`, sorted.
+fn partitions(dir: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let date = d.file_name().to_string_lossy().into_owned();
+        let Some(date) = date.strip_prefix("date=") else {
+            continue;
+        };
+        for h in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+            if let Some(hour) = h.file_name().to_string_lossy().strip_prefix("hour=") {
+                out.push((date.to_owned(), hour.to_owned()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// One timed run.
+struct Run {
+    case: &'static str,
+    who: &'static str,
+    wall: Duration,
+    rss_kb: u64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 fn main() {
     // Child mode: this binary runs `cpt` itself, so the bench needs no
     // separately built binary and measures only the command.
@@ -227,82 +273,206 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
+    let rounds: usize = std::env::var("CPT_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let baseline = std::env::var_os("CPT_BENCH_SPARK_BASELINE").map(PathBuf::from);
     let tmp = tempfile::tempdir().unwrap();
     let work =
         std::env::var_os("CPT_BENCH_DIR").map_or_else(|| tmp.path().to_owned(), PathBuf::from);
-    let pq = work.join("parquet");
+    std::fs::create_dir_all(&work).unwrap();
     let t = Instant::now();
-    let bytes = if pq.exists() {
-        println!("reusing {}", pq.display());
-        dir_bytes(&pq)
-    } else {
-        generate(&pq, n)
+    let (pq, bytes) = match std::env::var_os("CPT_BENCH_PARQUET") {
+        Some(dir) => {
+            let pq = PathBuf::from(dir);
+            println!("reading {} (not written to)", pq.display());
+            let bytes = dir_bytes(&pq);
+            (pq, bytes)
+        }
+        None => {
+            let pq = work.join("parquet");
+            if pq.exists() {
+                println!("reusing {}", pq.display());
+                let bytes = dir_bytes(&pq);
+                (pq, bytes)
+            } else {
+                let bytes = generate(&pq, n);
+                (pq, bytes)
+            }
+        }
     };
     println!(
-        "records: {n} as Parquet in {:.1?}: {:.1} MB, {:.0} bytes/record",
+        "records: {n} as Parquet ({:.1?}): {:.1} MB, {:.0} bytes/record",
         t.elapsed(),
         bytes as f64 / 1e6,
         bytes as f64 / n as f64
     );
-    let sel = ["--label", "arm=b", "--percentile", "p0-p99"];
-    let (want, got) = (work.join("cpt.pb.gz"), work.join("spark.pb.gz"));
-
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.env("CPT_BENCH_CPT_CHILD", "1")
-        .arg("--")
-        .arg("profile")
-        .arg(&pq)
-        .args(sel)
-        .arg("-o")
-        .arg(&want);
-    let (cpt_time, cpt_rss, _) = measure(cmd);
+    // One hour: the middle date=/hour= partition.
+    let parts = partitions(&pq);
+    let hour = parts.get(parts.len() / 2).cloned();
+    let (since, until) = hour
+        .as_ref()
+        .map_or((String::new(), String::new()), |(d, h)| {
+            let since = cpt_collector::selection::parse_time(&format!("{d}T{h}:00:00Z"))
+                .expect("partition hour");
+            (since.to_string(), (since + 3_600_000_000_000).to_string())
+        });
     println!(
-        "cpt profile (one process, all cores): {cpt_time:.2?}, peak RSS {}",
-        mb(cpt_rss)
+        "{} hour partitions; one-hour case: {:?} (--since {since} --until {until})",
+        parts.len(),
+        hour
     );
+    let mut cases: Vec<(&'static str, Vec<&str>)> =
+        vec![("band", vec!["--label", "arm=b", "--percentile", "p0-p99"])];
+    if hour.is_some() {
+        cases.push(("one-hour", vec!["--since", &since, "--until", &until]));
+    }
 
     let py = python();
+    let job = Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/spark/cpt_aggregate.py");
+    let mut jobs: Vec<(&'static str, PathBuf)> = vec![("cpt_aggregate.py", job)];
+    if let Some(b) = &baseline {
+        jobs.push(("baseline job", b.clone()));
+    }
     let events = work.join("spark-events");
-    let _ = std::fs::remove_dir_all(&events);
-    std::fs::create_dir_all(&events).unwrap();
-    let agg = work.join("spark-agg");
-    let timings = work.join("spark-timings.json");
-    let mut cmd = Command::new(&py);
-    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/spark/cpt_aggregate.py"))
-        .arg(&pq)
-        .args(sel)
-        .args(["--master", "local[2]", "--output"])
-        .arg(&agg)
-        .arg("--timings")
-        .arg(&timings)
-        .env(
-            "PYSPARK_SUBMIT_ARGS",
-            format!(
-                "--driver-memory {} --conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{} pyspark-shell",
-                std::env::var("CPT_BENCH_SPARK_MEMORY").unwrap_or_else(|_| "4g".into()),
-                events.display()
-            ),
-        );
-    let (spark_time, spark_rss, _) = measure(cmd);
-    println!(
-        "Spark local[2] (python driver + JVM): {spark_time:.2?}, peak RSS {}; phases {}",
-        mb(spark_rss),
-        std::fs::read_to_string(&timings).unwrap_or_default()
-    );
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.env("CPT_BENCH_CPT_CHILD", "1")
-        .arg("--")
-        .arg("profile")
-        .arg("--from-aggregate")
-        .arg(&agg)
-        .arg("-o")
-        .arg(&got);
-    let (from_time, _, _) = measure(cmd);
-    let same = std::fs::read(&want).unwrap() == std::fs::read(&got).unwrap();
-    println!("cpt profile --from-aggregate: {from_time:.2?}; profiles identical: {same}");
-    assert!(same, "the Spark profile differs from cpt profile's");
+    let mut runs: Vec<Run> = Vec::new();
+    for round in 0..rounds {
+        for (case, sel) in &cases {
+            let want = work.join(format!("{case}.cpt.pb.gz"));
+            // cpt first in even rounds, last in odd ones; the jobs alternate too.
+            let mut order: Vec<Option<usize>> = std::iter::once(None)
+                .chain((0..jobs.len()).map(Some))
+                .collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            let mut spark_aggs = Vec::new();
+            for who in order {
+                match who {
+                    None => {
+                        let mut cmd = Command::new(std::env::current_exe().unwrap());
+                        cmd.env("CPT_BENCH_CPT_CHILD", "1")
+                            .arg("--")
+                            .arg("profile")
+                            .arg(&pq)
+                            .args(sel)
+                            .arg("-o")
+                            .arg(&want);
+                        let (wall, rss_kb, _) = measure(cmd);
+                        println!(
+                            "round {round} {case}: cpt profile {wall:.2?}, peak RSS {}",
+                            mb(rss_kb)
+                        );
+                        runs.push(Run {
+                            case,
+                            who: "cpt profile",
+                            wall,
+                            rss_kb,
+                        });
+                    }
+                    Some(j) => {
+                        let (who, script) = &jobs[j];
+                        let agg = work.join(format!("{case}-{j}.agg"));
+                        let timings = work.join(format!("{case}-{j}.timings.json"));
+                        // The event log of this job's first band run, for the stage split.
+                        let log = round == 0 && j == 0 && *case == "band";
+                        let mut submit = format!(
+                            "--driver-memory {}",
+                            std::env::var("CPT_BENCH_SPARK_MEMORY").unwrap_or_else(|_| "4g".into())
+                        );
+                        if log {
+                            let _ = std::fs::remove_dir_all(&events);
+                            std::fs::create_dir_all(&events).unwrap();
+                            submit += &format!(
+                                " --conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{}",
+                                events.display()
+                            );
+                        }
+                        let mut cmd = Command::new(&py);
+                        cmd.arg(script)
+                            .arg(&pq)
+                            .args(sel)
+                            .args(["--master", "local[2]", "--output"])
+                            .arg(&agg)
+                            .arg("--timings")
+                            .arg(&timings)
+                            .env("PYSPARK_SUBMIT_ARGS", format!("{submit} pyspark-shell"));
+                        let (wall, rss_kb, _) = measure(cmd);
+                        println!(
+                            "round {round} {case}: {who} local[2] {wall:.2?}, peak RSS {} (python \
+                             driver + JVM); phases {}",
+                            mb(rss_kb),
+                            std::fs::read_to_string(&timings).unwrap_or_default()
+                        );
+                        runs.push(Run {
+                            case,
+                            who,
+                            wall,
+                            rss_kb,
+                        });
+                        spark_aggs.push((*who, agg));
+                    }
+                }
+            }
+            for (who, agg) in spark_aggs {
+                let got = work.join(format!("{case}.spark.pb.gz"));
+                let mut cmd = Command::new(std::env::current_exe().unwrap());
+                cmd.env("CPT_BENCH_CPT_CHILD", "1")
+                    .arg("--")
+                    .arg("profile")
+                    .arg("--from-aggregate")
+                    .arg(&agg)
+                    .arg("-o")
+                    .arg(&got);
+                measure(cmd);
+                let same = std::fs::read(&want).unwrap() == std::fs::read(&got).unwrap();
+                assert!(same, "{case}: {who}'s profile differs from cpt profile's");
+            }
+        }
+    }
 
-    println!("\nSpark stages (event log): task time = executorRunTime summed over tasks");
+    println!("\nmedians over {rounds} round(s), local[2] against one cpt process:");
+    for (case, _) in &cases {
+        let wall = |who: &str| {
+            median(
+                runs.iter()
+                    .filter(|r| r.case == *case && r.who == who)
+                    .map(|r| r.wall.as_secs_f64())
+                    .collect(),
+            )
+        };
+        let rss = |who: &str| {
+            runs.iter()
+                .filter(|r| r.case == *case && r.who == who)
+                .map(|r| r.rss_kb)
+                .max()
+                .unwrap_or(0)
+        };
+        let cpt = wall("cpt profile");
+        let job = wall("cpt_aggregate.py");
+        print!(
+            "{case:>9}: cpt profile {cpt:.1} s ({}), cpt_aggregate.py {job:.1} s ({}) = {:.2}x cpt",
+            mb(rss("cpt profile")),
+            mb(rss("cpt_aggregate.py")),
+            job / cpt
+        );
+        if baseline.is_some() {
+            let base = wall("baseline job");
+            print!(
+                ", baseline job {base:.1} s ({}) = {:.2}x cpt; cpt_aggregate.py / baseline = {:.2}",
+                mb(rss("baseline job")),
+                base / cpt,
+                job / base
+            );
+        }
+        println!();
+    }
+
+    println!(
+        "\nSpark stages of the band run (event log): task time = executorRunTime summed over tasks"
+    );
     println!(
         "{:>5} {:>6} {:>9} {:>10} {:>10} {:>11} {:>11} {:>10}  name",
         "stage", "tasks", "wall ms", "task ms", "scan ms", "input MB", "shuffle MB", "shufw ms"
@@ -332,7 +502,7 @@ fn main() {
     }
     println!(
         "task time {} ms in all: {} ms in stages reading Parquet (of which scan {} ms; the \
-         rest is explode, stack keys, map-side aggregation), {} ms after a shuffle; {:.1} MB \
+         rest is explode, stack keys, map-side aggregation), {} ms in the others; {:.1} MB \
          shuffled",
         totals.0,
         totals.3,

@@ -47,6 +47,7 @@ from datetime import datetime, timezone
 FORMAT = "cpt.aggregate.v1"
 SCHEMA = "cpt.records.v1"
 I64_MAX = 2**63 - 1
+U64_MAX = 2**64 - 1
 KIND_FRAMES = {
     "queueing": "[queueing]",
     "unattributed": "[unattributed]",
@@ -54,6 +55,7 @@ KIND_FRAMES = {
     "blind_spot": "[blind spot]",
 }
 NO_FRAMES = "[no frames]"
+KEY_TYPE = "array<struct<service:string,name:string,file:string,line:bigint>>"
 ACCOUNTING = [
     "network_ns",
     "overcount_ns",
@@ -231,6 +233,54 @@ def parse_args(argv):
     return a
 
 
+# ---------------------------------------------------------------- partitions
+
+
+def partition_hours(path):
+    """The UTC hour [start, end) in ns of a file under date=YYYY-MM-DD/hour=HH (its two
+    parent directories), or None: collector/src/records/parquet/scan.rs partition_hours."""
+    parts = path.rstrip("/").split("/")
+    if len(parts) < 3 or not parts[-2].startswith("hour=") or not parts[-3].startswith("date="):
+        return None
+    hour, date = parts[-2][len("hour="):], parts[-3][len("date="):]
+    if not re.fullmatch(r"\+?[0-9]+", hour) or int(hour) >= 24:
+        return None
+    ymd = date.split("-", 2)
+    if len(ymd) != 3 or not re.fullmatch(r"[+-]?[0-9]+", ymd[0]):
+        return None
+    if not all(re.fullmatch(r"\+?[0-9]+", x) for x in ymd[1:]):
+        return None
+    y, m, d = int(ymd[0]), int(ymd[1]), int(ymd[2])
+    if not (1 <= m <= 12 and 1 <= d <= 31):
+        return None
+    # Howard Hinnant's days_from_civil.
+    y = y - 1 if m <= 2 else y
+    era, yoe = y // 400, y % 400
+    mp = m - 3 if m > 2 else m + 9
+    doy = (153 * mp + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    days = era * 146_097 + doe - 719_468
+    if days < 0:
+        return None
+    start = (days * 86_400 + int(hour) * 3600) * 1_000_000_000
+    if start + 3_600_000_000_000 > U64_MAX:
+        return None
+    return start, start + 3_600_000_000_000
+
+
+def in_range(path, since, until):
+    """False when the file's date=/hour= partition lies outside [since, until): its
+    records all started in that hour (or have no start time), so the selection keeps
+    none of them."""
+    if since is None and until is None:
+        return True
+    hours = partition_hours(path)
+    if hours is None:
+        return True
+    lo, hi = since or 0, U64_MAX if until is None else until
+    return not (hours[1] <= lo or hours[0] >= hi)
+
+
 # ---------------------------------------------------------------- the job
 
 BUCKET_SQL = (
@@ -244,7 +294,28 @@ def fail(msg):
     sys.exit(1)
 
 
-def check_schema(spark, df, inputs):
+def list_files(spark, inputs):
+    """The Parquet files under the inputs, as Spark lists them (recursively; names
+    starting with `.` or `_` skipped), without opening any of them."""
+    from pyspark.sql.utils import AnalysisException
+
+    try:
+        # A given schema: listing alone, no footer read to infer one.
+        listing = (
+            spark.read.schema("start_unix_nanos long")
+            .option("recursiveFileLookup", "true")
+            .parquet(*inputs)
+        )
+    except AnalysisException as e:
+        fail(f"{', '.join(inputs)}: {str(e).splitlines()[0]}")
+    files = listing.inputFiles()
+    if not files:
+        fail(f"{', '.join(inputs)}: no Parquet files (an empty directory?); give a "
+             "directory `cpt export --parquet-dir` or `cpt serve --parquet-dir` wrote")
+    return sorted(files, key=lambda f: f.split("/"))
+
+
+def check_schema(spark, df, first, inputs):
     from pyspark.sql import types as T
 
     cols = {f.name: f.dataType for f in df.schema.fields}
@@ -256,29 +327,27 @@ def check_schema(spark, df, inputs):
         )
     if not isinstance(cols["path"], T.ArrayType) or not isinstance(cols["labels"], T.MapType):
         fail(f"{', '.join(inputs)}: columns path / labels are not a list / map: not {SCHEMA} records")
-    # The footer's key-value metadata names the schema (checked on the first file: a
+    # The footer's key-value metadata names the schema (checked on the first file read: a
     # driver-side footer read per file would not scale to a fleet's files).
-    files = sorted(df.inputFiles())
-    if files:
-        jvm = spark._jvm
-        conf = spark._jsc.hadoopConfiguration()
+    jvm = spark._jvm
+    conf = spark._jsc.hadoopConfiguration()
+    try:
+        hin = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
+            jvm.org.apache.hadoop.fs.Path(first), conf
+        )
+        reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(hin)
         try:
-            hin = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
-                jvm.org.apache.hadoop.fs.Path(files[0]), conf
-            )
-            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(hin)
-            try:
-                kv = reader.getFooter().getFileMetaData().getKeyValueMetaData()
-                got = kv.get("cpt.schema")
-            finally:
-                reader.close()
-        except Exception as e:  # noqa: BLE001 (a py4j error; report it plainly)
-            fail(f"{files[0]}: cannot read the Parquet footer: {e}")
-        if got != SCHEMA:
-            fail(
-                f"{files[0]}: not a cpt records file (schema {got}, expected {SCHEMA}); "
-                "write it with `cpt export`"
-            )
+            kv = reader.getFooter().getFileMetaData().getKeyValueMetaData()
+            got = kv.get("cpt.schema")
+        finally:
+            reader.close()
+    except Exception as e:  # noqa: BLE001 (a py4j error; report it plainly)
+        fail(f"{first}: cannot read the Parquet footer: {e}")
+    if got != SCHEMA:
+        fail(
+            f"{first}: not a cpt records file (schema {got}, expected {SCHEMA}); "
+            "write it with `cpt export`"
+        )
 
 
 def session(master):
@@ -313,32 +382,10 @@ def main(argv):
     spark.stop()
 
 
-def run(spark, a):
-    import time
-
-    from pyspark.sql import Window
+def selection(a):
+    """Selection::matches as one condition on the record columns (the band aside)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.utils import AnalysisException
 
-    timings = {}
-    t0 = time.monotonic()
-    try:
-        raw = spark.read.option("recursiveFileLookup", "false").parquet(*a.inputs)
-    except AnalysisException as e:
-        msg = str(e).splitlines()[0]
-        if "Unable to infer schema" in msg:
-            fail(f"{', '.join(a.inputs)}: no Parquet files (an empty directory?); give a "
-                 "directory `cpt export --parquet-dir` or `cpt serve --parquet-dir` wrote")
-        fail(f"{', '.join(a.inputs)}: {msg}")
-    check_schema(spark, raw, a.inputs)
-
-    rec = raw.select(
-        "service", "endpoint", "trigger", "start_unix_nanos", "request_id", "trace_id",
-        "labels", "path", *ACCOUNTING,
-        F.split(F.col("_metadata.file_path"), "/").alias("_file"),
-        F.col("_metadata.row_index").alias("_row"),
-    )
-    # ---- the selection (Selection::matches)
     cond = F.lit(True)
     if a.trigger != "all":
         cond = cond & (F.col("trigger") == a.trigger)
@@ -359,146 +406,237 @@ def run(spark, a):
             cond = cond & (start < a.until_ns)
     for k, v in a.labels:
         cond = cond & (F.col("labels").getItem(k) == v)
-    segs = F.filter(F.col("path"), lambda s: s["ns"] > 0)
-    sel = rec.where(cond).select(
-        "*",
-        F.aggregate(segs, F.lit(0).cast("long"), lambda acc, s: acc + s["ns"]).alias("latency"),
+    return cond
+
+
+def path_latency():
+    """The record's path latency: the sum of its segments' positive durations. Reads
+    only the `path.ns` column of the files."""
+    from pyspark.sql import functions as F
+
+    zero = F.lit(0).cast("long")
+    return F.aggregate(F.col("path.ns"), zero, lambda acc, ns: acc + F.when(ns > 0, ns).otherwise(zero))
+
+
+def band_condition(spark, sel, band, timings, t0):
+    """The percentile band, exact, as a condition on (latency, file, row), and the number
+    of records it ranks. One scan of the narrow columns (the selection's and path.ns),
+    cached while the ranks are found."""
+    import time
+
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = sel.select(
+        path_latency().alias("latency"),
+        F.col("_metadata.file_path").alias("_path"),
+        F.col("_metadata.row_index").alias("_row"),
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    file_of = lambda: F.split(F.col("_path"), "/")  # noqa: E731 (input order: by component)
+    parts = max(1, spark.sparkContext.defaultParallelism)
+    ordered = (
+        keys.repartitionByRange(parts, F.col("latency"), file_of(), F.col("_row"))
+        .withColumn("_pid", F.spark_partition_id())
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
-
-    # ---- the percentile band: exact, by rank over (latency, file, row)
-    matched = None
-    if a.band is not None:
-        keys = sel.select("latency", "_file", "_row")
-        parts = max(1, spark.sparkContext.defaultParallelism)
-        ordered = (
-            keys.repartitionByRange(parts, "latency", "_file", "_row")
-            .withColumn("_pid", F.spark_partition_id())
-            .persist()
-        )
-        counts = {r["_pid"]: r["count"] for r in ordered.groupBy("_pid").count().collect()}
-        matched = sum(counts.values())
-        r_lo, r_hi = band_ranks(a.band[0], a.band[1], matched)
-        if r_lo < r_hi:
-            offset, acc = {}, 0
-            for pid in sorted(counts):
-                offset[pid] = acc
-                acc += counts[pid]
-            off = F.create_map(*[x for pid in sorted(offset) for x in (F.lit(pid), F.lit(offset[pid]))])
-            w = Window.partitionBy("_pid").orderBy("latency", "_file", "_row")
-            ranked = ordered.withColumn(
-                "_rank", F.row_number().over(w) - 1 + F.element_at(off, F.col("_pid"))
-            )
-            ends = {
-                r["_rank"]: r
-                for r in ranked.where(F.col("_rank").isin(r_lo, r_hi - 1)).collect()
-            }
-            lo, hi = ends[r_lo], ends[r_hi - 1]
-
-            def ge(k):
-                return (F.col("latency") > k["latency"]) | (
-                    (F.col("latency") == k["latency"])
-                    & ((F.col("_file") > F.lit(k["_file"])) | ((F.col("_file") == F.lit(k["_file"])) & (F.col("_row") >= k["_row"])))
-                )
-
-            def le(k):
-                return (F.col("latency") < k["latency"]) | (
-                    (F.col("latency") == k["latency"])
-                    & ((F.col("_file") < F.lit(k["_file"])) | ((F.col("_file") == F.lit(k["_file"])) & (F.col("_row") <= k["_row"])))
-                )
-
-            sel = sel.where(ge(lo) & le(hi))
-        else:
-            sel = sel.where(F.lit(False))
+    counts = {r["_pid"]: r["count"] for r in ordered.groupBy("_pid").count().collect()}
+    keys.unpersist()
+    matched = sum(counts.values())
+    r_lo, r_hi = band_ranks(band[0], band[1], matched)
+    if r_lo >= r_hi:
         ordered.unpersist()
-        timings["band_s"] = time.monotonic() - t0
+        return F.lit(False), matched
+    offset, acc = {}, 0
+    for pid in sorted(counts):
+        offset[pid] = acc
+        acc += counts[pid]
+    off = F.create_map(*[x for pid in sorted(offset) for x in (F.lit(pid), F.lit(offset[pid]))])
+    w = Window.partitionBy("_pid").orderBy(F.col("latency"), file_of(), F.col("_row"))
+    ranked = ordered.withColumn("_rank", F.row_number().over(w) - 1 + F.element_at(off, F.col("_pid")))
+    ends = {
+        r["_rank"]: (r["latency"], r["_path"].split("/"), r["_row"])
+        for r in ranked.where(F.col("_rank").isin(r_lo, r_hi - 1)).collect()
+    }
+    ordered.unpersist()
+    timings["band_s"] = time.monotonic() - t0
+    lo, hi = ends[r_lo], ends[r_hi - 1]
+    # Compared against the full scan's own columns: the latency again from path.ns.
+    lat, fil, row = path_latency(), F.split(F.col("_metadata.file_path"), "/"), F.col("_metadata.row_index")
 
-    # ---- the fold
+    def ge(k):
+        return (lat > k[0]) | ((lat == k[0]) & ((fil > F.lit(k[1])) | ((fil == F.lit(k[1])) & (row >= k[2]))))
+
+    def le(k):
+        return (lat < k[0]) | ((lat == k[0]) & ((fil < F.lit(k[1])) | ((fil == F.lit(k[1])) & (row <= k[2]))))
+
+    return ge(lo) & le(hi), matched
+
+
+def fold(sel):
+    """One pass over the selected records: per (kind, stack hash, log-linear bucket) the
+    count, sum, sum of squares, min and max of the value, where a record contributes one
+    row of kind 0 (its latency, start time and accounting, for the totals) and one row of
+    kind 1 per distinct sample stack on its path (the stack's time in this request); and,
+    observed on the way, the set of (stack hash, frames) pairs."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
     def frame(service, name):
         return F.struct(
             F.lit(service).alias("service"), F.lit(name).alias("name"),
             F.lit(None).cast("string").alias("file"), F.lit(None).cast("long").alias("line"),
         )
 
-    kind = F.col("seg.kind")
-    kind_frame = None
-    for k, name in KIND_FRAMES.items():
-        w = kind_frame.when if kind_frame is not None else F.when
-        kind_frame = w(kind == k, frame("", name))
-    kind_frame = kind_frame.otherwise(F.raise_error(F.concat(F.lit("unknown segment kind "), kind)))
-    frames = F.transform(
-        F.col("seg.stack"),
-        lambda f: F.struct(
-            f["service"].alias("service"), f["name"].alias("name"), f["file"].alias("file"),
-            F.when(f["file"].isNull(), F.lit(None).cast("long"))
-            .otherwise(F.coalesce(f["line"].cast("long"), F.lit(0).cast("long"))).alias("line"),
+    def stack_of(seg):
+        kind = seg["kind"]
+        kind_frame = None
+        for k, name in KIND_FRAMES.items():
+            w = kind_frame.when if kind_frame is not None else F.when
+            kind_frame = w(kind == k, frame("", name))
+        kind_frame = kind_frame.otherwise(F.raise_error(F.concat(F.lit("unknown segment kind "), kind)))
+        frames = F.transform(
+            seg["stack"],
+            lambda f: F.struct(
+                f["service"].alias("service"), f["name"].alias("name"), f["file"].alias("file"),
+                F.when(f["file"].isNull(), F.lit(None).cast("long"))
+                .otherwise(F.coalesce(f["line"].cast("long"), F.lit(0).cast("long"))).alias("line"),
+            ),
+        )
+        # Only a busy segment without frames has an empty stack (the others get a leaf).
+        return (
+            F.when((kind == "busy") & (F.size(seg["stack"]) == 0), F.array(frame("", NO_FRAMES)))
+            .when(kind == "busy", frames)
+            .otherwise(F.concat(frames, F.array(kind_frame)))
+        )
+
+    zero = F.lit(0).cast("long")
+    no_long = F.lit(None).cast("long")
+    segs = F.filter(F.col("path"), lambda s: s["ns"] > 0)
+    totals = ["start_unix_nanos", *ACCOUNTING]
+    # Each step its own projection, so that no array is computed twice: the segments'
+    # stacks and their hashes, then the distinct hashes, then per hash the summed time.
+    per_seg = sel.select(*totals, segs.alias("_segs")).select(
+        *totals,
+        F.aggregate(F.col("_segs"), zero, lambda acc, s: acc + s["ns"]).alias("_latency"),
+        F.transform(
+            F.col("_segs"), lambda s: F.struct(s["ns"].alias("ns"), stack_of(s).alias("key"))
+        ).alias("_k"),
+    ).select(
+        *totals, "_latency",
+        F.transform(
+            F.col("_k"),
+            lambda x: F.struct(x["ns"].alias("ns"), x["key"].alias("key"), F.xxhash64(x["key"]).alias("h")),
+        ).alias("_st"),
+    )
+    per_stack = per_seg.select(
+        *totals, "_latency", "_st",
+        F.array_distinct(F.transform(F.col("_st"), lambda x: x["h"])).alias("_hs"),
+    ).select(
+        *totals, "_latency",
+        F.transform(
+            F.col("_hs"),
+            lambda h: F.filter(F.col("_st"), lambda x: x["h"] == h),
+        ).alias("_groups"),
+    )
+    entry = lambda tag, h, v, key, start, acc: F.struct(  # noqa: E731
+        F.lit(tag).alias("tag"), h.alias("h"), v.alias("v"), key.alias("key"),
+        start.alias("start"), *[c.alias(n) for c, n in zip(acc, ACCOUNTING)],
+    )
+    record = entry(
+        0, zero, F.col("_latency"), F.lit(None).cast(KEY_TYPE), F.col("start_unix_nanos"),
+        [F.col(c) for c in ACCOUNTING],
+    )
+    stacks = F.transform(
+        F.col("_groups"),
+        lambda g: entry(
+            1, g[0]["h"], F.aggregate(g, zero, lambda acc, x: acc + x["ns"]), g[0]["key"].cast(KEY_TYPE),
+            no_long, [no_long] * len(ACCOUNTING),
         ),
     )
-    key = F.when(kind == "busy", frames).otherwise(F.concat(frames, F.array(kind_frame)))
-    key = F.when(F.size(key) == 0, F.array(frame("", NO_FRAMES))).otherwise(key)
-    # One row per (request, segment). The sample stack travels as a 64-bit hash
-    # through the shuffle that sums a stack's time per request (an array of frame
-    # structs per row would multiply the shuffled bytes ~6x); the stacks themselves
-    # come from a second, map-side-collapsed aggregation by hash, which also proves
-    # that no two stacks share a hash.
-    seg_rows = (
-        # The request id first, in its own projection: in the same select as the
-        # generator it would be evaluated per exploded row.
-        sel.select(F.monotonically_increasing_id().alias("_rid"), segs.alias("_segs"))
-        .select("_rid", F.explode("_segs").alias("seg"))
-        .select("_rid", key.alias("key"), F.col("seg.ns").alias("ns"))
-        .withColumn("h", F.xxhash64("key"))
+    rows = per_stack.select(F.explode(F.concat(F.array(record), stacks)).alias("e")).select("e.*")
+    # The stacks' frames ride along the same pass as an observed metric (a set per task,
+    # merged on the driver: one entry per distinct stack, so a hash seen with two frame
+    # lists is a collision); the aggregation itself holds only numbers, so Spark runs it
+    # as a generated hash aggregation however many (stack, bucket) groups there are.
+    keys = Observation()
+    rows = rows.observe(
+        keys, F.to_json(F.collect_set(F.when(F.col("tag") == 1, F.struct("h", "key")))).alias("keys")
     )
-    per_req = seg_rows.groupBy("_rid", "h").agg(F.sum("ns").alias("v"))
-    keys = seg_rows.groupBy("h").agg(F.min("key").alias("key"), F.max("key").alias("key_max"))
-    dec = lambda c: F.col(c).cast("decimal(38,0)")
-    bucket = lambda c: F.expr(BUCKET_SQL.format(v=c))
-    by_bucket = per_req.groupBy("h", bucket("v").alias("b")).agg(
+    dec = lambda c: F.col(c).cast("decimal(38,0)")  # noqa: E731
+    agg = rows.groupBy("tag", "h", F.expr(BUCKET_SQL.format(v="v")).alias("b")).agg(
         F.count(F.lit(1)).alias("c"), F.sum("v").alias("s"),
         F.sum(dec("v") * dec("v")).alias("sq"), F.min("v").alias("mn"), F.max("v").alias("mx"),
+        F.min("start").alias("first"), F.max("start").alias("last"),
+        *[F.sum(c).alias(c) for c in ACCOUNTING],
     )
-    stacks = (
-        by_bucket.groupBy("h")
-        .agg(
-            F.sum("s").alias("sum_ns"), F.sum("c").alias("requests"), F.sum("sq").alias("sq"),
-            F.min("mn").alias("mn"), F.max("mx").alias("mx"),
-            F.collect_list(F.struct(F.col("b").alias("b"), F.col("c").alias("c"))).alias("buckets"),
-        )
-        .join(F.broadcast(keys), "h")
-        # Keeps every row, or fails the job if two stacks share a hash.
-        .where(
-            F.when(
-                F.col("key") != F.col("key_max"),
-                F.raise_error(F.lit("two sample stacks share a 64-bit hash (vanishingly rare); report it")),
-            ).isNull()
-        )
-    )
-    fields = [
-        F.lit("stack").alias("kind"), F.col("key").alias("frames"), "sum_ns", "requests",
-        F.col("sq").cast("string").alias("sum_sq"),
-    ]
-    if not a.no_histograms:
-        fields.append(F.struct("buckets", F.col("mn").alias("min"), F.col("mx").alias("max")).alias("hist"))
-    stack_lines = stacks.select(F.to_json(F.struct(*fields)).alias("value"))
+    return agg, keys
 
-    # ---- the totals (one small job: per latency bucket, then summed here)
-    tot = (
-        sel.groupBy(bucket("latency").alias("b"))
-        .agg(
-            F.count(F.lit(1)).alias("c"), F.sum("latency").alias("s"),
-            F.sum(dec("latency") * dec("latency")).cast("string").alias("sq"),
-            F.min("latency").alias("mn"), F.max("latency").alias("mx"),
-            F.min("start_unix_nanos").alias("first"), F.max("start_unix_nanos").alias("last"),
-            *[F.sum(c).alias(c) for c in ACCOUNTING],
-        )
-        .collect()
+
+def java_error(e):
+    """A Java exception's messages down its causes, first lines only (no stack traces)."""
+    msgs, t = [], e.java_exception
+    while t is not None and len(msgs) < 8:
+        m = t.getMessage()
+        if m:
+            first = str(m).strip().splitlines()[0]
+            if first not in msgs:
+                msgs.append(first)
+        t = t.getCause()
+    # Spark's wrappers ("Job aborted due to stage failure: ...", "Exception thrown in
+    # awaitResult") say where, not what; the causes below them say what.
+    what = [
+        m for m in msgs
+        if not m.startswith(("Job aborted due to stage failure", "Exception thrown in awaitResult"))
+    ]
+    return "; caused by: ".join(what or msgs) or str(e).splitlines()[0]
+
+
+def fold_all(spark, a, kept, timings, t0):
+    """Read the kept files once; the totals (collected) and the cached per-bucket rows."""
+    import time
+
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    raw = spark.read.parquet(*kept)
+    check_schema(spark, raw, kept[0], a.inputs)
+    # The per-stack bucket lists are collected per task in a hash map of stacks.
+    spark.conf.set("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", str(1 << 16))
+    sel = raw.where(selection(a))
+    matched = None
+    if a.band is not None:
+        band, matched = band_condition(spark, sel, a.band, timings, t0)
+        sel = sel.where(band)
+    agg, observed = fold(sel)
+    # The per-bucket rows are few next to the records: cached in as many partitions as
+    # there are cores (not spark.sql.shuffle.partitions, each a task for every later read).
+    agg = agg.coalesce(max(1, spark.sparkContext.defaultParallelism)).persist(StorageLevel.MEMORY_AND_DISK)
+    tot = agg.where(F.col("tag") == 0).collect()
+    timings["fold_s"] = time.monotonic() - t0
+    # No record selected: adaptive execution may drop the empty plan's observation
+    # (waiting for it would never end), and there is no stack to name.
+    text = (observed.get.get("keys") or "[]") if sum(r["c"] for r in tot) else "[]"
+    seen = json.loads(text)
+    if len({e["h"] for e in seen}) != len(seen):
+        fail("two sample stacks share a 64-bit hash (vanishingly rare); report it")
+    keys = (
+        spark.createDataFrame([(text,)], "j string")
+        .select(F.explode(F.from_json("j", f"array<struct<h:long,key:{KEY_TYPE}>>")).alias("e"))
+        .select(F.col("e.h").alias("h"), F.col("e.key").alias("frames"))
     )
-    timings["totals_s"] = time.monotonic() - t0
-    requests = sum(r["c"] for r in tot)
     if matched is None:
-        matched = requests
+        matched = sum(r["c"] for r in tot)
+    return tot, (agg, keys), matched
+
+
+def write(spark, a, tot, agg, matched):
+    """The header from the totals, then one line per stack from the cached rows."""
+    from pyspark.sql import functions as F
+
+    requests = sum(r["c"] for r in tot)
     firsts = [r["first"] for r in tot if r["first"] is not None]
     lasts = [r["last"] for r in tot if r["last"] is not None]
-    sq = sum(int(r["sq"]) for r in tot if r["sq"] is not None)
     if any(r["sq"] is None for r in tot):
         fail("the latency sum of squares overflowed decimal(38,0)")
     header = {
@@ -508,7 +646,7 @@ def run(spark, a):
         "requests": requests,
         "matched": matched,
         "latency_sum_ns": sum(r["s"] for r in tot),
-        "latency_sum_sq": str(sq),
+        "latency_sum_sq": str(sum(int(r["sq"]) for r in tot)),
         "latency_hist": {
             "buckets": [{"b": r["b"], "c": r["c"]} for r in sorted(tot, key=lambda r: r["b"])],
             "min": min((r["mn"] for r in tot), default=0),
@@ -520,8 +658,57 @@ def run(spark, a):
         "stack_histograms": not a.no_histograms,
         "source": {"inputs": a.inputs, "spark": spark.version},
     }
-    head = spark.createDataFrame([(json.dumps(header),)], "value string")
-    head.unionByName(stack_lines).coalesce(1).write.mode("overwrite").text(a.output)
+    lines = spark.createDataFrame([(json.dumps(header),)], "value string")
+    if agg is not None:
+        agg, keys = agg
+        stacks = (
+            agg.where(F.col("tag") == 1)
+            .groupBy("h")
+            .agg(
+                F.sum("s").alias("sum_ns"), F.sum("c").alias("requests"), F.sum("sq").alias("sq"),
+                F.min("mn").alias("mn"), F.max("mx").alias("mx"),
+                F.collect_list(F.struct(F.col("b").alias("b"), F.col("c").alias("c"))).alias("buckets"),
+            )
+            .join(F.broadcast(keys), "h")
+        )
+        fields = [
+            F.lit("stack").alias("kind"), "frames", "sum_ns", "requests",
+            F.col("sq").cast("string").alias("sum_sq"),
+        ]
+        if not a.no_histograms:
+            fields.append(F.struct("buckets", F.col("mn").alias("min"), F.col("mx").alias("max")).alias("hist"))
+        lines = lines.unionByName(stacks.select(F.to_json(F.struct(*fields)).alias("value")))
+    lines.coalesce(1).write.mode("overwrite").text(a.output)
+    if agg is not None:
+        agg.unpersist()
+    return requests
+
+
+def run(spark, a):
+    import time
+
+    from py4j.protocol import Py4JJavaError
+    from pyspark.sql.utils import AnalysisException
+
+    timings = {}
+    t0 = time.monotonic()
+    files = list_files(spark, a.inputs)
+    # Partition pruning: a file in a date=/hour= partition outside --since/--until is
+    # not opened (its records started in that hour); the rest get the exact row filter.
+    kept = [f for f in files if in_range(f, a.since_ns, a.until_ns)]
+    print(
+        f"cpt_aggregate.py: reading {len(kept)} of {len(files)} Parquet files"
+        + (f" ({len(files) - len(kept)} in date=/hour= partitions outside --since/--until)"
+           if len(kept) < len(files) else ""),
+        file=sys.stderr,
+    )
+    try:
+        tot, agg, matched = fold_all(spark, a, kept, timings, t0) if kept else ([], None, 0)
+        requests = write(spark, a, tot, agg, matched)
+    except Py4JJavaError as e:
+        fail(f"{', '.join(a.inputs)}: {java_error(e)}")
+    except AnalysisException as e:
+        fail(f"{', '.join(a.inputs)}: {str(e).strip().splitlines()[0]}")
     timings["total_s"] = time.monotonic() - t0
     print(
         f"cpt_aggregate.py: {requests} requests aggregated ({matched} matched the selection"

@@ -339,3 +339,156 @@ fn from_aggregate_draws_cpt_profiles_profile_and_refuses_misuse() {
         assert!(err.contains(want), "{args:?}: got {err:?}, want {want:?}");
     }
 }
+
+/// The Parquet files under `dir` (hidden names skipped, as Spark and cpt do).
+fn parquet_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || name.starts_with('_') {
+            continue;
+        }
+        if p.is_dir() {
+            out.extend(parquet_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// `--since`/`--until` prune `date=/hour=` partitions: with a range from
+/// 22:40 (inside hour 22) to 00:00 the next day (the start of hour 00, a
+/// date boundary), the job opens the files of hours 22 and 23 only. Hour 21
+/// (ending before the range) and hour 00 (starting at its end, which is
+/// exclusive) each hold a corrupt file that fails the job when read, as the
+/// same job without a time range shows; with the range the job succeeds and
+/// its profile is byte for byte `cpt profile`'s for the same range on the
+/// directory before the corrupt files were added (the exact row filter still
+/// cuts hour 22 at 22:40). A range that overlaps no partition opens no file
+/// and gives `cpt profile`'s empty profile.
+#[test]
+fn spark_job_reads_only_the_partitions_a_time_range_overlaps() {
+    let py = python();
+    if !require_spark(&py, "the Spark partition-pruning test") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl = dir.path().join("records.jsonl");
+    let text: String = records().iter().map(|r| r.to_json() + "\n").collect();
+    std::fs::write(&jsonl, text).unwrap();
+    let pq = dir.path().join("parquet");
+    ok(&["export", s(&jsonl), "--parquet-dir", s(&pq)]);
+    // T0 is 2023-11-14T22:13:20Z; the records run to 00:43:17 the next day.
+    let (since, until) = ("2023-11-14T22:40:00Z", "2023-11-15T00:00:00Z");
+    let sel = ["--since", since, "--until", until, "--trigger", "all"];
+    let want = dir.path().join("cpt.pb.gz");
+    ok(&[&["profile", s(&pq), "-o", s(&want)][..], &sel[..]].concat());
+    // A range no partition overlaps: nothing is read, an empty aggregate.
+    let none = [
+        "--since",
+        "2023-11-14T20:00:00Z",
+        "--until",
+        "2023-11-14T21:00:00Z",
+    ];
+    let want_none = dir.path().join("cpt-none.pb.gz");
+    ok(&[&["profile", s(&pq), "-o", s(&want_none)][..], &none[..]].concat());
+
+    let in_range = ["date=2023-11-14/hour=22", "date=2023-11-14/hour=23"];
+    let all = parquet_files(&pq);
+    let read = all
+        .iter()
+        .filter(|f| in_range.iter().any(|p| f.parent().unwrap().ends_with(p)))
+        .count();
+    assert!(read >= 2, "hours 22 and 23 hold files: {all:?}");
+    assert!(
+        pq.join("date=2023-11-15/hour=00").is_dir(),
+        "records in hour 00 too"
+    );
+    for part in ["date=2023-11-14/hour=21", "date=2023-11-15/hour=00"] {
+        let d = pq.join(part);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("part-corrupt.parquet"),
+            b"PAR1 not a parquet file PAR1",
+        )
+        .unwrap();
+    }
+    let total = all.len() + 2;
+
+    let run = |out: &Path, args: &[&str]| {
+        Command::new(&py)
+            .arg(job())
+            .arg(&pq)
+            .args(["--output", s(out), "--master", "local[2]"])
+            .args(args)
+            .output()
+            .expect("run the Spark job")
+    };
+    // Read, the corrupt file fails the job and is named.
+    let unpruned = run(&dir.path().join("agg-all"), &["--trigger", "all"]);
+    let err = String::from_utf8_lossy(&unpruned.stderr);
+    assert!(
+        !unpruned.status.success(),
+        "the corrupt files were read without error"
+    );
+    assert!(err.contains("part-corrupt.parquet"), "{err}");
+    assert!(
+        err.contains(&format!("reading {total} of {total} Parquet files")),
+        "{err}"
+    );
+
+    // The range and the one overlapping nothing, in one Spark session.
+    let (agg, agg_none) = (dir.path().join("agg-range"), dir.path().join("agg-none"));
+    let batch = dir.path().join("batch.jsonl");
+    let mut lines = String::new();
+    for (out, args) in [(&agg, &sel[..]), (&agg_none, &none[..])] {
+        let mut argv: Vec<&str> = vec![s(&pq), "--output", s(out)];
+        argv.extend(args);
+        lines += &(serde_json::to_string(&argv).unwrap() + "\n");
+    }
+    std::fs::write(&batch, lines).unwrap();
+    let pruned = Command::new(&py)
+        .arg(job())
+        .args(["--batch", s(&batch), "--master", "local[2]"])
+        .output()
+        .expect("run the Spark job");
+    let err = String::from_utf8_lossy(&pruned.stderr);
+    assert!(pruned.status.success(), "cpt_aggregate.py failed: {err}");
+    assert!(
+        err.contains(&format!(
+            "reading {read} of {total} Parquet files ({} in date=/hour= partitions outside --since/--until)",
+            total - read
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "reading 0 of {total} Parquet files ({total} in date=/hour= partitions outside --since/--until)"
+        )),
+        "{err}"
+    );
+    let got_none = dir.path().join("spark-none.pb.gz");
+    ok(&[
+        "profile",
+        "--from-aggregate",
+        s(&agg_none),
+        "-o",
+        s(&got_none),
+    ]);
+    assert_eq!(
+        std::fs::read(&want_none).unwrap(),
+        std::fs::read(&got_none).unwrap(),
+        "the empty range's profile"
+    );
+    let got = dir.path().join("spark.pb.gz");
+    ok(&["profile", "--from-aggregate", s(&agg), "-o", s(&got)]);
+    let read_agg = cpt_collector::profile::read_aggregate(&std::fs::read(&want).unwrap()).unwrap();
+    assert!(read_agg.requests() > 0, "the range selects records");
+    assert!(
+        std::fs::read(&want).unwrap() == std::fs::read(&got).unwrap(),
+        "the Spark profile differs from cpt profile's\nspark: {}",
+        String::from_utf8_lossy(&ok(&["folded", "--from-aggregate", s(&agg)])),
+    );
+}
