@@ -334,7 +334,7 @@ async fn get_profile(
     let path = ingest.store_path.clone();
     let query = query.unwrap_or_default();
     let read = ingest.read.clone();
-    let built = tokio::task::spawn_blocking(move || profile_from_store(&path, &query, &read)).await;
+    let built = super::reads::run(move || profile_from_store(&path, &query, &read)).await;
     let mut resp = match built {
         Ok(Ok(gz)) => (
             StatusCode::OK,
@@ -415,7 +415,7 @@ async fn get_records(
     let path = ingest.store_path.clone();
     let (started_tx, started) = tokio::sync::oneshot::channel();
     let (chunks_tx, chunks) = tokio::sync::mpsc::channel(RECORDS_CHUNKS_IN_FLIGHT);
-    tokio::task::spawn_blocking(move || stream_records(&path, &q, started_tx, &chunks_tx));
+    super::reads::spawn(move || stream_records(&path, &q, started_tx, &chunks_tx));
     let mut resp = match started.await {
         Ok(Ok(())) => (
             StatusCode::OK,

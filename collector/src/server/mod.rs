@@ -82,6 +82,7 @@ mod errlog;
 mod grpc_api;
 mod http_api;
 mod listen;
+mod reads;
 mod receiving;
 mod staging;
 pub mod store;

@@ -14,7 +14,6 @@
 //! chunk of rows (a few thousand, a few milliseconds), never one for the
 //! whole profile, so the WAL can be checkpointed past it while it runs.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -57,7 +56,9 @@ const INSERT_PATH: &str = "INSERT INTO paths \
 /// The writer's copy of the `frames` table.
 #[derive(Debug, Default)]
 pub(super) struct FrameIds {
-    ids: HashMap<Frame, u64>,
+    /// Looked up for every frame of every stored record, on the writer
+    /// thread: a fast hash, not SipHash (the keys are our own frames).
+    ids: rustc_hash::FxHashMap<Frame, u64>,
 }
 
 fn frame_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<(u64, Frame)> {

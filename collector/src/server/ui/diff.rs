@@ -112,7 +112,7 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(raw): RawQuery) 
     let path = state.store_path.clone();
     let cache = state.folds.clone();
     let opts = q.opts;
-    let folded = tokio::task::spawn_blocking(move || both(&path, &cache, &q)).await;
+    let folded = crate::server::reads::run(move || both(&path, &cache, &q)).await;
     let (base, test) = match folded {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => return e.respond(Tab::Diff, what),
@@ -279,7 +279,7 @@ pub(super) async fn svg(State(state): State<UiState>, RawQuery(raw): RawQuery) -
     };
     let path = state.store_path.clone();
     let cache = state.folds.clone();
-    let built = tokio::task::spawn_blocking(move || {
+    let built = crate::server::reads::run(move || {
         let (base, test) = both(&path, &cache, &q)?;
         diff_flame_svg(&base.agg, &test.agg, &FlameOptions::default())
             .map_err(|e| PageError::BadQuery(e.to_string()))

@@ -300,14 +300,14 @@ impl PageError {
     }
 }
 
-/// Open the store read-only and run `f` on a blocking thread (pages read
-/// SQLite and fold records: never on the async workers).
+/// Open the store read-only and run `f` as a read (pages read SQLite and
+/// fold records: never on the async workers, and below ingest's priority).
 pub(super) async fn with_store<T: Send + 'static>(
     path: &std::path::Path,
     f: impl FnOnce(&Store) -> Result<T, PageError> + Send + 'static,
 ) -> Result<T, PageError> {
     let path = path.to_path_buf();
-    tokio::task::spawn_blocking(move || {
+    crate::server::reads::run(move || {
         let store = Store::open_read_only(&path)?;
         f(&store)
     })
