@@ -32,7 +32,7 @@ use crate::records::selection::RecordKeys;
 use crate::records::{EntryServices, InputError};
 
 /// Rows per Arrow batch a unit is decoded in.
-const SCAN_BATCH_ROWS: usize = 4096;
+const SCAN_BATCH_ROWS: usize = 16 * 1024;
 
 impl Aggregator {
     /// Offer every row of a planned Parquet scan, folded in parallel (one
