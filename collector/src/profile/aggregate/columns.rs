@@ -32,7 +32,7 @@ use crate::records::selection::RecordKeys;
 use crate::records::{EntryServices, InputError};
 
 /// Rows per Arrow batch a unit is decoded in.
-const SCAN_BATCH_ROWS: usize = 4096;
+const SCAN_BATCH_ROWS: usize = 16 * 1024;
 
 impl Aggregator {
     /// Offer every row of a planned Parquet scan, folded in parallel (one
@@ -108,19 +108,35 @@ pub fn push_parquet(
         .collect();
     let free = Mutex::new(slots);
     let lock = || free.lock().unwrap_or_else(PoisonError::into_inner);
-    let results: Vec<Result<EntryServices, InputError>> = plan
-        .units()
-        .par_iter()
-        .map(|unit| {
-            let taken = lock().pop();
-            let mut slot = taken.unwrap_or_else(|| arms.iter().map(Arm::fresh).collect());
-            let mut seen = EntryServices::default();
-            let r = fold_unit(&mut slot, &arms, unit, cols, observe.then_some(&mut seen));
-            lock().push(slot);
-            progress(unit.len() as u64);
-            r.map(|()| seen)
+    // Workers take units from one queue, the largest first (in input order
+    // among equals), so that the last units left, the small ones, even out
+    // the workers' ends; results go back to input order.
+    let units = plan.units();
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(units[i].len()));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = rayon::current_num_threads().clamp(1, units.len().max(1));
+    let mut results: Vec<(usize, Result<EntryServices, InputError>)> = (0..workers)
+        .into_par_iter()
+        .flat_map_iter(|_| {
+            let mut done = Vec::new();
+            loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&i) = order.get(k) else { break };
+                let unit = &units[i];
+                let taken = lock().pop();
+                let mut slot = taken.unwrap_or_else(|| arms.iter().map(Arm::fresh).collect());
+                let mut seen = EntryServices::default();
+                let r = fold_unit(&mut slot, &arms, unit, cols, observe.then_some(&mut seen));
+                lock().push(slot);
+                progress(unit.len() as u64);
+                done.push((i, r.map(|()| seen)));
+            }
+            done
         })
         .collect();
+    results.sort_unstable_by_key(|(i, _)| *i);
+    let results = results.into_iter().map(|(_, r)| r);
     drop(arms);
     for slot in free.into_inner().unwrap_or_else(PoisonError::into_inner) {
         for (p, part) in parts.iter_mut().zip(slot) {
