@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use cpt_sdk::path::SegmentKind;
 use cpt_sdk::record::Record;
 
-use crate::profile::aggregate::{Aggregate, kind_frame};
+use crate::profile::aggregate::{Aggregate, KINDS, kind_frame};
 
 /// One line of the tree: a frame (`kind` `None`) or the time a frame's path
 /// spent in one accounting kind (a marked leaf).
@@ -153,15 +153,10 @@ impl Baseline {
         let n = agg.requests();
         let mut sum: BTreeMap<PathKey, u64> = BTreeMap::new();
         let mut path_total: u128 = 0;
-        let kinds: Vec<(cpt_sdk::path::Frame, SegmentKind)> = [
-            SegmentKind::Queueing,
-            SegmentKind::Unattributed,
-            SegmentKind::Network,
-            SegmentKind::BlindSpot,
-        ]
-        .into_iter()
-        .filter_map(|k| kind_frame(k).map(|f| (f, k)))
-        .collect();
+        let kinds: Vec<(cpt_sdk::path::Frame, SegmentKind)> = KINDS
+            .into_iter()
+            .filter_map(|k| kind_frame(k).map(|f| (f, k)))
+            .collect();
         let mut key: PathKey = Vec::new();
         for s in agg.stacks() {
             path_total += u128::from(s.sum_nanos);

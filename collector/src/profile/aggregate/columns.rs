@@ -24,7 +24,7 @@ use cpt_sdk::path::{Accounting, Frame, Location, SegmentKind};
 use cpt_sdk::trigger::Trigger;
 use rustc_hash::FxHashMap;
 
-use super::fold::{Arm, Partial};
+use super::fold::{Arm, Partial, arms, slot_parts, take_parts};
 use super::intern::Flat;
 use super::*;
 use crate::records::parquet::{ScanColumns, ScanPlan, ScanUnit};
@@ -82,30 +82,10 @@ pub fn push_parquet(
             .any(|a| a.sel.request_id().is_some() || a.sel.trace_id().is_some()),
     };
     let observe = mix.is_some();
-    let mut parts: Vec<Vec<Partial>> = aggs
-        .iter_mut()
-        .map(|a| std::mem::take(&mut a.parts))
-        .collect();
-    let arms: Vec<Arm<'_>> = aggs
-        .iter()
-        .zip(&parts)
-        .map(|(a, p)| Arm {
-            sel: &a.sel,
-            base: a.ordinal,
-            keep: a.sel.percentile().is_some(),
-            histograms: p.first().is_some_and(|p| p.histograms),
-        })
-        .collect();
+    let mut parts = take_parts(aggs);
+    let arms = arms(aggs, &parts);
     let slots = parts.iter().map(Vec::len).max().unwrap_or(0).max(1);
-    let slots: Vec<Vec<Partial>> = (0..slots)
-        .map(|_| {
-            parts
-                .iter_mut()
-                .zip(&arms)
-                .map(|(p, arm)| p.pop().unwrap_or_else(|| arm.fresh()))
-                .collect()
-        })
-        .collect();
+    let slots: Vec<Vec<Partial>> = (0..slots).map(|_| slot_parts(&mut parts, &arms)).collect();
     let free = Mutex::new(slots);
     let lock = || free.lock().unwrap_or_else(PoisonError::into_inner);
     // Workers take units from one queue, the largest first (in input order

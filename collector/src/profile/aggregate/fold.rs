@@ -168,6 +168,37 @@ impl Arm<'_> {
     }
 }
 
+/// Take every aggregator's partial folds, to fold one input into all of
+/// them at once (they go back when the input is done).
+pub(super) fn take_parts(aggs: &mut [&mut Aggregator]) -> Vec<Vec<Partial>> {
+    aggs.iter_mut()
+        .map(|a| std::mem::take(&mut a.parts))
+        .collect()
+}
+
+/// Each aggregator's arm, with the partials [`take_parts`] took from it.
+pub(super) fn arms<'a>(aggs: &'a [&mut Aggregator], parts: &[Vec<Partial>]) -> Vec<Arm<'a>> {
+    aggs.iter()
+        .zip(parts)
+        .map(|(a, p)| Arm {
+            sel: &a.sel,
+            base: a.ordinal,
+            keep: a.sel.percentile().is_some(),
+            histograms: p.first().is_some_and(|p| p.histograms),
+        })
+        .collect()
+}
+
+/// One worker's partials, one per arm: taken from `parts` while any are
+/// left, fresh after.
+pub(super) fn slot_parts(parts: &mut [Vec<Partial>], arms: &[Arm<'_>]) -> Vec<Partial> {
+    parts
+        .iter_mut()
+        .zip(arms)
+        .map(|(p, arm)| p.pop().unwrap_or_else(|| arm.fresh()))
+        .collect()
+}
+
 /// A trie node's running totals, side by side so that folding a request's
 /// time into a stack touches one place in memory: the current request's
 /// time on the stack, and over the requests folded so far the summed time,

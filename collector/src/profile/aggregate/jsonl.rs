@@ -15,7 +15,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::fold::{Arm, Partial};
+use super::fold::{Arm, Partial, arms, slot_parts, take_parts};
 use super::intern::Flat;
 use super::scan::{Frames, Head, Wanted, scan_line};
 use super::*;
@@ -107,29 +107,15 @@ pub fn push_json_block(
     };
     let observe = mix.is_some();
     let mut frames = std::mem::take(&mut aggs[0].json_frames);
-    let mut parts: Vec<Vec<Partial>> = aggs
-        .iter_mut()
-        .map(|a| std::mem::take(&mut a.parts))
-        .collect();
-    let arms: Vec<Arm<'_>> = aggs
-        .iter()
-        .zip(&parts)
-        .map(|(a, p)| Arm {
-            sel: &a.sel,
-            base: a.ordinal,
-            keep: a.sel.percentile().is_some(),
-            histograms: p.first().is_some_and(|p| p.histograms),
-        })
-        .collect();
+    let mut parts = take_parts(aggs);
+    let arms = arms(aggs, &parts);
     let slots = parts.iter().map(Vec::len).max().unwrap_or(0).max(1);
     let slots: Vec<Slot> = (0..slots)
         .map(|_| {
-            let mine = parts
-                .iter_mut()
-                .zip(&arms)
-                .map(|(p, arm)| p.pop().unwrap_or_else(|| arm.fresh()))
-                .collect();
-            Slot::new(frames.pop().unwrap_or_default(), mine)
+            Slot::new(
+                frames.pop().unwrap_or_default(),
+                slot_parts(&mut parts, &arms),
+            )
         })
         .collect();
     let free = Mutex::new(slots);

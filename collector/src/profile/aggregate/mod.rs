@@ -104,7 +104,8 @@ pub fn frame_label(f: &Frame) -> String {
     }
 }
 
-const KINDS: [SegmentKind; 4] = [
+/// The kinds that get a synthetic leaf frame ([`kind_frame`]).
+pub(crate) const KINDS: [SegmentKind; 4] = [
     SegmentKind::Queueing,
     SegmentKind::Unattributed,
     SegmentKind::Network,

@@ -141,13 +141,13 @@ impl Wal {
 
     /// The writer's side, called on the writer's connection between two
     /// transactions: cut the WAL back when the checkpointer found it nearly
-    /// copied, or when it has reached [`WAL_HARD_LIMIT`]. Returns whether a
-    /// cut ran (it may still have left the WAL to the next one when readers
-    /// held it past [`CUT_WAIT`]).
-    pub(super) fn maintain(&self, writer: &Connection) -> bool {
+    /// copied, or when it has reached [`WAL_HARD_LIMIT`] (a cut may still
+    /// leave the WAL to the next one when readers hold it past
+    /// [`CUT_WAIT`]).
+    pub(super) fn maintain(&self, writer: &Connection) {
         let wanted = self.shared.cut_wanted.load(Ordering::Acquire);
         if !wanted && wal_len(&self.wal_path) < self.limits.hard_limit {
-            return false;
+            return;
         }
         self.shared.cut_wanted.store(false, Ordering::Release);
         // Wait briefly for the readers in the WAL and for a passive
@@ -156,7 +156,6 @@ impl Wal {
         let _ = writer.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
         let _ = writer.busy_timeout(WRITER_BUSY_TIMEOUT);
         self.shared.cuts.fetch_add(1, Ordering::Relaxed);
-        true
     }
 
     /// Cuts the writer has made.
