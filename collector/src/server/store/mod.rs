@@ -37,6 +37,18 @@
 //! the stored JSON in the schema transaction; read-only, an older store is
 //! profiled from its JSON as before.
 //!
+//! Version 5 made the id indexes cheap to write. Request and trace ids are
+//! random, so a plain index on them takes each new record's entry to a
+//! random page of the whole index: once the index outgrows the cache,
+//! every record of a commit rewrites a page of its own, and ingest slows as
+//! the store grows. The version 5 indexes are keyed on the record's id
+//! bucket first (`id >> 14`, 16 384 consecutive records a bucket), then the
+//! request or trace id: a commit writes only into the newest bucket's few
+//! pages. A lookup seeks the id in each bucket, one index seek per 16 384
+//! records (about a millisecond at five million). Opening an older store
+//! for writing rebuilds the two indexes in the schema transaction; read
+//! only, its plain indexes still answer.
+//!
 //! # Durability
 //!
 //! The database runs in WAL mode with `synchronous = FULL` by default: a
@@ -93,12 +105,12 @@ mod query;
 mod wal;
 
 use paths::{FrameIds, PATHS_SCHEMA, PATHS_VERSION, PackedPath, PathRow};
-use query::read_rows;
+use query::{IdIndex, read_rows};
 pub use query::{Records, StoreQuery};
 pub use wal::CHECKPOINT_EVERY;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The first version with the `request_id` / `trace_id` columns and indexes.
 const ID_INDEX_VERSION: i64 = 2;
@@ -137,10 +149,31 @@ UPDATE records SET request_id = json_extract(record, '$.request_id'),
                    trace_id = lower(json_extract(record, '$.trace_id'));
 ";
 
-/// Partial indexes: records without an id cost nothing in them.
+/// The page size of a new store. A record's row (its JSON is one to a few
+/// kB) leaves much of a 4 KiB page unused, and a commit writes whole pages:
+/// with 16 KiB pages a store takes about a fifth less space a record and
+/// ingests about a quarter faster (`benches/benches/store.rs`).
+const PAGE_SIZE: i64 = 16_384;
+
+/// The first version whose id indexes lead with the id bucket.
+const BUCKETED_ID_VERSION: i64 = 5;
+
+/// Records `id >> ID_BUCKET_BITS` share a bucket of the id indexes.
+pub(super) const ID_BUCKET_BITS: u32 = 14;
+
+/// Partial indexes (records without an id cost nothing in them), bucketed
+/// by record id (see the module docs, version 5). The shift is
+/// [`ID_BUCKET_BITS`].
 const ID_INDEXES: &str = "
-CREATE INDEX IF NOT EXISTS records_by_request_id ON records (request_id) WHERE request_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS records_by_trace_id ON records (trace_id) WHERE trace_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS records_by_request_id ON records (id >> 14, request_id) WHERE request_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS records_by_trace_id ON records (id >> 14, trace_id) WHERE trace_id IS NOT NULL;
+";
+
+/// Version 2–4 → 5: the plain id indexes go; `ID_INDEXES` builds the
+/// bucketed ones.
+const DROP_PLAIN_ID_INDEXES: &str = "
+DROP INDEX IF EXISTS records_by_request_id;
+DROP INDEX IF EXISTS records_by_trace_id;
 ";
 
 const INSERT: &str = "INSERT INTO records \
@@ -416,6 +449,10 @@ impl Store {
         let conn = Connection::open(&path).map_err(err("open"))?;
         conn.busy_timeout(wal::WRITER_BUSY_TIMEOUT)
             .map_err(err("set busy timeout"))?;
+        // Takes effect only on a new (empty) file; a store keeps the page
+        // size it was created with.
+        conn.pragma_update(None, "page_size", PAGE_SIZE)
+            .map_err(err("set page size"))?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
             .map_err(err("enable WAL"))?;
@@ -520,6 +557,11 @@ impl Store {
                 tx.execute_batch(MIGRATE_1_TO_2)
                     .map_err(sqlite("migrate schema 1 to 2 (request/trace id columns)"))?;
             }
+            if has_table && version < BUCKETED_ID_VERSION {
+                tx.execute_batch(DROP_PLAIN_ID_INDEXES).map_err(sqlite(
+                    "migrate schema to 5 (drop the plain request/trace id indexes)",
+                ))?;
+            }
             tx.execute_batch(&format!(
                 "{SCHEMA} {ID_INDEXES} {PATHS_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION};"
             ))
@@ -541,6 +583,11 @@ impl Store {
             self.version = version;
         }
         Ok(())
+    }
+
+    /// How this store's id indexes are laid out.
+    fn id_index(&self) -> IdIndex {
+        IdIndex::of_version(self.version)
     }
 
     /// The database file.
@@ -800,9 +847,10 @@ impl Store {
         let path = self.path.clone();
         let (tx, rx) = mpsc::sync_channel(1);
         let rows = batch.max(1);
+        let ids = self.id_index();
         let reader = thread::Builder::new()
             .name("cpt-store-reader".into())
-            .spawn(move || paths::read_packed(&path, &query, rows, &tx))
+            .spawn(move || paths::read_packed(&path, &query, ids, rows, &tx))
             .map_err(|e| StoreError::Sqlite {
                 path: self.path.clone(),
                 context: "start reader thread",
@@ -913,7 +961,7 @@ impl Store {
                 found: self.version,
             });
         }
-        let (sql, params) = query.sql(true);
+        let (sql, params) = query.sql(true, self.id_index());
         // Prepare here so a bad query fails now, not on the first item.
         self.conn
             .prepare(&sql)

@@ -1,4 +1,4 @@
-//! The store's profile tables (schema version 4): every record's path packed
+//! The store's profile tables (since schema version 4): every record's path packed
 //! as ids into a `frames` table ([`records::packed`](crate::records::packed)),
 //! beside the columns a profile selection filters on, so that a profile
 //! reads about a tenth of a kilobyte a record and never parses JSON.
@@ -22,6 +22,7 @@ use cpt_sdk::path::{Frame, Location};
 use rusqlite::types::Value;
 use rusqlite::{Connection, Transaction, params_from_iter};
 
+use super::query::IdIndex;
 use super::{StoreError, StoreQuery, open_reader, to_i64};
 use crate::profile::aggregate::packed::PackedRow;
 use crate::records::packed;
@@ -229,7 +230,7 @@ pub(super) fn fill_from_records(
 
 /// The chunk query over `paths`: rows after `?1`, up to `?2`, in id order,
 /// at most `?3`, with the query's filters.
-fn chunk_sql(q: &StoreQuery) -> (String, Vec<Value>) {
+fn chunk_sql(q: &StoreQuery, ids: IdIndex) -> (String, Vec<Value>) {
     let mut sql = String::from(
         "SELECT id, service, start_unix_nanos, path FROM paths WHERE id > ?1 AND id <= ?2",
     );
@@ -278,14 +279,16 @@ fn chunk_sql(q: &StoreQuery) -> (String, Vec<Value>) {
     }
     if let Some(id) = &q.request_id {
         sql.push_str(&format!(
-            " AND id IN (SELECT id FROM records WHERE request_id = ?{next})"
+            " AND id IN (SELECT id FROM records WHERE {})",
+            ids.condition("request_id", &format!("?{next}"))
         ));
         next += 1;
         params.push(Value::Text(id.clone()));
     }
     if let Some(id) = &q.trace_id {
         sql.push_str(&format!(
-            " AND id IN (SELECT id FROM records WHERE trace_id = ?{next})"
+            " AND id IN (SELECT id FROM records WHERE {})",
+            ids.condition("trace_id", &format!("?{next}"))
         ));
         params.push(Value::Text(id.to_ascii_lowercase()));
     }
@@ -296,13 +299,15 @@ fn chunk_sql(q: &StoreQuery) -> (String, Vec<Value>) {
 /// A chunk of packed rows and the frames added to the table since the last.
 pub(super) type Chunk = (Vec<PackedRow>, Vec<(u64, Frame)>);
 
-/// Read the rows of `paths` matching `q` (everything but its limit) that
+/// Read the rows of `paths` matching `q` (everything but its limit; `ids`
+/// the layout of the store's id indexes) that
 /// were committed when the read began, one short read transaction per
 /// chunk, sending each chunk with the frames it may need. Stops when the
 /// receiver is gone.
 pub(super) fn read_packed(
     path: &Path,
     q: &StoreQuery,
+    ids: IdIndex,
     chunk_rows: usize,
     tx: &mpsc::SyncSender<Result<Chunk, StoreError>>,
 ) {
@@ -319,7 +324,7 @@ pub(super) fn read_packed(
         let last: i64 = conn
             .query_row("SELECT coalesce(max(id), 0) FROM paths", [], |r| r.get(0))
             .map_err(sqlite("read the last record id"))?;
-        let (sql, params) = chunk_sql(q);
+        let (sql, params) = chunk_sql(q, ids);
         let mut after = 0i64;
         let mut known = 0u64;
         loop {

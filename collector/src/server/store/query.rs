@@ -10,8 +10,47 @@ use rayon::prelude::*;
 use rusqlite::params_from_iter;
 use rusqlite::types::Value;
 
-use super::{PARSE_CHUNK, SNAPSHOT_ROWS, StoreError, open_reader, to_i64};
+use super::{
+    BUCKETED_ID_VERSION, ID_BUCKET_BITS, PARSE_CHUNK, SNAPSHOT_ROWS, StoreError, open_reader,
+    to_i64,
+};
 use crate::records::selection::{Selection, TriggerFilter};
+
+/// How a store's request and trace id indexes are laid out, which the SQL
+/// of a lookup by id follows so that it uses them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum IdIndex {
+    /// Schema versions 2–4: on the id alone.
+    Plain,
+    /// Version 5 on: on the record's id bucket, then the id.
+    Bucketed,
+}
+
+impl IdIndex {
+    /// The layout of a store of schema `version`.
+    pub(super) fn of_version(version: i64) -> IdIndex {
+        if version >= BUCKETED_ID_VERSION {
+            IdIndex::Bucketed
+        } else {
+            IdIndex::Plain
+        }
+    }
+
+    /// SQL true for the rows of `records` whose `column` equals the
+    /// parameter `param` (`?` or `?N`). Bucketed, it names every bucket up
+    /// to the newest record's, so SQLite seeks the id once in each.
+    pub(super) fn condition(self, column: &str, param: &str) -> String {
+        match self {
+            IdIndex::Plain => format!("{column} = {param}"),
+            IdIndex::Bucketed => format!(
+                "(id >> {b}) IN (WITH RECURSIVE bucket(n) AS (SELECT 0 UNION ALL \
+                 SELECT n + 1 FROM bucket WHERE n < (SELECT coalesce(max(id), 0) FROM records) >> {b}) \
+                 SELECT n FROM bucket) AND {column} = {param}",
+                b = ID_BUCKET_BITS
+            ),
+        }
+    }
+}
 
 /// Which records a query returns. Every field left `None` / empty matches
 /// everything.
@@ -71,14 +110,15 @@ impl StoreQuery {
     /// (large) rows themselves; otherwise one scan in rowid order.
     #[cfg(test)]
     pub(super) fn to_sql(&self) -> (String, Vec<Value>) {
-        self.sql(false)
+        self.sql(false, IdIndex::Bucketed)
     }
 
     /// [`to_sql`](Self::to_sql), or with `chunked` its form for one chunk
     /// of a read in short snapshots: `AND id > ? AND id <= ? ... LIMIT ?`,
     /// whose three values the caller appends to the parameters (the query's
-    /// own limit is then the caller's to count).
-    pub(super) fn sql(&self, chunked: bool) -> (String, Vec<Value>) {
+    /// own limit is then the caller's to count). `ids` is the layout of the
+    /// store's id indexes.
+    pub(super) fn sql(&self, chunked: bool, ids: IdIndex) -> (String, Vec<Value>) {
         let indexed = self.by_id()
             || self.service.is_some()
             || self.endpoint.is_some()
@@ -91,11 +131,13 @@ impl StoreQuery {
         });
         let mut params = Vec::new();
         if let Some(id) = &self.request_id {
-            sql.push_str(" AND request_id = ?");
+            sql.push_str(" AND ");
+            sql.push_str(&ids.condition("request_id", "?"));
             params.push(Value::Text(id.clone()));
         }
         if let Some(id) = &self.trace_id {
-            sql.push_str(" AND trace_id = ?");
+            sql.push_str(" AND ");
+            sql.push_str(&ids.condition("trace_id", "?"));
             params.push(Value::Text(id.to_ascii_lowercase()));
         }
         if let Some(s) = &self.service {

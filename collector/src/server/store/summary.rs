@@ -173,7 +173,7 @@ impl Store {
             ..query.clone()
         };
         // The id of the `newest`-th newest match; the read starts there.
-        let (all, mut params) = q.sql(false);
+        let (all, mut params) = q.sql(false, self.id_index());
         let inner = all.strip_suffix(" ORDER BY id").unwrap_or(&all);
         params.push(Value::Integer(to_i64(newest.saturating_sub(1))));
         let from: Option<i64> = match self.conn.query_row(
@@ -186,7 +186,7 @@ impl Store {
             Err(e) => return Err(self.sqlite("find the newest records")(e)),
         };
         let after = from.map_or(0, |id| id - 1);
-        let (sql, params) = q.sql(true);
+        let (sql, params) = q.sql(true, self.id_index());
         let path = self.path.clone();
         let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD);
         let reader = std::thread::Builder::new()
@@ -213,7 +213,7 @@ impl Store {
             limit: None,
             ..query.clone()
         };
-        let (sql, params) = q.sql(false);
+        let (sql, params) = q.sql(false, self.id_index());
         let inner = sql.strip_suffix(" ORDER BY id").unwrap_or(&sql);
         let sql = format!("SELECT count(*) FROM ({inner})");
         let n: i64 = self

@@ -45,6 +45,19 @@ fn latencies(store: &Store, q: StoreQuery) -> Vec<u128> {
         .collect()
 }
 
+/// SQLite's plan for `sql`, its steps joined by "; ".
+fn plan(store: &Store, sql: &str, params: Vec<Value>) -> String {
+    store
+        .conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .unwrap()
+        .query_map(params_from_iter(params), |r| r.get::<_, String>(3))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 #[test]
 fn store_round_trips_records_and_filters() {
     let dir = tempfile::tempdir().unwrap();
@@ -94,19 +107,15 @@ fn store_query_uses_the_index_and_never_sorts_rows() {
         (query, true),
         (StoreQuery::default(), true),
     ] {
-        let (sql, mut params) = if chunked { q.sql(true) } else { q.to_sql() };
+        let (sql, mut params) = if chunked {
+            q.sql(true, IdIndex::Bucketed)
+        } else {
+            q.to_sql()
+        };
         if chunked {
             params.extend([Value::Integer(0), Value::Integer(100), Value::Integer(10)]);
         }
-        let plan: Vec<String> = store
-            .conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .unwrap()
-            .query_map(params_from_iter(params), |r| r.get::<_, String>(3))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        let plan = plan.join("; ");
+        let plan = plan(&store, &sql, params);
         assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
         if q.service.is_some() {
             assert!(plan.contains("INDEX records_by_service"), "{sql}: {plan}");
@@ -313,18 +322,148 @@ fn store_finds_records_by_request_and_trace_id_through_the_index() {
         ),
     ] {
         let (sql, params) = query.to_sql();
-        let plan: Vec<String> = store
-            .conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .unwrap()
-            .query_map(params_from_iter(params), |r| r.get::<_, String>(3))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        let plan = plan.join("; ");
+        let plan = plan(&store, &sql, params);
         assert!(plan.contains(index), "{sql}: {plan}");
+        // A seek by bucket and id, not a scan of the index.
+        let column = index.strip_prefix("records_by_").unwrap();
+        assert!(
+            plan.contains(&format!("<expr>=? AND {column}=?")),
+            "{sql}: {plan}"
+        );
         assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
     }
+}
+
+/// Records with request ids `req-0`… and, every 1 000th, trace id `t`; a
+/// latency of `i` ms for record `i`.
+fn numbered_with_ids(n: u64) -> Vec<Record> {
+    (0..n)
+        .map(|i| {
+            let mut r = record("A", "/a", 1_000 + i, i, Trigger::Sampled, "a");
+            r.request_id = Some(format!("req-{i}"));
+            if i % 1_000 == 0 {
+                r.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
+            }
+            r
+        })
+        .collect()
+}
+
+/// The id indexes lead with the record's id bucket: a lookup finds ids in
+/// the first bucket, a middle one and the newest (partly filled) one, and
+/// a trace id across all of them, for records, profiles and counts alike.
+#[test]
+fn store_finds_ids_in_every_bucket_of_the_id_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("s.db")).unwrap();
+    let bucket = 1u64 << ID_BUCKET_BITS;
+    let n = 2 * bucket + 100;
+    store.insert(&numbered_with_ids(n)).unwrap();
+    let by_request = |i: u64| StoreQuery {
+        request_id: Some(format!("req-{i}")),
+        ..StoreQuery::default()
+    };
+    // Record i has row id i + 1.
+    for i in [0, bucket - 2, bucket - 1, bucket + 7, 2 * bucket - 1, n - 1] {
+        assert_eq!(
+            latencies(&store, by_request(i)),
+            vec![u128::from(i)],
+            "req-{i}"
+        );
+        assert_eq!(store.count(&by_request(i)).unwrap(), 1, "req-{i}");
+    }
+    assert_eq!(latencies(&store, by_request(n)), Vec::<u128>::new());
+    let by_trace = StoreQuery {
+        trace_id: Some("4BF92F3577B34DA6A3CE929D0E0E4736".into()),
+        ..StoreQuery::default()
+    };
+    let want: Vec<u128> = (0..n).step_by(1_000).map(u128::from).collect();
+    assert!(want.len() > 30);
+    assert_eq!(latencies(&store, by_trace), want);
+    let sel = Selection::new().with_request_id(format!("req-{}", n - 1));
+    let mut rows = 0;
+    store
+        .for_each_packed(&sel, 10, |r, _| rows += r.len())
+        .unwrap();
+    assert_eq!(rows, 1);
+    let index_sql: Vec<String> = store
+        .conn
+        .prepare("SELECT sql FROM sqlite_master WHERE name LIKE 'records_by_%_id' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(index_sql.len(), 2);
+    for sql in index_sql {
+        assert!(sql.contains(&format!("id >> {ID_BUCKET_BITS}")), "{sql}");
+    }
+}
+
+/// A store written before the bucketed id indexes (schema version 4):
+/// today's schema with the plain indexes.
+fn write_v4_store(path: &Path, records: &[Record]) {
+    let mut store = Store::open(path).unwrap();
+    store.insert(records).unwrap();
+    drop(store);
+    Connection::open(path)
+        .unwrap()
+        .execute_batch(
+            "DROP INDEX records_by_request_id;
+             DROP INDEX records_by_trace_id;
+             CREATE INDEX records_by_request_id ON records (request_id) WHERE request_id IS NOT NULL;
+             CREATE INDEX records_by_trace_id ON records (trace_id) WHERE trace_id IS NOT NULL;
+             PRAGMA user_version = 4;",
+        )
+        .unwrap();
+}
+
+#[test]
+fn store_v4_answers_ids_through_its_plain_index_and_open_buckets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v4.db");
+    let records = numbered_with_ids(3_000);
+    write_v4_store(&path, &records);
+    let by_request = StoreQuery {
+        request_id: Some("req-2500".into()),
+        ..StoreQuery::default()
+    };
+    let by_trace = StoreQuery {
+        trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+        ..StoreQuery::default()
+    };
+    let plan_of = |store: &Store, q: &StoreQuery| -> String {
+        let (sql, params) = q.sql(false, store.id_index());
+        plan(store, &sql, params)
+    };
+
+    let old = Store::open_read_only(&path).unwrap();
+    assert_eq!(old.schema_version(), 4);
+    assert_eq!(latencies(&old, by_request.clone()), vec![2500]);
+    assert_eq!(latencies(&old, by_trace.clone()), vec![0, 1000, 2000]);
+    let p = plan_of(&old, &by_request);
+    assert!(
+        p.contains("INDEX records_by_request_id (request_id=?)"),
+        "{p}"
+    );
+    drop(old);
+
+    let migrated = Store::open(&path).unwrap();
+    assert_eq!(migrated.schema_version(), SCHEMA_VERSION);
+    let p = plan_of(&migrated, &by_request);
+    assert!(
+        p.contains("INDEX records_by_request_id (<expr>=? AND request_id=?)"),
+        "{p}"
+    );
+    assert_eq!(latencies(&migrated, by_request), vec![2500]);
+    assert_eq!(latencies(&migrated, by_trace), vec![0, 1000, 2000]);
+    let stored: Vec<String> = migrated
+        .query(&StoreQuery::default())
+        .unwrap()
+        .map(|r| r.unwrap().to_json())
+        .collect();
+    let written: Vec<String> = records.iter().map(Record::to_json).collect();
+    assert!(stored == written, "migration keeps every record as it was");
 }
 
 #[test]
@@ -390,6 +529,35 @@ fn store_uses_wal_and_full_sync() {
         .query_row("PRAGMA synchronous", [], |r| r.get(0))
         .unwrap();
     assert_eq!((mode.as_str(), sync), ("wal", 2));
+}
+
+fn page_size(path: &Path) -> i64 {
+    Connection::open(path)
+        .unwrap()
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A new store gets 16 KiB pages; a store created with another page size
+/// keeps it, and opening it for writing and writing to it works as before.
+#[test]
+fn a_new_store_has_16_kib_pages_and_an_older_one_keeps_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let new = dir.path().join("new.db");
+    Store::open(&new).unwrap().insert(&sample()).unwrap();
+    assert_eq!(page_size(&new), PAGE_SIZE);
+
+    let old = dir.path().join("old.db");
+    write_v1_store(&old, &sample());
+    assert_eq!(page_size(&old), 4096);
+    let mut store = Store::open(&old).unwrap();
+    store.insert(&sample()).unwrap();
+    assert_eq!(
+        latencies(&store, StoreQuery::default()),
+        vec![1, 2, 3, 4, 1, 2, 3, 4]
+    );
+    drop(store);
+    assert_eq!(page_size(&old), 4096);
 }
 
 #[test]
