@@ -29,6 +29,7 @@ use cpt_collector::aggregate::{Aggregate, stack_label};
 use cpt_collector::profile::encode_gzip;
 use cpt_collector::selection::{PercentileBand, Selection};
 #[path = "support/records.rs"]
+#[allow(dead_code)] // short_path is for the soak and store benches
 mod records;
 use cpt_sdk::path::{Frame, SegmentKind};
 use cpt_sdk::record::Record;

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use cpt_collector::records::parquet::PartitionedWriter;
 use cpt_collector::store::{Durability, EncodedBatch, Store};
 #[path = "support/records.rs"]
+#[allow(dead_code)] // short_path is for the soak and store benches
 mod records;
 use cpt_sdk::path::Frame;
 use cpt_sdk::record::Record;

@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use clap::Parser as _;
 use cpt_collector::records::parquet::PartitionedWriter;
 #[path = "support/records.rs"]
+#[allow(dead_code)] // short_path is for the soak and store benches
 mod records;
 use cpt_sdk::path::Frame;
 use cpt_sdk::record::Record;

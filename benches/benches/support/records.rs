@@ -56,3 +56,25 @@ pub(crate) fn figure1_path(
     }
     p
 }
+
+/// A path of 4–15 segments from `stacks` (the soak and store benches'
+/// records): mostly busy, a few network, unattributed and queueing ones,
+/// 10 µs–2 ms each.
+pub(crate) fn short_path(rng: &mut Rng, stacks: &[Vec<Frame>]) -> CriticalPath {
+    let mut p = CriticalPath::new();
+    for _ in 0..4 + rng.below(12) {
+        let stack = &stacks[rng.below(stacks.len() as u64) as usize];
+        let kind = match rng.below(20) {
+            0 => SegmentKind::Network,
+            1 => SegmentKind::Unattributed,
+            2 => SegmentKind::Queueing,
+            _ => SegmentKind::Busy,
+        };
+        p.push_frames(
+            stack.iter().cloned(),
+            Duration::from_micros(10 + rng.below(2_000)),
+            kind,
+        );
+    }
+    p
+}
