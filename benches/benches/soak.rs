@@ -5,6 +5,16 @@
 //! whole store every 20 s and a sampler reads the size of the store's WAL
 //! (`STORE-wal`) every 250 ms.
 //!
+//! Records are shaped as a collector receives them: each sender cycles
+//! through 16 batches of generated paths (4–15 segments) and, for every
+//! send, stamps each record with the current time as its start and a fresh
+//! random request id (a random trace id on every tenth), then encodes the
+//! batch. Start times therefore increase and ids never repeat. With
+//! `CPT_SOAK_REPLAY=1` the senders instead send the same 16 batches over
+//! and over, encoded once, start times and request ids repeating (records
+//! far out of time order, as a replay of old files would be): the store's
+//! indexes then take their inserts at random pages.
+//!
 //! Printed at the end: records acknowledged against records stored (the
 //! store opened read-only after shutdown, and the collector's
 //! `/v1/stats`), acknowledgement latency per batch (p50, p99, max, and the
@@ -21,6 +31,7 @@
 //! - `CPT_SOAK_DIR`: where the temporary store goes (default the
 //!   target's tmp directory); the store grows by about 3.3 kB a record,
 //!   some 50 MB/s at full speed;
+//! - `CPT_SOAK_REPLAY=1`: send records out of time order (above);
 //! - `CPT_SOAK_MAX_GIB`: the senders stop early, saying so, when the store
 //!   (database and WAL) reaches this size (default 14).
 
@@ -40,7 +51,7 @@ use bytes::Bytes;
 use cpt_collector::ingest::{self, proto};
 use cpt_collector::serve::{Collector, ServeConfig};
 use cpt_collector::store::Store;
-use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
+use cpt_sdk::path::Frame;
 use cpt_sdk::record::Record;
 use cpt_sdk::testing::SplitMix64 as Rng;
 use cpt_sdk::trigger::Trigger;
@@ -48,7 +59,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use records::stack_pool;
+use records::{short_path, stack_pool};
 
 const SENDERS: usize = 4;
 const BATCH: usize = 200;
@@ -58,28 +69,13 @@ const PROFILE_EVERY: Duration = Duration::from_secs(20);
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 const WINDOW: Duration = Duration::from_secs(20);
 
-/// A record of 4–15 segments drawn from `stacks`, 10 µs–2 ms each.
+/// A record of 4–15 segments drawn from `stacks`, 10 µs–2 ms each, without
+/// a start time or ids (the sender stamps them).
 fn record(rng: &mut Rng, stacks: &[Vec<Frame>], i: u64) -> Record {
-    let mut p = CriticalPath::new();
-    for _ in 0..4 + rng.below(12) {
-        let stack = &stacks[rng.below(stacks.len() as u64) as usize];
-        let kind = match rng.below(20) {
-            0 => SegmentKind::Network,
-            1 => SegmentKind::Unattributed,
-            2 => SegmentKind::Queueing,
-            _ => SegmentKind::Busy,
-        };
-        p.push_frames(
-            stack.iter().cloned(),
-            Duration::from_micros(10 + rng.below(2_000)),
-            kind,
-        );
-    }
+    let p = short_path(rng, stacks);
     let service = ["A", "B", "C"][rng.below(3) as usize];
     let mut r = Record::new(service, Trigger::Sampled, p);
     r.endpoint = Some(format!("/{service}/Run{}", rng.below(4)));
-    r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i * 1_000_000);
-    r.request_id = Some(format!("req-{i}"));
     r.labels
         .insert("arm".into(), if i % 2 == 0 { "a" } else { "b" }.into());
     r
@@ -99,12 +95,57 @@ struct SenderLog {
     records: u64,
     refused: u64,
     errors: Vec<String>,
+    /// Time spent stamping and encoding batches.
+    encoding: Duration,
 }
 
-/// Sends pre-encoded batches to `url` until `stop`, each as soon as the
-/// previous one is acknowledged; a refused batch (503, 429) is sent again
-/// after its `Retry-After` (at most 1 s).
-fn sender(url: String, batches: Vec<Bytes>, t0: Instant, stop: Arc<AtomicBool>) -> SenderLog {
+/// Stamp `records` with the current time as their start (1 µs apart) and
+/// fresh random ids, as requests arriving now would carry, and encode them.
+fn stamp_and_encode(records: &mut [Record], rng: &mut Rng) -> Bytes {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    for (j, r) in records.iter_mut().enumerate() {
+        r.start_unix_nanos = Some(now + j as u64 * 1_000);
+        r.request_id = Some(format!("{:016x}{:016x}", rng.next_u64(), rng.next_u64()));
+        r.trace_id =
+            (rng.below(10) == 0).then(|| format!("{:016x}{:016x}", rng.next_u64(), rng.next_u64()));
+    }
+    Bytes::from(prost::Message::encode_to_vec(
+        &proto::RecordBatch::from_records(&*records),
+    ))
+}
+
+/// Sends batches to `url` until `stop`, each as soon as the previous one is
+/// acknowledged, stamped and encoded just before it is sent; a refused
+/// batch (503, 429) is sent again after its `Retry-After` (at most 1 s).
+fn sender(
+    url: String,
+    mut batches: Vec<Vec<Record>>,
+    seed: u64,
+    replay: bool,
+    t0: Instant,
+    stop: Arc<AtomicBool>,
+) -> SenderLog {
+    // Replayed batches: stamped once with fixed start times and ids.
+    let replayed: Vec<Bytes> = if replay {
+        batches
+            .iter_mut()
+            .enumerate()
+            .map(|(b, records)| {
+                for (j, r) in records.iter_mut().enumerate() {
+                    let i = seed * 1_000_000 + (b * BATCH + j) as u64;
+                    r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i * 1_000_000);
+                    r.request_id = Some(format!("req-{i}"));
+                }
+                Bytes::from(prost::Message::encode_to_vec(
+                    &proto::RecordBatch::from_records(&*records),
+                ))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -114,10 +155,23 @@ fn sender(url: String, batches: Vec<Bytes>, t0: Instant, stop: Arc<AtomicBool>) 
         Client::builder(TokioExecutor::new()).build_http()
     };
     let mut log = SenderLog::default();
+    let mut rng = Rng::new(seed);
     rt.block_on(async {
         let mut k = 0;
+        // The batch being sent: a refused one is resent as it was.
+        let mut pending: Option<Bytes> = None;
         while !stop.load(Ordering::Relaxed) {
-            let body = batches[k % batches.len()].clone();
+            let body = match &pending {
+                Some(b) => b.clone(),
+                None if replay => pending.insert(replayed[k % replayed.len()].clone()).clone(),
+                None => {
+                    let t = Instant::now();
+                    let n = batches.len();
+                    let b = stamp_and_encode(&mut batches[k % n], &mut rng);
+                    log.encoding += t.elapsed();
+                    pending.insert(b).clone()
+                }
+            };
             let sent = Instant::now();
             let req = http::Request::post(&url)
                 .header(http::header::CONTENT_TYPE, ingest::CONTENT_TYPE_PROTOBUF)
@@ -147,6 +201,7 @@ fn sender(url: String, batches: Vec<Bytes>, t0: Instant, stop: Arc<AtomicBool>) 
                 });
                 log.records += BATCH as u64;
                 k += 1;
+                pending = None;
             } else if status == http::StatusCode::SERVICE_UNAVAILABLE
                 || status == http::StatusCode::TOO_MANY_REQUESTS
             {
@@ -304,6 +359,7 @@ fn main() -> ExitCode {
         })
         .unwrap_or(480);
     let duration = Duration::from_secs(secs);
+    let replay = std::env::var("CPT_SOAK_REPLAY").is_ok_and(|v| v == "1");
     let max_store: u64 = std::env::var("CPT_SOAK_MAX_GIB")
         .ok()
         .map(|s| {
@@ -326,30 +382,32 @@ fn main() -> ExitCode {
 
     println!(
         "soak: {SENDERS} HTTP senders, batches of {BATCH} records (4–15 segments), \
-         GET /profile every {}s, WAL sampled every {}ms, for {secs}s",
+         GET /profile every {}s, WAL sampled every {}ms, for {secs}s; {}",
         PROFILE_EVERY.as_secs(),
-        SAMPLE_EVERY.as_millis()
+        SAMPLE_EVERY.as_millis(),
+        if replay {
+            "replaying 16 batches a sender (start times and ids repeat)"
+        } else {
+            "records stamped as sent (increasing start times, fresh ids)"
+        }
     );
     println!("store: {}", store_path.display());
     println!("load average before: {}", load_average());
 
-    // Batches, encoded once: distinct records across all senders.
+    // Each sender's batches of paths, stamped and encoded as they are sent.
     let stacks = stack_pool(&mut Rng::new(7));
     let mut rng = Rng::new(42);
     let mut i = 0u64;
-    let pools: Vec<Vec<Bytes>> = (0..SENDERS)
+    let pools: Vec<Vec<Vec<Record>>> = (0..SENDERS)
         .map(|_| {
             (0..BATCHES_PER_SENDER)
                 .map(|_| {
-                    let records: Vec<Record> = (0..BATCH)
+                    (0..BATCH)
                         .map(|_| {
                             i += 1;
                             record(&mut rng, &stacks, i)
                         })
-                        .collect();
-                    Bytes::from(prost::Message::encode_to_vec(
-                        &proto::RecordBatch::from_records(&records),
-                    ))
+                        .collect()
                 })
                 .collect()
         })
@@ -378,7 +436,7 @@ fn main() -> ExitCode {
             let stop = stop_senders.clone();
             thread::Builder::new()
                 .name(format!("soak-sender-{n}"))
-                .spawn(move || sender(url, batches, t0, stop))
+                .spawn(move || sender(url, batches, 1_000 + n as u64, replay, t0, stop))
                 .unwrap()
         })
         .collect();
@@ -481,6 +539,12 @@ fn report(r: &Report<'_>) -> ExitCode {
     for e in errors.iter().take(5) {
         println!("  error: {e}");
     }
+    let encoding: Duration = r.logs.iter().map(|l| l.encoding).sum();
+    println!(
+        "senders stamping and encoding: {:.2} ms a batch, {:.1}% of one core",
+        ms(encoding) / acks.len().max(1) as f64,
+        100.0 * encoding.as_secs_f64() / secs
+    );
     println!(
         "store after shutdown: {:.0} MiB ({:.0} bytes a record)",
         mib(store_bytes),
