@@ -544,10 +544,13 @@ impl Collector {
         if let Some(addr) = config.http {
             let listener = bind("http", addr).await?;
             http_addr = Some(local_addr("http", addr, &listener)?);
-            let app = router(ingest.clone()).merge(ui::router(ui::UiState::new(
-                ingest.store_path.clone(),
-                ui::ReadGate::new(config.read_token.as_deref()),
-            )));
+            let app = router(ingest.clone()).merge(ui::router(
+                ui::UiState::new(
+                    ingest.store_path.clone(),
+                    ui::ReadGate::new(config.read_token.as_deref()),
+                )
+                .with_tls(tls.is_some()),
+            ));
             let stopped = stopped.clone();
             let tls = tls.clone();
             servers.push(tokio::spawn(async move {

@@ -2,9 +2,10 @@
 //! same [`ReadGate::allows`](super::ReadGate::allows) every page uses, and
 //! on success sets the cookie [`READ_COOKIE`] (`HttpOnly`: no script reads
 //! it; `SameSite=Strict`: no other site's page sends it; `Path=/`: the API
-//! accepts it too) and sends the browser back where it was going. A wrong
-//! token gets the form again with 401, and nothing is set.
-//! `POST /ui/logout` clears the cookie.
+//! accepts it too; `Secure` when the pages are served over TLS, so the
+//! browser never sends it over plain HTTP) and sends the browser back where
+//! it was going. A wrong token gets the form again with 401, and nothing is
+//! set. `POST /ui/logout` clears the cookie.
 
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
@@ -101,20 +102,23 @@ pub(super) async fn submit(State(state): State<UiState>, body: Bytes) -> Respons
         return refuse("That is not this collector's read token.");
     }
     let mut resp = page::redirect(&next);
-    if let Ok(cookie) = HeaderValue::from_str(&format!(
-        "{READ_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
-    )) {
+    if let Ok(cookie) = HeaderValue::from_str(&cookie(&state, &token, "")) {
         resp.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     resp
 }
 
-pub(super) async fn logout() -> Response {
+/// The `Set-Cookie` value carrying `token`, with `extra` attributes.
+fn cookie(state: &UiState, token: &str, extra: &str) -> String {
+    let secure = if state.tls { "; Secure" } else { "" };
+    format!("{READ_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/{secure}{extra}")
+}
+
+pub(super) async fn logout(State(state): State<UiState>) -> Response {
     let mut resp = page::redirect("/ui/login");
-    resp.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static("cpt_read_token=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
-    );
+    if let Ok(cleared) = HeaderValue::from_str(&cookie(&state, "", "; Max-Age=0")) {
+        resp.headers_mut().insert(header::SET_COOKIE, cleared);
+    }
     resp
 }
 
@@ -132,5 +136,40 @@ mod tests {
         assert_eq!(local_next(Some("https://evil.example/")), "/");
         assert_eq!(local_next(Some("/\\evil.example")), "/");
         assert_eq!(local_next(None), "/");
+    }
+
+    fn set_cookie(resp: &Response) -> &str {
+        resp.headers()[header::SET_COOKIE].to_str().unwrap()
+    }
+
+    /// Served over TLS, the sign-in cookie and its clearing are `Secure`:
+    /// a browser never sends the read token over plain HTTP. Without TLS
+    /// the flag would make browsers drop the cookie, so it is left off.
+    #[tokio::test]
+    async fn the_sign_in_cookie_is_secure_over_tls_only() {
+        let dir = tempfile::tempdir().unwrap();
+        for tls in [false, true] {
+            let state = UiState::new(
+                dir.path().join("store.db"),
+                super::super::ReadGate::new(Some("tok3n")),
+            )
+            .with_tls(tls);
+            let signed_in = submit(
+                State(state.clone()),
+                Bytes::from_static(b"token=tok3n&next=%2F"),
+            )
+            .await;
+            assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+            let cleared = logout(State(state)).await;
+            let secure = if tls { "; Secure" } else { "" };
+            assert_eq!(
+                set_cookie(&signed_in),
+                format!("cpt_read_token=tok3n; HttpOnly; SameSite=Strict; Path=/{secure}")
+            );
+            assert_eq!(
+                set_cookie(&cleared),
+                format!("cpt_read_token=; HttpOnly; SameSite=Strict; Path=/{secure}; Max-Age=0")
+            );
+        }
     }
 }

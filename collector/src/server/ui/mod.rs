@@ -58,6 +58,9 @@ pub(crate) struct UiState {
     pub(crate) gate: ReadGate,
     /// Recent folds, shared by a page and its flame graph.
     folds: Arc<fold::FoldCache>,
+    /// The pages are served over TLS: the sign-in cookie is `Secure`, so a
+    /// browser never sends the read token over plain HTTP.
+    pub(crate) tls: bool,
 }
 
 impl UiState {
@@ -67,7 +70,15 @@ impl UiState {
             store_path,
             gate,
             folds: Arc::default(),
+            tls: false,
         }
+    }
+
+    /// Whether the pages are served over TLS (see [`UiState::tls`]).
+    #[must_use]
+    pub(crate) fn with_tls(mut self, tls: bool) -> UiState {
+        self.tls = tls;
+        self
     }
 }
 
