@@ -29,9 +29,13 @@ pub struct Chunking {
 }
 
 impl Default for Chunking {
+    /// Blocks of 2 MiB: each is a fresh buffer, and the allocator serves
+    /// buffers of 8 MiB with new mappings every time (page faults and
+    /// zeroing: `cpt profile` over a 2.5 GB file took a sixth longer and
+    /// twice the memory).
     fn default() -> Self {
         Chunking {
-            block_bytes: 8 << 20,
+            block_bytes: 2 << 20,
             chunk_bytes: 128 << 10,
         }
     }
