@@ -61,8 +61,10 @@ fn record(i: usize) -> Record {
     r.endpoint = Some("/a.A/Run".into());
     r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i as u64);
     r.request_id = Some(format!("req-{i}"));
-    r.labels
-        .insert("arm".into(), if i % 2 == 0 { "a" } else { "b" }.into());
+    r.labels.insert(
+        "arm".into(),
+        if i.is_multiple_of(2) { "a" } else { "b" }.into(),
+    );
     r
 }
 

@@ -26,7 +26,7 @@ fn record(i: u64) -> Record {
     );
     let mut r = Record::new(
         "A",
-        if i % 1000 == 0 {
+        if i.is_multiple_of(1000) {
             Trigger::Forced
         } else {
             Trigger::Sampled

@@ -76,8 +76,10 @@ fn record(rng: &mut Rng, stacks: &[Vec<Frame>], i: u64) -> Record {
     let service = ["A", "B", "C"][rng.below(3) as usize];
     let mut r = Record::new(service, Trigger::Sampled, p);
     r.endpoint = Some(format!("/{service}/Run{}", rng.below(4)));
-    r.labels
-        .insert("arm".into(), if i % 2 == 0 { "a" } else { "b" }.into());
+    r.labels.insert(
+        "arm".into(),
+        if i.is_multiple_of(2) { "a" } else { "b" }.into(),
+    );
     r
 }
 

@@ -42,7 +42,7 @@ fn record(rng: &mut Rng, stacks: &[Vec<Frame>], i: u64) -> Record {
     r.endpoint = Some(format!("/{service}/Run{}", rng.below(4)));
     r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i * 1_000_000);
     r.request_id = Some(format!("{:016x}{:016x}", rng.next_u64(), rng.next_u64()));
-    if i % 10 == 0 {
+    if i.is_multiple_of(10) {
         r.trace_id = Some(format!("{:016x}{:016x}", rng.next_u64(), rng.next_u64()));
     }
     r

@@ -191,7 +191,7 @@ struct CState {
 /// C1: look a key up.
 fn c1(state: &CState, key: u64) -> u64 {
     let _span = tracing::info_span!("C1").entered();
-    let cost = if key % 10 == 0 {
+    let cost = if key.is_multiple_of(10) {
         state.work.c1 * 4
     } else {
         state.work.c1

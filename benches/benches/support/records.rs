@@ -19,7 +19,7 @@ pub(crate) fn stack_pool(rng: &mut Rng) -> Vec<Vec<Frame>> {
             for d in 1..depth {
                 let svc = services[rng.below(services.len() as u64) as usize];
                 let mut f = Frame::new(svc, format!("{svc}{}_{}", d, (i + d as u64) % 13));
-                if ((i + d as u64) % 13) % 2 == 0 {
+                if ((i + d as u64) % 13).is_multiple_of(2) {
                     f = f.with_location(
                         format!("{}/src/handler.rs", svc.to_lowercase()),
                         d as u32 * 10,

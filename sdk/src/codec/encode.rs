@@ -202,10 +202,10 @@ fn build_and_encode(
         // so deeper cuts cannot fit: start at max / 3.
         let deepest = path.depth().min(max / 3).min(limits.max_depth);
         for depth in (0..=deepest).rev() {
-            if builder.build(depth, total, max, limits) {
-                if let Some(encoded) = encode_msg(&mut builder.msg, form, max) {
-                    return encoded;
-                }
+            if builder.build(depth, total, max, limits)
+                && let Some(encoded) = encode_msg(&mut builder.msg, form, max)
+            {
+                return encoded;
             }
         }
     }

@@ -478,11 +478,11 @@ fn fold_batch(
                             i64::MIN
                         },
                     );
-                    if let Some(&(k, id)) = prev.get(depth) {
-                        if k == key {
-                            flat.ids.push(id);
-                            continue;
-                        }
+                    if let Some(&(k, id)) = prev.get(depth)
+                        && k == key
+                    {
+                        flat.ids.push(id);
+                        continue;
                     }
                     prev.truncate(depth);
                     let id = match ids.get(&key) {

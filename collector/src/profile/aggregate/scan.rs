@@ -178,12 +178,12 @@ impl Frames {
         file: Option<&str>,
         line: Option<u32>,
     ) -> u32 {
-        if file.is_none() {
-            if let Some(sn) = self.find_sn(service, name) {
-                let (generation, id) = self.last[sn as usize];
-                if generation == self.generation {
-                    return id;
-                }
+        if file.is_none()
+            && let Some(sn) = self.find_sn(service, name)
+        {
+            let (generation, id) = self.last[sn as usize];
+            if generation == self.generation {
+                return id;
             }
         }
         let location = file
@@ -801,11 +801,11 @@ fn frame(
     let start = c.i;
     // An entry written out in full before: its bytes up to the first `}`.
     let end = memchr::memchr(b'}', b.get(start..)?).map(|e| start + e + 1);
-    if let Some(end) = end {
-        if let Some(id) = frames.spelled(&b[start..end]) {
-            c.i = end;
-            return Some(id);
-        }
+    if let Some(end) = end
+        && let Some(id) = frames.spelled(&b[start..end])
+    {
+        c.i = end;
+        return Some(id);
     }
     let (mut name, mut given, mut file, mut line) = (None, None, None, None);
     let mut seen = 0u32;

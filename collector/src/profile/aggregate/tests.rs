@@ -187,13 +187,13 @@ fn aggregate_matches_a_naive_fold() {
         SegmentKind::BlindSpot,
     ];
     let frame = |d: u64, k: u64| {
-        let name = if k % 3 == 0 {
+        let name = if k.is_multiple_of(3) {
             format!("a_rather_long_handler_name_{d}_{k}")
         } else {
             format!("n{d}{k}")
         };
         let f = Frame::new(["A", "B", "svc-c"][(k % 3) as usize], name);
-        if k % 2 == 0 {
+        if k.is_multiple_of(2) {
             f.with_location(format!("src/m{}.rs", k % 4), d as u32)
         } else {
             f

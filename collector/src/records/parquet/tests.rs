@@ -21,7 +21,7 @@ fn record(i: u64) -> Record {
     p.push(vec![a], Duration::from_nanos(3), SegmentKind::Queueing);
     p.accounting.queueing = Duration::from_nanos(3);
     let mut r = Record::new("A", Trigger::Sampled, p);
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         r.endpoint = Some("/a.A/Run".into());
         r.labels.insert("arm".into(), format!("b{i}"));
         r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i);

@@ -215,7 +215,7 @@ impl Model {
         format!(
             "{}.{}",
             self.segments[e / 2].name,
-            if e % 2 == 0 { "start" } else { "end" }
+            if e.is_multiple_of(2) { "start" } else { "end" }
         )
     }
 
@@ -474,7 +474,11 @@ impl Model {
 
     fn write_event_name(&self, out: &mut String, e: usize) {
         out.push_str(&self.segments[e / 2].name);
-        out.push_str(if e % 2 == 0 { ".start" } else { ".end" });
+        out.push_str(if e.is_multiple_of(2) {
+            ".start"
+        } else {
+            ".end"
+        });
     }
 
     /// The model's relations (see the module docs for what is left out).
