@@ -832,25 +832,38 @@ impl Store {
         &self,
         sel: &Selection,
         batch: usize,
-        mut f: impl FnMut(&[PackedRow], &PackedFrames),
+        f: impl FnMut(&[PackedRow], &PackedFrames),
     ) -> Result<Option<u64>, StoreError> {
         if self.version < PATHS_VERSION {
             return Ok(None);
         }
-        let query = StoreQuery::from_selection(sel);
+        self.for_each_packed_after(&StoreQuery::from_selection(sel), 0, batch, f)
+            .map(Some)
+    }
+
+    /// [`for_each_packed`](Self::for_each_packed) of `query`'s rows with an
+    /// id above `after`, on a store with the profile tables.
+    fn for_each_packed_after(
+        &self,
+        query: &StoreQuery,
+        after: i64,
+        batch: usize,
+        mut f: impl FnMut(&[PackedRow], &PackedFrames),
+    ) -> Result<u64, StoreError> {
         if query.by_id() && self.version < ID_INDEX_VERSION {
             return Err(StoreError::NoIdIndex {
                 path: self.path.clone(),
                 found: self.version,
             });
         }
+        let query = query.clone();
         let path = self.path.clone();
         let (tx, rx) = mpsc::sync_channel(1);
         let rows = batch.max(1);
         let ids = self.id_index();
         let reader = thread::Builder::new()
             .name("cpt-store-reader".into())
-            .spawn(move || paths::read_packed(&path, &query, ids, rows, &tx))
+            .spawn(move || paths::read_packed(&path, &query, ids, after, rows, &tx))
             .map_err(|e| StoreError::Sqlite {
                 path: self.path.clone(),
                 context: "start reader thread",
@@ -878,7 +891,47 @@ impl Store {
         }
         drop(rx);
         let _ = reader.join();
-        result.map(|()| Some(n))
+        result.map(|()| n)
+    }
+
+    /// Fold the newest `newest` stored records matching `agg`'s selection
+    /// (every one with `None`) into it, from the packed paths: what the
+    /// collector's pages show. The percentile band applies among the
+    /// records folded. Returns how many records match the selection (before
+    /// the band) and how many were folded, or `None` for a store that
+    /// predates the profile tables (schema version 4), opened read-only.
+    ///
+    /// # Errors
+    ///
+    /// As [`fold_into`](Self::fold_into).
+    pub fn fold_newest_into(
+        &self,
+        agg: &mut Aggregator,
+        newest: Option<u64>,
+        batch: usize,
+    ) -> Result<Option<(u64, u64)>, StoreError> {
+        if self.version < PATHS_VERSION {
+            return Ok(None);
+        }
+        let query = StoreQuery::from_selection(agg.selection());
+        let (matching, after) = paths::count_newest(&self.conn, &query, self.id_index(), newest)
+            .map_err(self.sqlite("find the newest records"))?;
+        let mut failed = None;
+        let folded = self.for_each_packed_after(&query, after, batch, |rows, frames| {
+            if failed.is_none()
+                && let Err(e) = agg.push_packed(rows, frames, None)
+            {
+                failed = Some(e);
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(StoreError::Corrupt {
+                path: self.path.clone(),
+                id: e.id,
+                reason: e.reason,
+            });
+        }
+        Ok(Some((matching, folded)))
     }
 
     /// Fold the stored records that `agg`'s selection keeps into it (the

@@ -231,11 +231,22 @@ pub(super) fn fill_from_records(
 /// The chunk query over `paths`: rows after `?1`, up to `?2`, in id order,
 /// at most `?3`, with the query's filters.
 fn chunk_sql(q: &StoreQuery, ids: IdIndex) -> (String, Vec<Value>) {
-    let mut sql = String::from(
-        "SELECT id, service, start_unix_nanos, path FROM paths WHERE id > ?1 AND id <= ?2",
-    );
+    let (f, params) = filters(q, ids, 4);
+    (
+        format!(
+            "SELECT id, service, start_unix_nanos, path FROM paths \
+             WHERE id > ?1 AND id <= ?2{f} ORDER BY id LIMIT ?3"
+        ),
+        params,
+    )
+}
+
+/// The query's filters as conditions on `paths` (each ` AND …`), their
+/// parameters numbered from `?first`.
+fn filters(q: &StoreQuery, ids: IdIndex, first: usize) -> (String, Vec<Value>) {
+    let mut sql = String::new();
     let mut params = Vec::new();
-    let mut next = 4;
+    let mut next = first;
     let mut param = |sql: &mut String, cond: &str, v: Value| {
         sql.push_str(&cond.replace('?', &format!("?{next}")));
         next += 1;
@@ -292,22 +303,63 @@ fn chunk_sql(q: &StoreQuery, ids: IdIndex) -> (String, Vec<Value>) {
         ));
         params.push(Value::Text(id.to_ascii_lowercase()));
     }
-    sql.push_str(" ORDER BY id LIMIT ?3");
     (sql, params)
+}
+
+/// How many rows of `paths` match `q` and, with `newest`, the id after
+/// which the newest `newest` of them start (0: from the first), read in
+/// one snapshot. A scan of `paths` (about a tenth of a kilobyte a row),
+/// never of the records' JSON.
+pub(super) fn count_newest(
+    conn: &Connection,
+    q: &StoreQuery,
+    ids: IdIndex,
+    newest: Option<u64>,
+) -> rusqlite::Result<(u64, i64)> {
+    let (f, params) = filters(q, ids, 1);
+    conn.execute_batch("BEGIN")?;
+    let read = (|| {
+        let matching: i64 = conn.query_row(
+            &format!("SELECT count(*) FROM paths WHERE 1 = 1{f}"),
+            params_from_iter(params.iter()),
+            |r| r.get(0),
+        )?;
+        let matching = u64::try_from(matching).unwrap_or(0);
+        let after = match newest {
+            Some(n) if n > 0 && n < matching => {
+                let k = params.len() + 1;
+                let mut all = params.clone();
+                all.push(Value::Integer(to_i64(n - 1)));
+                let from: i64 = conn.query_row(
+                    &format!(
+                        "SELECT id FROM paths WHERE 1 = 1{f} ORDER BY id DESC LIMIT 1 OFFSET ?{k}"
+                    ),
+                    params_from_iter(all),
+                    |r| r.get(0),
+                )?;
+                from - 1
+            }
+            _ => 0,
+        };
+        Ok((matching, after))
+    })();
+    conn.execute_batch("COMMIT")?;
+    read
 }
 
 /// A chunk of packed rows and the frames added to the table since the last.
 pub(super) type Chunk = (Vec<PackedRow>, Vec<(u64, Frame)>);
 
-/// Read the rows of `paths` matching `q` (everything but its limit; `ids`
-/// the layout of the store's id indexes) that
-/// were committed when the read began, one short read transaction per
+/// Read the rows of `paths` with an id above `after` matching `q`
+/// (everything but its limit; `ids` the layout of the store's id indexes)
+/// that were committed when the read began, one short read transaction per
 /// chunk, sending each chunk with the frames it may need. Stops when the
 /// receiver is gone.
 pub(super) fn read_packed(
     path: &Path,
     q: &StoreQuery,
     ids: IdIndex,
+    after: i64,
     chunk_rows: usize,
     tx: &mpsc::SyncSender<Result<Chunk, StoreError>>,
 ) {
@@ -325,7 +377,7 @@ pub(super) fn read_packed(
             .query_row("SELECT coalesce(max(id), 0) FROM paths", [], |r| r.get(0))
             .map_err(sqlite("read the last record id"))?;
         let (sql, params) = chunk_sql(q, ids);
-        let mut after = 0i64;
+        let mut after = after;
         let mut known = 0u64;
         loop {
             // One snapshot for the chunk and the frames it refers to.

@@ -114,7 +114,8 @@ impl StoreQuery {
     }
 
     /// [`to_sql`](Self::to_sql), or with `chunked` its form for one chunk
-    /// of a read in short snapshots: `AND id > ? AND id <= ? ... LIMIT ?`,
+    /// of a read in short snapshots: `AND id > ? AND id <= ?` (within the
+    /// subquery of an indexed query) and `LIMIT ?`,
     /// whose three values the caller appends to the parameters (the query's
     /// own limit is then the caller's to count). `ids` is the layout of the
     /// store's id indexes.
@@ -167,11 +168,17 @@ impl StoreQuery {
             params.push(Value::Text(k.clone()));
             params.push(Value::Text(v.clone()));
         }
+        if chunked {
+            // Inside the subquery when there is one: the outer query then
+            // fetches only the chunk's rows, not every match's row to keep
+            // those in the range.
+            sql.push_str(" AND id > ? AND id <= ?");
+        }
         if indexed {
             sql.push(')');
         }
         if chunked {
-            sql.push_str(" AND id > ? AND id <= ? ORDER BY id LIMIT ?");
+            sql.push_str(" ORDER BY id LIMIT ?");
             return (sql, params);
         }
         sql.push_str(" ORDER BY id");

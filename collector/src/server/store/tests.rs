@@ -646,6 +646,60 @@ fn store_profiles_from_packed_paths_equal_the_records_folds() {
     }
 }
 
+/// What the collector's pages fold: the newest N matching records, from
+/// the packed paths, equal to folding those records themselves (with
+/// histograms, a percentile band applied among them, labels and time), and
+/// the count of every match.
+#[test]
+fn the_newest_records_fold_from_packed_paths_as_from_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("s.db")).unwrap();
+    let records = varied(300);
+    for chunk in records.chunks(70) {
+        store.insert(chunk).unwrap();
+    }
+    let band = crate::records::selection::PercentileBand::parse("p50-p100").unwrap();
+    let sels = [
+        Selection::new(),
+        Selection::new().with_service("A").with_label("arm", "b"),
+        Selection::new().with_service("A").with_percentile(band),
+        Selection::new()
+            .with_triggers(TriggerFilter::All)
+            .with_since(1_050)
+            .with_until(1_200),
+    ];
+    for sel in sels {
+        let kept: Vec<&Record> = records.iter().filter(|r| sel.matches(r)).collect();
+        for newest in [
+            Some(1),
+            Some(17),
+            Some(kept.len() as u64),
+            Some(10_000),
+            None,
+        ] {
+            let mut agg = Aggregator::new(sel.clone()).with_histograms(true);
+            let counts = store.fold_newest_into(&mut agg, newest, 7).unwrap();
+            let n = newest.map_or(kept.len(), |n| (n as usize).min(kept.len()));
+            let tail: Vec<Record> = kept[kept.len() - n..]
+                .iter()
+                .map(|r| (*r).clone())
+                .collect();
+            let mut want = Aggregator::new(sel.clone()).with_histograms(true);
+            want.push_batch(&tail);
+            assert_eq!(
+                counts,
+                Some((kept.len() as u64, n as u64)),
+                "{sel:?} {newest:?}"
+            );
+            assert_eq!(
+                crate::profile::encode_gzip(&agg.finish()),
+                crate::profile::encode_gzip(&want.finish()),
+                "{sel:?} newest {newest:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_group_rolled_back_forgets_its_new_frames() {
     let dir = tempfile::tempdir().unwrap();

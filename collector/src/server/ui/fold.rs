@@ -92,29 +92,36 @@ pub(super) fn fold(
         sample.0,
         super::page::selection_query(sel)
     );
-    if let Ok(kept) = cache.kept.lock() {
-        if let Some((_, f)) = kept.iter().find(|(k, _)| *k == key) {
-            return Ok(f.clone());
-        }
+    if let Ok(kept) = cache.kept.lock()
+        && let Some((_, f)) = kept.iter().find(|(k, _)| *k == key)
+    {
+        return Ok(f.clone());
     }
-    let q = StoreQuery::from_selection(sel);
-    let matching = store.count(&q)?;
-    let records = match sample.0 {
-        Some(n) => store.query_newest(&q, n)?,
-        None => store.query(&q)?,
-    };
     let mut agg = Aggregator::new(sel.clone()).with_histograms(true);
-    let mut buf = Vec::with_capacity(BATCH);
-    let mut folded = 0;
-    for r in records {
-        buf.push(r?);
-        folded += 1;
-        if buf.len() == BATCH {
+    // From the packed paths; a store older than them, from its records.
+    let (matching, folded) = match store.fold_newest_into(&mut agg, sample.0, BATCH)? {
+        Some(counts) => counts,
+        None => {
+            let q = StoreQuery::from_selection(sel);
+            let matching = store.count(&q)?;
+            let records = match sample.0 {
+                Some(n) => store.query_newest(&q, n)?,
+                None => store.query(&q)?,
+            };
+            let mut buf = Vec::with_capacity(BATCH);
+            let mut folded = 0;
+            for r in records {
+                buf.push(r?);
+                folded += 1;
+                if buf.len() == BATCH {
+                    agg.push_batch(&buf);
+                    buf.clear();
+                }
+            }
             agg.push_batch(&buf);
-            buf.clear();
+            (matching, folded)
         }
-    }
-    agg.push_batch(&buf);
+    };
     let f = Arc::new(Folded {
         agg: agg.finish(),
         matching,

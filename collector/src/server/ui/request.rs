@@ -23,8 +23,9 @@ use http::StatusCode;
 use super::UiState;
 use super::page::{self, PageError, Params, Tab, bar, enc, esc, nanos, now_unix_nanos};
 use crate::format::fmt_ns;
+use crate::profile::aggregate::Aggregator;
 use crate::profile::tree::{Baseline, Node, collect_leaves, tree};
-use crate::records::selection::format_time;
+use crate::records::selection::{Selection, format_time};
 use crate::server::store::{Store, StoreQuery};
 
 /// Records one id may match (a trace id may have several).
@@ -60,23 +61,36 @@ fn find(store: &Store, id: &str) -> Result<Found, PageError> {
             ..StoreQuery::default()
         })?;
     }
-    let mut baselines = Vec::new();
-    for r in &records {
-        let window = nanos(BASELINE_WINDOW);
-        let q = StoreQuery {
-            service: Some(r.service.clone()),
-            endpoint: r.endpoint.clone(),
-            trigger: Some(cpt_sdk::Trigger::Sampled),
-            since_unix_nanos: r.start_unix_nanos.map(|t| t.saturating_sub(window)),
-            until_unix_nanos: r.start_unix_nanos.map(|t| t.saturating_add(window)),
-            ..StoreQuery::default()
-        };
-        let sampled = store
-            .query_newest(&q, BASELINE_REQUESTS)?
-            .collect::<Result<Vec<_>, _>>()?;
-        baselines.push((!sampled.is_empty()).then(|| Baseline::of(&sampled)));
-    }
+    let baselines = records
+        .iter()
+        .map(|r| baseline(store, r))
+        .collect::<Result<_, _>>()?;
     Ok(Found { records, baselines })
+}
+
+/// The average of the newest [`BASELINE_REQUESTS`] sampled requests of
+/// `r`'s endpoint within [`BASELINE_WINDOW`] of it: folded from the store's
+/// packed paths (a store older than them: from their records); `None`
+/// when there are none.
+fn baseline(store: &Store, r: &Record) -> Result<Option<Baseline>, PageError> {
+    let window = nanos(BASELINE_WINDOW);
+    let mut sel = Selection::new().with_service(r.service.clone());
+    if let Some(e) = &r.endpoint {
+        sel = sel.with_endpoint(e.clone());
+    }
+    if let Some(t) = r.start_unix_nanos {
+        sel = sel
+            .with_since(t.saturating_sub(window))
+            .with_until(t.saturating_add(window));
+    }
+    let mut agg = Aggregator::new(sel.clone());
+    if let Some((_, folded)) = store.fold_newest_into(&mut agg, Some(BASELINE_REQUESTS), 4096)? {
+        return Ok((folded > 0).then(|| Baseline::of_aggregate(&agg.finish())));
+    }
+    let sampled = store
+        .query_newest(&StoreQuery::from_selection(&sel), BASELINE_REQUESTS)?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((!sampled.is_empty()).then(|| Baseline::of(&sampled)))
 }
 
 pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) -> Response {
