@@ -42,8 +42,9 @@ fn nearest_rank(v: &[u64], q: f64) -> u64 {
 impl Store {
     /// Every entry service and endpoint with records of `trigger` that
     /// started in `[since, until)` (either bound optional), sorted by
-    /// service then endpoint. Reads only the indexed columns, never the
-    /// records themselves.
+    /// service then endpoint. Reads the selection columns of every record
+    /// (a scan of the `records` table, growing with the store), never
+    /// parses their JSON.
     ///
     /// # Errors
     ///
