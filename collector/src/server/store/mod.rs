@@ -47,7 +47,9 @@
 //! pages. A lookup seeks the id in each bucket, one index seek per 16 384
 //! records (about a millisecond at five million). Opening an older store
 //! for writing rebuilds the two indexes in the schema transaction; read
-//! only, its plain indexes still answer.
+//! only, its plain indexes still answer. Version 5 also keeps each
+//! record's latency in `paths`, so the endpoints' summary
+//! ([`Store::endpoints`]) scans that compact table, not `records`.
 //!
 //! # Durability
 //!
@@ -104,7 +106,7 @@ mod paths;
 mod query;
 mod wal;
 
-use paths::{FrameIds, PATHS_SCHEMA, PATHS_VERSION, PackedPath, PathRow};
+use paths::{FrameIds, PATH_LATENCY_VERSION, PATHS_SCHEMA, PATHS_VERSION, PackedPath, PathRow};
 use query::{IdIndex, read_rows};
 pub use query::{Records, StoreQuery};
 pub use wal::CHECKPOINT_EVERY;
@@ -566,6 +568,12 @@ impl Store {
                 "{SCHEMA} {ID_INDEXES} {PATHS_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION};"
             ))
             .map_err(sqlite("create schema"))?;
+            if has_table && (PATHS_VERSION..PATH_LATENCY_VERSION).contains(&version) {
+                tx.execute_batch(paths::MIGRATE_PATH_LATENCY)
+                    .map_err(sqlite(
+                        "migrate schema 4 to 5 (latency beside the packed paths)",
+                    ))?;
+            }
             let mut frames = FrameIds::load(&tx).map_err(sqlite("read frames"))?;
             if has_table && version < PATHS_VERSION {
                 paths::fill_from_records(&tx, &mut frames).map_err(sqlite(
@@ -717,6 +725,7 @@ impl Store {
                             trigger: row.trigger,
                             labels: &row.labels,
                             path: &row.path,
+                            latency_ns: row.latency_ns,
                         },
                         &mut scratch,
                     )?;

@@ -8,7 +8,8 @@
 //!   ([`FrameIds`]) and adds a frame in the transaction of the first record
 //!   that has it.
 //! - `paths (id, service, endpoint, start_unix_nanos, trigger, labels,
-//!   path)`: one row per record, `id` the record's id in `records`.
+//!   path, latency_ns)`: one row per record, `id` the record's id in
+//!   `records`; `latency_ns` since version 5, for the endpoints' summary.
 //!
 //! [`read_packed`] reads them in short snapshots: one read transaction per
 //! chunk of rows (a few thousand, a few milliseconds), never one for the
@@ -45,14 +46,24 @@ CREATE TABLE IF NOT EXISTS paths (
     start_unix_nanos INTEGER,
     trigger          TEXT NOT NULL,
     labels           TEXT NOT NULL DEFAULT '{}',
-    path             BLOB NOT NULL
+    path             BLOB NOT NULL,
+    latency_ns       INTEGER
 );
+";
+
+/// The first schema version whose `paths` rows carry `latency_ns`.
+pub(super) const PATH_LATENCY_VERSION: i64 = 5;
+
+/// Version 4 → 5: `paths.latency_ns`, filled from `records`.
+pub(super) const MIGRATE_PATH_LATENCY: &str = "
+ALTER TABLE paths ADD COLUMN latency_ns INTEGER;
+UPDATE paths SET latency_ns = (SELECT r.latency_ns FROM records r WHERE r.id = paths.id);
 ";
 
 const INSERT_FRAME: &str = "INSERT INTO frames (service, name, file, line) VALUES (?1, ?2, ?3, ?4)";
 const INSERT_PATH: &str = "INSERT INTO paths \
-    (id, service, endpoint, start_unix_nanos, trigger, labels, path) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    (id, service, endpoint, start_unix_nanos, trigger, labels, path, latency_ns) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 
 /// The writer's copy of the `frames` table.
 #[derive(Debug, Default)]
@@ -156,6 +167,7 @@ pub(super) struct PathRow<'a> {
     pub(super) trigger: &'a str,
     pub(super) labels: &'a str,
     pub(super) path: &'a PackedPath,
+    pub(super) latency_ns: i64,
 }
 
 /// Insert a record's `paths` row (and its new frames).
@@ -182,6 +194,7 @@ pub(super) fn insert_path(
         row.trigger,
         row.labels,
         &out[..],
+        row.latency_ns,
     ])?;
     Ok(())
 }
@@ -194,7 +207,7 @@ pub(super) fn fill_from_records(
     frames: &mut FrameIds,
 ) -> Result<u64, rusqlite::Error> {
     let mut stmt = tx.prepare(
-        "SELECT id, service, endpoint, start_unix_nanos, trigger, labels, record \
+        "SELECT id, service, endpoint, start_unix_nanos, trigger, labels, record, latency_ns \
          FROM records WHERE id NOT IN (SELECT id FROM paths) ORDER BY id",
     )?;
     let mut rows = stmt.query([])?;
@@ -220,6 +233,7 @@ pub(super) fn fill_from_records(
                 trigger: &trigger,
                 labels: &labels,
                 path: &PackedPath::new(&rec.path),
+                latency_ns: r.get(7)?,
             },
             &mut scratch,
         )?;

@@ -400,8 +400,9 @@ fn store_finds_ids_in_every_bucket_of_the_id_index() {
     }
 }
 
-/// A store written before the bucketed id indexes (schema version 4):
-/// today's schema with the plain indexes.
+/// A store written before the bucketed id indexes and `paths.latency_ns`
+/// (schema version 4): today's schema with the plain indexes and without
+/// that column.
 fn write_v4_store(path: &Path, records: &[Record]) {
     let mut store = Store::open(path).unwrap();
     store.insert(records).unwrap();
@@ -413,6 +414,7 @@ fn write_v4_store(path: &Path, records: &[Record]) {
              DROP INDEX records_by_trace_id;
              CREATE INDEX records_by_request_id ON records (request_id) WHERE request_id IS NOT NULL;
              CREATE INDEX records_by_trace_id ON records (trace_id) WHERE trace_id IS NOT NULL;
+             ALTER TABLE paths DROP COLUMN latency_ns;
              PRAGMA user_version = 4;",
         )
         .unwrap();
@@ -439,6 +441,9 @@ fn store_v4_answers_ids_through_its_plain_index_and_open_buckets_it() {
 
     let old = Store::open_read_only(&path).unwrap();
     assert_eq!(old.schema_version(), 4);
+    let summary = old.endpoints(Trigger::Sampled, None, None).unwrap();
+    assert_eq!(summary.len(), 1);
+    assert_eq!(summary[0].requests, 3_000);
     assert_eq!(latencies(&old, by_request.clone()), vec![2500]);
     assert_eq!(latencies(&old, by_trace.clone()), vec![0, 1000, 2000]);
     let p = plan_of(&old, &by_request);
@@ -450,6 +455,22 @@ fn store_v4_answers_ids_through_its_plain_index_and_open_buckets_it() {
 
     let migrated = Store::open(&path).unwrap();
     assert_eq!(migrated.schema_version(), SCHEMA_VERSION);
+    // The endpoints' summary now comes from `paths`, its latencies filled
+    // from `records`, and says the same.
+    let unfilled: i64 = migrated
+        .conn
+        .query_row(
+            "SELECT count(*) FROM paths p JOIN records r USING (id) \
+             WHERE p.latency_ns IS NOT r.latency_ns",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(unfilled, 0);
+    assert_eq!(
+        migrated.endpoints(Trigger::Sampled, None, None).unwrap(),
+        summary
+    );
     let p = plan_of(&migrated, &by_request);
     assert!(
         p.contains("INDEX records_by_request_id (<expr>=? AND request_id=?)"),
@@ -733,8 +754,14 @@ fn opening_an_older_store_for_writing_packs_its_paths() {
     // Read-only, the old store is profiled from its JSON.
     let (got, want) = both_folds(&old, &sel, &records);
     assert_eq!(got.stacks(), want.stacks());
+    let summary = old.endpoints(Trigger::Sampled, None, None).unwrap();
     drop(old);
     let migrated = Store::open(&path).unwrap();
+    // Summarised from `paths` now, with the latencies the migration wrote.
+    assert_eq!(
+        migrated.endpoints(Trigger::Sampled, None, None).unwrap(),
+        summary
+    );
     let mut rows = 0;
     let n = migrated
         .for_each_packed(&sel, 10, |r, _| rows += r.len())
