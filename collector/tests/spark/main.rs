@@ -109,6 +109,17 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// The test records written as JSON Lines in `dir` and exported from there
+/// with `cpt export`: the Parquet directory.
+fn exported(dir: &Path) -> std::path::PathBuf {
+    let jsonl = dir.join("records.jsonl");
+    let text: String = records().iter().map(|r| r.to_json() + "\n").collect();
+    std::fs::write(&jsonl, text).unwrap();
+    let pq = dir.join("parquet");
+    ok(&["export", s(&jsonl), "--parquet-dir", s(&pq)]);
+    pq
+}
+
 #[test]
 fn spark_and_cpt_profile_agree_on_profiles_histograms_and_diffs() {
     let py = python();
@@ -116,11 +127,7 @@ fn spark_and_cpt_profile_agree_on_profiles_histograms_and_diffs() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let jsonl = dir.path().join("records.jsonl");
-    let text: String = records().iter().map(|r| r.to_json() + "\n").collect();
-    std::fs::write(&jsonl, text).unwrap();
-    let pq = dir.path().join("parquet");
-    ok(&["export", s(&jsonl), "--parquet-dir", s(&pq)]);
+    let pq = exported(dir.path());
 
     let since = (T0 + 2000 * SEC).to_string();
     let until = (T0 + 6000 * SEC).to_string();
@@ -375,11 +382,7 @@ fn spark_job_reads_only_the_partitions_a_time_range_overlaps() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let jsonl = dir.path().join("records.jsonl");
-    let text: String = records().iter().map(|r| r.to_json() + "\n").collect();
-    std::fs::write(&jsonl, text).unwrap();
-    let pq = dir.path().join("parquet");
-    ok(&["export", s(&jsonl), "--parquet-dir", s(&pq)]);
+    let pq = exported(dir.path());
     // T0 is 2023-11-14T22:13:20Z; the records run to 00:43:17 the next day.
     let (since, until) = ("2023-11-14T22:40:00Z", "2023-11-15T00:00:00Z");
     let sel = ["--since", since, "--until", until, "--trigger", "all"];

@@ -925,22 +925,39 @@ impl Store {
         let query = StoreQuery::from_selection(agg.selection());
         let (matching, after) = paths::count_newest(&self.conn, &query, self.id_index(), newest)
             .map_err(self.sqlite("find the newest records"))?;
+        let folded = self.fold_packed_after(agg, &query, after, batch, None, &mut |_| {})?;
+        Ok(Some((matching, folded)))
+    }
+
+    /// Fold `query`'s packed rows with an id above `after` into `agg`,
+    /// showing selected records to `mix` and each batch's size to
+    /// `progress`; a path that does not decode is [`StoreError::Corrupt`].
+    fn fold_packed_after(
+        &self,
+        agg: &mut Aggregator,
+        query: &StoreQuery,
+        after: i64,
+        batch: usize,
+        mut mix: Option<&mut EntryServices>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<u64, StoreError> {
         let mut failed = None;
-        let folded = self.for_each_packed_after(&query, after, batch, |rows, frames| {
+        let n = self.for_each_packed_after(query, after, batch, |rows, frames| {
+            progress(rows.len() as u64);
             if failed.is_none()
-                && let Err(e) = agg.push_packed(rows, frames, None)
+                && let Err(e) = agg.push_packed(rows, frames, mix.as_deref_mut())
             {
                 failed = Some(e);
             }
         })?;
-        if let Some(e) = failed {
-            return Err(StoreError::Corrupt {
+        match failed {
+            Some(e) => Err(StoreError::Corrupt {
                 path: self.path.clone(),
                 id: e.id,
                 reason: e.reason,
-            });
+            }),
+            None => Ok(n),
         }
-        Ok(Some((matching, folded)))
     }
 
     /// Fold the stored records that `agg`'s selection keeps into it (the
@@ -976,24 +993,9 @@ impl Store {
         progress: &mut dyn FnMut(u64),
     ) -> Result<u64, StoreError> {
         let sel = agg.selection().clone();
-        let mut failed = None;
-        let packed = self.for_each_packed(&sel, batch, |rows, frames| {
-            progress(rows.len() as u64);
-            if failed.is_none()
-                && let Err(e) = agg.push_packed(rows, frames, mix.as_deref_mut())
-            {
-                failed = Some(e);
-            }
-        })?;
-        if let Some(e) = failed {
-            return Err(StoreError::Corrupt {
-                path: self.path.clone(),
-                id: e.id,
-                reason: e.reason,
-            });
-        }
-        if let Some(n) = packed {
-            return Ok(n);
+        if self.version >= PATHS_VERSION {
+            let query = StoreQuery::from_selection(&sel);
+            return self.fold_packed_after(agg, &query, 0, batch, mix, progress);
         }
         self.for_each_batch(&sel, batch, |records| {
             progress(records.len() as u64);
