@@ -206,7 +206,9 @@ def test_pages_need_the_read_token_and_hide_forced_ids_without_it(collector, bro
     assert e.value.code == 401
     browser.find_element(By.NAME, "token").send_keys("not-the-token")
     browser.find_element(By.CSS_SELECTOR, "form.login button").click()
-    assert "not this collector's read token" in browser.find_element(By.ID, "login-error").text
+    # The click returns once the form is sent, not once the answer is shown.
+    error = WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "login-error"))
+    assert "not this collector's read token" in error[0].text
     assert browser.get_cookie("cpt_read_token") is None
     shot(browser, "ui-login.png", 700)
     browser.find_element(By.NAME, "token").send_keys(TOKEN)
