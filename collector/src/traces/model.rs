@@ -441,7 +441,8 @@ impl TraceError {
 /// - exact duplicates (same id and same fields) are dropped and counted;
 ///   a record that differs from every earlier one with its id is kept as
 ///   another span, its id suffixed `~dup1`, `~dup2`, … (as Jaeger UI shows
-///   both), and counted; references to the id go to the first;
+///   both), and counted, and its exact copies are dropped as its
+///   duplicates; references to the id go to the first;
 /// - a parent id that is absent rejects the trace (or makes the span a root,
 ///   see [`BuildOptions`]);
 /// - a span without a timestamp is placed over its timed children, or, when
@@ -473,9 +474,11 @@ pub fn build(
     let mut duplicates_dropped = 0;
     let mut index: FxHashMap<&str, u32> =
         FxHashMap::with_capacity_and_hasher(n, Default::default());
+    let mut duplicates_renamed = 0;
     let rename = {
-        // Id → every record with it so far, for the ids seen more than once.
-        let mut repeated: FxHashMap<&str, Vec<usize>> = FxHashMap::default();
+        // Id → every record with it so far, for the ids seen more than once,
+        // each with the K of the name it is kept under (0: the id itself).
+        let mut repeated: FxHashMap<&str, Vec<(usize, usize)>> = FxHashMap::default();
         let mut rename: Vec<(usize, String)> = Vec::new();
         for (i, s) in raw.iter().enumerate() {
             let first = match index.entry(&*s.id) {
@@ -485,18 +488,27 @@ pub fn build(
                 }
                 Entry::Occupied(o) => *o.get() as usize,
             };
-            let same = repeated.entry(&*s.id).or_insert_with(|| vec![first]);
-            if !same.iter().any(|&j| raw[j] == *s) {
-                rename.push((i, format!("{}~dup{}", s.id, same.len())));
+            let same = repeated.entry(&*s.id).or_insert_with(|| vec![(first, 0)]);
+            // An exact copy goes under the name of the record it copies, so
+            // that it is dropped as that record's duplicate below; a new
+            // variant is named after the records with its id before it.
+            let k = match same.iter().find(|&&(j, _)| raw[j] == *s) {
+                Some(&(_, k)) => k,
+                None => {
+                    duplicates_renamed += 1;
+                    same.len()
+                }
+            };
+            if k > 0 {
+                rename.push((i, format!("{}~dup{k}", s.id)));
             }
-            same.push(i);
+            same.push((i, k));
             // Without renames every repeat equals the first record.
             keep[i] = false;
             duplicates_dropped += 1;
         }
         rename
     };
-    let duplicates_renamed = rename.len();
     if !rename.is_empty() {
         // Renamed ids may meet other ids: index the records again as they
         // now are.
@@ -910,6 +922,31 @@ mod tests {
         assert_eq!(t.spans[dup].start_ns, 40);
         assert_eq!(t.spans[get("c")].parent, Some(b as u32));
         assert_eq!(t.spans[dup].parent, Some(get("a") as u32));
+    }
+
+    #[test]
+    fn an_exact_copy_of_a_record_kept_as_dup_k_is_dropped_as_its_duplicate() {
+        // b, a differing b (kept as b~dup1), then an exact copy of that
+        // second b, as a reporter that resends a span does: the copy is a
+        // duplicate of b~dup1, not a third differing b.
+        let t = build(
+            "t",
+            vec![
+                raw("a", None, Some(0), Some(100)),
+                raw("b", Some("a"), Some(10), Some(20)),
+                raw("b", Some("a"), Some(40), Some(5)),
+                raw("b", Some("a"), Some(40), Some(5)),
+                raw("c", Some("b"), Some(12), Some(3)),
+            ],
+            BuildOptions::default(),
+        )
+        .unwrap();
+        let ids: Vec<&str> = t.spans.iter().map(|s| &*s.span_id).collect();
+        assert_eq!(ids, ["a", "b", "b~dup1", "c"]);
+        assert_eq!((t.duplicates_dropped, t.duplicates_renamed), (1, 1));
+        let get = |id: &str| t.spans.iter().position(|s| &*s.span_id == id).unwrap();
+        assert_eq!(t.spans[get("b~dup1")].start_ns, 40);
+        assert_eq!(t.spans[get("c")].parent, Some(get("b") as u32));
     }
 
     #[test]
