@@ -40,21 +40,30 @@ pub fn split(doc: &str) -> (Vec<&RawValue>, Option<TraceError>) {
         && out.is_empty()
         && e.to_string().starts_with(SINGLE)
     {
-        return match serde_json::from_str::<&RawValue>(doc) {
-            Ok(raw) => (vec![raw], None),
+        // One trace object: the document's first value. Anything after it is
+        // reported as [`for_each`] reports it, with the trace still kept.
+        let mut de = serde_json::Deserializer::from_str(doc);
+        return match <&RawValue>::deserialize(&mut de) {
+            Ok(raw) => {
+                let err = de.end().err().map(|e| cut_after(1, &e));
+                (vec![raw], err)
+            }
             Err(e) => (
                 vec![],
                 Some(TraceError::new("#1", Reason::Json(e.to_string()))),
             ),
         };
     }
-    let err = res.err().map(|e| {
-        TraceError::new(
-            format!("#{} (after {} complete traces)", out.len() + 1, out.len()),
-            Reason::Json(e.to_string()),
-        )
-    });
+    let err = res.err().map(|e| cut_after(out.len(), &e));
     (out, err)
+}
+
+/// The error of a document that breaks off after `complete` traces.
+fn cut_after(complete: usize, e: &serde_json::Error) -> TraceError {
+    TraceError::new(
+        format!("#{} (after {complete} complete traces)", complete + 1),
+        Reason::Json(e.to_string()),
+    )
 }
 
 struct DocVisitor<'v, 'a> {
@@ -73,22 +82,40 @@ impl<'de, 'v> Visitor<'de> for DocVisitor<'v, 'de> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let (mut data, mut single) = (false, false);
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             match &*key {
-                "data" => map.next_value_seed(TracesSeed { out: self.out })?,
-                // One trace object, not an envelope: `split` takes the whole
-                // document as the trace.
-                "traceID" | "spans" | "processes" => return Err(de::Error::custom(SINGLE)),
+                "data" => {
+                    data = true;
+                    map.next_value_seed(TracesSeed {
+                        out: &mut *self.out,
+                    })?;
+                }
+                "traceID" | "spans" | "processes" => {
+                    single = true;
+                    map.next_value::<IgnoredAny>()?;
+                }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        Ok(())
+        match (single, data) {
+            (true, true) => Err(de::Error::custom(BOTH)),
+            // One trace object, not an envelope: `split` takes the whole
+            // document as the trace.
+            (true, false) => Err(de::Error::custom(SINGLE)),
+            _ => Ok(()),
+        }
     }
 }
 
 const SINGLE: &str = "\u{0}single trace object";
+
+/// A document that is neither an envelope nor one trace, as both readers
+/// say it.
+const BOTH: &str = "the document has both `data` (a list of traces) and a trace's own fields \
+                    (`traceID`, `spans`, `processes`)";
 
 struct TracesSeed<'v, 'a> {
     out: &'v mut Vec<&'a RawValue>,
@@ -429,10 +456,7 @@ impl<'de> Visitor<'de> for FastDoc<'_> {
         }
         let single = trace_id.is_some() || spans.is_some() || processes.is_some();
         if single && data {
-            return Err(de::Error::custom(
-                "the document has both `data` (a list of traces) and a trace's own fields \
-                 (`traceID`, `spans`, `processes`)",
-            ));
+            return Err(de::Error::custom(BOTH));
         }
         if single {
             let trace_id = trace_id.ok_or_else(|| de::Error::missing_field("traceID"))?;
@@ -619,5 +643,48 @@ mod tests {
             e.contains("after 1 complete traces") && e.contains("EOF"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_single_trace_object_with_text_after_it_is_kept_by_both_readers() {
+        // One bare trace object (what the Jaeger UI saves), then the rest of
+        // an envelope it was cut out of.
+        let start = TWO.find("{\"traceID\":\"t1\"").unwrap();
+        let end = TWO.find(",\n      {\"traceID\":\"t2\"").unwrap();
+        let doc = format!("{}\n], \"total\": 0}}", &TWO[start..end]);
+        let (raws, err) = split(&doc);
+        assert_eq!(raws.len(), 1, "the trace before the stray text is kept");
+        let e = err.expect("the stray text is reported").to_string();
+        assert!(
+            e.contains("after 1 complete traces") && e.contains("trailing characters"),
+            "{e}"
+        );
+        let mut names = Interner::default();
+        let mut read = 0;
+        let res = for_each(&doc, &mut names, BuildOptions::default(), &mut |t| {
+            read += usize::from(t.is_ok());
+        });
+        assert_eq!((read, res.map_err(|(n, _)| n)), (1, Err(1)));
+    }
+
+    #[test]
+    fn an_envelope_with_a_trace_s_own_fields_is_refused_alike_by_both_readers() {
+        // `traceID` beside `data`: neither an envelope nor one trace. Both
+        // readers keep the traces in `data` and report the document.
+        let start = TWO.find("{\"traceID\":\"t1\"").unwrap();
+        let end = TWO.find(",\n      {\"traceID\":\"t2\"").unwrap();
+        let doc = format!("{{\"traceID\":\"t0\",\"data\":[{}]}}", &TWO[start..end]);
+        let (raws, err) = split(&doc);
+        assert_eq!(raws.len(), 1);
+        let e = err.expect("the document is refused").to_string();
+        assert!(e.contains("has both `data`"), "{e}");
+        let mut names = Interner::default();
+        let mut read = 0;
+        let res = for_each(&doc, &mut names, BuildOptions::default(), &mut |_| {
+            read += 1
+        });
+        let (n, e) = res.expect_err("the document is refused");
+        assert_eq!((read, n), (1, 1));
+        assert!(e.to_string().contains("has both `data`"), "{e}");
     }
 }
