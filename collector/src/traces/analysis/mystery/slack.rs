@@ -14,7 +14,8 @@
 //! request began, and `CP`, the longest to the last event, is the latency.
 //! The critical path walks back from the root's end through each event's
 //! last predecessor (ties: the later event in time order, MM's "first
-//! discovered").
+//! discovered") to the root's start, where the request began: an event
+//! before it (a detached span on a clock far off) is never on the path.
 //!
 //! **Slack** of a segment `S` (MM §4.4.2): `CP − CP_start − D_S − CP_end`,
 //! where `CP_start + D_S` is the longest path to `S`'s end (the longest to
@@ -201,7 +202,12 @@ pub fn analyse(model: &Model, req: &Request) -> RequestSlack {
             latest[x] = latest[x].min(latest[y] - delay[y]);
         }
     }
-    // Critical path: back from the sink through binding predecessors.
+    // Critical path: back from the sink through binding predecessors, to
+    // the root's start. The request begins there: an event before it (a
+    // detached subtree whose clock is far off) cannot have delayed it, so
+    // the walk stops at the root's start, or at the first step that would
+    // cross it, and the path's delays add up to the latency.
+    let t_start = time[pos[0][0]];
     let mut on_path = vec![false; m];
     let mut critical_ns = vec![0i64; n];
     let mut path = Vec::new();
@@ -215,10 +221,13 @@ pub fn analyse(model: &Model, req: &Request) -> RequestSlack {
         } else {
             req.spans[span].parent.map_or(span, |p| p as usize)
         };
-        if binding[y].is_some() {
-            critical_ns[owner] += delay[y];
+        cur = binding[y].filter(|_| y != pos[0][0]);
+        if let Some(x) = cur {
+            critical_ns[owner] += time[y] - time[x].max(t_start);
+            if time[x] < t_start {
+                cur = None;
+            }
         }
-        cur = binding[y];
     }
     let spans = (0..n)
         .map(|i| SpanSlack {

@@ -250,6 +250,22 @@ fn slack_of_a_parallel_branch_is_the_gap_to_the_join() {
 }
 
 #[test]
+fn the_critical_path_begins_at_the_root_s_start_though_a_span_ends_before_it() {
+    // X ran (by its clock) before the request began: MM §4.4.1's longest
+    // path to the root's end is its latency, so X is not on it.
+    let reqs = vec![req("1", 100, &[("X", -1000, -900), ("A", 10, 90)])];
+    let m = learn(&reqs);
+    let s = analyse(&m, &reqs[0]);
+    assert_eq!(s.critical_ns.iter().sum::<i64>(), 100);
+    assert_eq!(s.critical_ns[1], 0, "X");
+    assert_eq!(
+        s.path.last(),
+        Some(&(0, false)),
+        "the path begins at the root's start"
+    );
+}
+
+#[test]
 fn top_five_percent_differential_ranks_the_outliers_cause_first() {
     // 95 requests spend 10 in A and 10 in B one after the other; 5 slow
     // ones spend 100 in B. B's share of the critical path grows among the
