@@ -1,12 +1,16 @@
-//! Public trace files, mutated, into every importer: no input may panic,
-//! every record made with cpt's accounting has a critical path that sums to
-//! its latency, and a parallel read gives the records, errors and counts a
-//! sequential read gives. A bounded, deterministic run on stable Rust; the
-//! cargo-fuzz target `fuzz/fuzz_targets/import.rs` runs the same checks
-//! open-ended.
+//! Public trace files, mutated, into every importer and every analysis: no
+//! input may panic, every record made with cpt's accounting has a critical
+//! path that sums to its latency, a parallel read gives the records, errors
+//! and counts a sequential read gives, and the Mystery Machine's critical
+//! path of every request sums to its latency too (MM §4.4.1). Mann et al.'s
+//! execution flows are trained and evaluated on the same traces. A bounded,
+//! deterministic run on stable Rust; the cargo-fuzz target
+//! `fuzz/fuzz_targets/import.rs` runs the record checks open-ended.
 
 use std::panic::AssertUnwindSafe;
 
+use cpt_collector::traces::analysis::{flows, mystery};
+use cpt_collector::traces::import::read_traces_text;
 use cpt_collector::traces::{Accounting, Format, Import, ImportOptions, import_text, read_text};
 
 use crate::support::testdata;
@@ -146,7 +150,42 @@ fn check(text: &str, format: Format, opts: &ImportOptions, what: &str) -> usize 
         summary(&many),
         "{what}: parallel = sequential\n{text}"
     );
+    check_whole_traces(text, format, opts, what);
     one.analyzed.len()
+}
+
+/// The analyses that read whole traces: the Mystery Machine's model and
+/// slack, Mann et al.'s execution flows.
+fn check_whole_traces(text: &str, format: Format, opts: &ImportOptions, what: &str) {
+    let set = read_traces_text(text, format, opts.build);
+    let mut paths = mystery::CallPaths::default();
+    let reqs: Vec<mystery::Request> = set
+        .traces
+        .iter()
+        .flat_map(|t| mystery::requests_with(t, &opts.roots, &opts.repair, &mut paths))
+        .collect();
+    let mut models = mystery::Models::default();
+    for r in &reqs {
+        models.observe(r);
+    }
+    models.finish();
+    for r in &reqs {
+        let slack = mystery::analyse(&models.by_endpoint[&r.endpoint], r);
+        assert_eq!(slack.latency_ns, r.latency(), "{what}");
+        assert_eq!(
+            slack.critical_ns.iter().sum::<i64>(),
+            slack.latency_ns,
+            "{what}: the Mystery Machine's critical path sums to the latency\n{text}"
+        );
+    }
+    let mut keys = flows::KeyInterner::default();
+    let invocations: Vec<flows::Invocation> = set
+        .traces
+        .iter()
+        .flat_map(|t| flows::invocations(t, &mut keys))
+        .collect();
+    let trained = flows::Models::train(&invocations, 1);
+    flows::evaluate_models(&trained, &invocations, 1);
 }
 
 /// `inputs` mutations of each seed document from RNG seed `seed`, each

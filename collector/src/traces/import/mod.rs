@@ -15,7 +15,7 @@ pub mod skew;
 pub(crate) mod tags;
 pub mod zipkin;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::traces::Format;
 use crate::traces::model::{BuildOptions, Interner, Trace, TraceError};
@@ -62,13 +62,20 @@ pub fn read_traces(paths: &[PathBuf], format: Format, opts: BuildOptions) -> Tra
                 continue;
             }
         };
-        read_text(path, text, format, opts, &mut names, &mut set);
+        read_text(text, format, opts, &mut names, &mut set);
     }
     set
 }
 
+/// Read and validate every trace of one document's text, as
+/// [`read_traces`] reads a file.
+pub fn read_traces_text(text: &str, format: Format, opts: BuildOptions) -> TraceSet {
+    let mut set = TraceSet::default();
+    read_text(text, format, opts, &mut Interner::default(), &mut set);
+    set
+}
+
 fn read_text(
-    _path: &Path,
     text: &str,
     format: Format,
     opts: BuildOptions,
