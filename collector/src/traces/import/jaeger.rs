@@ -446,6 +446,14 @@ impl<'de> Visitor<'de> for FastDoc<'_> {
                         f: &mut *f,
                     })?;
                 }
+                // A field twice is refused, as `parse_trace` refuses it.
+                "traceID" if trace_id.is_some() => {
+                    return Err(de::Error::duplicate_field("traceID"));
+                }
+                "spans" if spans.is_some() => return Err(de::Error::duplicate_field("spans")),
+                "processes" if processes.is_some() => {
+                    return Err(de::Error::duplicate_field("processes"));
+                }
                 "traceID" => trace_id = Some(map.next_value()?),
                 "spans" => spans = Some(map.next_value()?),
                 "processes" => processes = Some(map.next_value()?),
@@ -665,6 +673,29 @@ mod tests {
             read += usize::from(t.is_ok());
         });
         assert_eq!((read, res.map_err(|(n, _)| n)), (1, Err(1)));
+    }
+
+    #[test]
+    fn a_single_trace_object_with_a_field_twice_is_refused_by_both_readers() {
+        let start = TWO.find("{\"traceID\":\"t1\"").unwrap();
+        let end = TWO.find(",\n      {\"traceID\":\"t2\"").unwrap();
+        let doc = TWO[start..end].replacen(
+            "{\"traceID\":\"t1\"",
+            "{\"traceID\":\"t0\",\"traceID\":\"t1\"",
+            1,
+        );
+        let mut names = Interner::default();
+        let mut read = 0;
+        let res = for_each(&doc, &mut names, BuildOptions::default(), &mut |_| {
+            read += 1
+        });
+        let (n, e) = res.expect_err("a field twice is refused");
+        assert_eq!((read, n), (0, 0));
+        assert!(e.to_string().contains("duplicate field `traceID`"), "{e}");
+        let (raws, err) = split(&doc);
+        assert!(err.is_none());
+        let e = parse_trace(raws[0], &mut names, BuildOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("duplicate field `traceID`"), "{e}");
     }
 
     #[test]
