@@ -12,23 +12,14 @@ use std::panic::AssertUnwindSafe;
 use cpt_collector::traces::analysis::{flows, mystery};
 use cpt_collector::traces::import::read_traces_text;
 use cpt_collector::traces::{Accounting, Format, Import, ImportOptions, import_text, read_text};
+use cpt_sdk::testing::SplitMix64;
 
 use crate::support::testdata;
 
-/// xorshift64*: deterministic, so a failure names a seed and an input.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
+/// A number in `0..n` from the shared test generator (deterministic, so a
+/// failure names a seed and an input).
+fn below(rng: &mut SplitMix64, n: usize) -> usize {
+    rng.below(n as u64) as usize
 }
 
 /// One small document of each format, from the repository's trace data.
@@ -70,21 +61,21 @@ const EDGES: [&str; 12] = [
 const PUNCTUATION: &[u8] = b"{}[],:\"\\\n0";
 
 /// `text` with one or two mutations, each kept at a character boundary.
-fn mutate(rng: &mut Rng, text: &str, seeds: &[(Format, String)]) -> String {
+fn mutate(rng: &mut SplitMix64, text: &str, seeds: &[(Format, String)]) -> String {
     let mut b = text.as_bytes().to_vec();
-    for _ in 0..1 + rng.below(2) {
-        let at = rng.below(b.len() + 1);
-        match rng.below(6) {
+    for _ in 0..1 + below(rng, 2) {
+        let at = below(rng, b.len() + 1);
+        match below(rng, 6) {
             0 => b.truncate(at),
             1 => {
-                let end = (at + 1 + rng.below(64)).min(b.len());
+                let end = (at + 1 + below(rng, 64)).min(b.len());
                 b.drain(at.min(end)..end);
             }
             2 => {
                 // Replace the next field's value (after a JSON `:` or a CSV
                 // `,`) when it is a number, string or literal, so that the
                 // document still parses and the edge reaches the analyses.
-                let edge = EDGES[rng.below(EDGES.len())].as_bytes();
+                let edge = EDGES[below(rng, EDGES.len())].as_bytes();
                 let Some(colon) = b[at..].iter().position(|c| b":,".contains(c)) else {
                     continue;
                 };
@@ -103,18 +94,18 @@ fn mutate(rng: &mut Rng, text: &str, seeds: &[(Format, String)]) -> String {
                 let end = end.min(b.len());
                 b.splice(start.min(end)..end, edge.iter().copied());
             }
-            3 if at < b.len() => b[at] = PUNCTUATION[rng.below(PUNCTUATION.len())],
+            3 if at < b.len() => b[at] = PUNCTUATION[below(rng, PUNCTUATION.len())],
             4 => {
                 // Repeat a piece of this document (a span twice, a field
                 // twice) somewhere else in it.
-                let from = rng.below(b.len());
-                let piece = b[from..(from + rng.below(400)).min(b.len())].to_vec();
+                let from = below(rng, b.len());
+                let piece = b[from..(from + below(rng, 400)).min(b.len())].to_vec();
                 b.splice(at..at, piece);
             }
             _ => {
-                let other = seeds[rng.below(seeds.len())].1.as_bytes();
-                let from = rng.below(other.len());
-                let len = rng.below(200).min(other.len() - from);
+                let other = seeds[below(rng, seeds.len())].1.as_bytes();
+                let from = below(rng, other.len());
+                let len = below(rng, 200).min(other.len() - from);
                 b.splice(at..at, other[from..from + len].iter().copied());
             }
         }
@@ -193,7 +184,7 @@ fn check_whole_traces(text: &str, format: Format, opts: &ImportOptions, what: &s
 /// how many mutated inputs made records.
 fn fuzz_importers(inputs: usize, seed: u64) -> Vec<(Format, usize)> {
     let seeds = seeds();
-    let mut rng = Rng(seed | 1);
+    let mut rng = SplitMix64::new(seed);
     let mut reached = Vec::new();
     for (k, (format, doc)) in seeds.iter().enumerate() {
         // The seed itself analyses: the mutations start from valid input.
@@ -205,8 +196,8 @@ fn fuzz_importers(inputs: usize, seed: u64) -> Vec<(Format, usize)> {
         for n in 0..inputs {
             let text = mutate(&mut rng, doc, &seeds);
             let mut opts = ImportOptions::default();
-            opts.build.orphans_as_roots = rng.below(2) == 0;
-            if rng.below(2) == 0 {
+            opts.build.orphans_as_roots = below(&mut rng, 2) == 0;
+            if below(&mut rng, 2) == 0 {
                 opts.accounting = Accounting::Crisp;
             }
             let what =

@@ -624,6 +624,13 @@ mod tests {
        "spans":[{"traceID":"t2","spanID":"a","operationName":"GET","references":[],"startTime":10,"duration":"oops","processID":"p1"}]}
     ],"total":0}"#;
 
+    /// The first trace of [`TWO`] on its own, a bare trace object.
+    fn t1() -> &'static str {
+        let start = TWO.find("{\"traceID\":\"t1\"").unwrap();
+        let end = TWO.find(",\n      {\"traceID\":\"t2\"").unwrap();
+        &TWO[start..end]
+    }
+
     #[test]
     fn one_bad_trace_is_rejected_alone() {
         let (raws, err) = split(TWO);
@@ -657,9 +664,7 @@ mod tests {
     fn a_single_trace_object_with_text_after_it_is_kept_by_both_readers() {
         // One bare trace object (what the Jaeger UI saves), then the rest of
         // an envelope it was cut out of.
-        let start = TWO.find("{\"traceID\":\"t1\"").unwrap();
-        let end = TWO.find(",\n      {\"traceID\":\"t2\"").unwrap();
-        let doc = format!("{}\n], \"total\": 0}}", &TWO[start..end]);
+        let doc = format!("{}\n], \"total\": 0}}", t1());
         let (raws, err) = split(&doc);
         assert_eq!(raws.len(), 1, "the trace before the stray text is kept");
         let e = err.expect("the stray text is reported").to_string();
@@ -677,9 +682,7 @@ mod tests {
 
     #[test]
     fn a_single_trace_object_with_a_field_twice_is_refused_by_both_readers() {
-        let start = TWO.find("{\"traceID\":\"t1\"").unwrap();
-        let end = TWO.find(",\n      {\"traceID\":\"t2\"").unwrap();
-        let doc = TWO[start..end].replacen(
+        let doc = t1().replacen(
             "{\"traceID\":\"t1\"",
             "{\"traceID\":\"t0\",\"traceID\":\"t1\"",
             1,
@@ -702,9 +705,7 @@ mod tests {
     fn an_envelope_with_a_trace_s_own_fields_is_refused_alike_by_both_readers() {
         // `traceID` beside `data`: neither an envelope nor one trace. Both
         // readers keep the traces in `data` and report the document.
-        let start = TWO.find("{\"traceID\":\"t1\"").unwrap();
-        let end = TWO.find(",\n      {\"traceID\":\"t2\"").unwrap();
-        let doc = format!("{{\"traceID\":\"t0\",\"data\":[{}]}}", &TWO[start..end]);
+        let doc = format!("{{\"traceID\":\"t0\",\"data\":[{}]}}", t1());
         let (raws, err) = split(&doc);
         assert_eq!(raws.len(), 1);
         let e = err.expect("the document is refused").to_string();
