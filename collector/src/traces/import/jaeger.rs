@@ -631,6 +631,20 @@ mod tests {
         &TWO[start..end]
     }
 
+    /// [`for_each`] over `doc`: the traces it handed over, and its result.
+    fn one_pass(doc: &str) -> (usize, Result<usize, (usize, serde_json::Error)>) {
+        let mut read = 0;
+        let res = for_each(
+            doc,
+            &mut Interner::default(),
+            BuildOptions::default(),
+            &mut |t| {
+                read += usize::from(t.is_ok());
+            },
+        );
+        (read, res)
+    }
+
     #[test]
     fn one_bad_trace_is_rejected_alone() {
         let (raws, err) = split(TWO);
@@ -672,11 +686,7 @@ mod tests {
             e.contains("after 1 complete traces") && e.contains("trailing characters"),
             "{e}"
         );
-        let mut names = Interner::default();
-        let mut read = 0;
-        let res = for_each(&doc, &mut names, BuildOptions::default(), &mut |t| {
-            read += usize::from(t.is_ok());
-        });
+        let (read, res) = one_pass(&doc);
         assert_eq!((read, res.map_err(|(n, _)| n)), (1, Err(1)));
     }
 
@@ -687,17 +697,14 @@ mod tests {
             "{\"traceID\":\"t0\",\"traceID\":\"t1\"",
             1,
         );
-        let mut names = Interner::default();
-        let mut read = 0;
-        let res = for_each(&doc, &mut names, BuildOptions::default(), &mut |_| {
-            read += 1
-        });
+        let (read, res) = one_pass(&doc);
         let (n, e) = res.expect_err("a field twice is refused");
         assert_eq!((read, n), (0, 0));
         assert!(e.to_string().contains("duplicate field `traceID`"), "{e}");
         let (raws, err) = split(&doc);
         assert!(err.is_none());
-        let e = parse_trace(raws[0], &mut names, BuildOptions::default()).unwrap_err();
+        let e =
+            parse_trace(raws[0], &mut Interner::default(), BuildOptions::default()).unwrap_err();
         assert!(e.to_string().contains("duplicate field `traceID`"), "{e}");
     }
 
@@ -710,11 +717,7 @@ mod tests {
         assert_eq!(raws.len(), 1);
         let e = err.expect("the document is refused").to_string();
         assert!(e.contains("has both `data`"), "{e}");
-        let mut names = Interner::default();
-        let mut read = 0;
-        let res = for_each(&doc, &mut names, BuildOptions::default(), &mut |_| {
-            read += 1
-        });
+        let (read, res) = one_pass(&doc);
         let (n, e) = res.expect_err("the document is refused");
         assert_eq!((read, n), (1, 1));
         assert!(e.to_string().contains("has both `data`"), "{e}");
