@@ -41,40 +41,37 @@ pub(crate) fn figure1_path(
     stacks: &[Vec<Frame>],
     frame: impl Fn(&Frame) -> Frame,
 ) -> CriticalPath {
-    let mut p = CriticalPath::new();
-    for s in 0..25 + rng.below(11) {
-        let stack = &stacks[rng.below(stacks.len() as u64) as usize];
-        let kind = match rng.below(20) {
-            0 => SegmentKind::Network,
-            1 => SegmentKind::Unattributed,
-            2 if s % 7 == 0 => SegmentKind::BlindSpot,
-            3 => SegmentKind::Queueing,
-            _ => SegmentKind::Busy,
-        };
-        let us = 10 + rng.below(2_000);
-        p.push_frames(stack.iter().map(&frame), Duration::from_micros(us), kind);
-    }
-    p
+    random_path(rng, stacks, (25, 11), true, frame)
 }
 
 /// A path of 4–15 segments from `stacks` (the soak and store benches'
 /// records): mostly busy, a few network, unattributed and queueing ones,
 /// 10 µs–2 ms each.
 pub(crate) fn short_path(rng: &mut Rng, stacks: &[Vec<Frame>]) -> CriticalPath {
+    random_path(rng, stacks, (4, 12), false, Frame::clone)
+}
+
+/// `segments.0 + below(segments.1)` segments of random stacks, kinds (a
+/// blind spot on every seventh at most, when `blind_spots`) and lengths.
+fn random_path(
+    rng: &mut Rng,
+    stacks: &[Vec<Frame>],
+    segments: (u64, u64),
+    blind_spots: bool,
+    frame: impl Fn(&Frame) -> Frame,
+) -> CriticalPath {
     let mut p = CriticalPath::new();
-    for _ in 0..4 + rng.below(12) {
+    for s in 0..segments.0 + rng.below(segments.1) {
         let stack = &stacks[rng.below(stacks.len() as u64) as usize];
         let kind = match rng.below(20) {
             0 => SegmentKind::Network,
             1 => SegmentKind::Unattributed,
-            2 => SegmentKind::Queueing,
+            2 if blind_spots && s % 7 == 0 => SegmentKind::BlindSpot,
+            3 => SegmentKind::Queueing,
             _ => SegmentKind::Busy,
         };
-        p.push_frames(
-            stack.iter().cloned(),
-            Duration::from_micros(10 + rng.below(2_000)),
-            kind,
-        );
+        let us = 10 + rng.below(2_000);
+        p.push_frames(stack.iter().map(&frame), Duration::from_micros(us), kind);
     }
     p
 }
