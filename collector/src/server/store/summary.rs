@@ -57,7 +57,7 @@ impl Store {
     ) -> Result<Vec<EndpointSummary>, StoreError> {
         // Since version 5 `paths` has every column this needs, at about a
         // twentieth of the bytes of `records`.
-        let table = if self.version >= super::PATH_LATENCY_VERSION {
+        let table = if self.version >= super::paths::PATH_LATENCY_VERSION {
             "paths"
         } else {
             "records"

@@ -1,6 +1,8 @@
 use super::*;
+use crate::profile::aggregate::Aggregator;
 use crate::records::selection::Selection;
 use crate::records::selection::TriggerFilter;
+use cpt_sdk::Record;
 use cpt_sdk::Trigger;
 use cpt_sdk::{CriticalPath, Frame, SegmentKind};
 use rusqlite::params_from_iter;

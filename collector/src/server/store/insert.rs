@@ -1,0 +1,236 @@
+//! Writing batches: [`EncodedBatch`] (serialized off the writer thread) and
+//! the group commit ([`Store::insert_group_then`]).
+
+use cpt_sdk::Record;
+use rusqlite::TransactionBehavior;
+
+use super::paths::{self, FrameIds, PackedPath, PathRow};
+use super::{Store, StoreError, to_i64};
+
+/// A batch id already committed is ignored (`changes() == 0`).
+const INSERT_BATCH_ID: &str =
+    "INSERT OR IGNORE INTO batches (id, records, committed_unix_ms) VALUES (?1, ?2, ?3)";
+
+const INSERT: &str = "INSERT INTO records \
+    (service, endpoint, start_unix_nanos, latency_ns, trigger, labels, record, request_id, trace_id) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+/// One record ready for insertion: its indexed columns and its JSON form.
+#[derive(Clone, Debug)]
+struct Row {
+    service: String,
+    endpoint: Option<String>,
+    start_unix_nanos: Option<i64>,
+    latency_ns: i64,
+    trigger: &'static str,
+    labels: String,
+    record: String,
+    request_id: Option<String>,
+    trace_id: Option<String>,
+    path: PackedPath,
+}
+
+/// A batch serialized for the store, so the (single) writer only runs SQL.
+#[derive(Clone, Debug, Default)]
+pub struct EncodedBatch {
+    rows: Vec<Row>,
+    batch_id: Option<String>,
+}
+
+impl EncodedBatch {
+    /// Serialize `records`.
+    pub fn new(records: &[Record]) -> EncodedBatch {
+        EncodedBatch {
+            rows: records
+                .iter()
+                .map(|r| Row {
+                    service: r.service.clone(),
+                    endpoint: r.endpoint.clone(),
+                    start_unix_nanos: r.start_unix_nanos.map(to_i64),
+                    latency_ns: to_i64(u64::try_from(r.latency.as_nanos()).unwrap_or(u64::MAX)),
+                    trigger: r.trigger.as_str(),
+                    labels: serde_json::to_string(&r.labels)
+                        .expect("string labels always serialize; this is a bug"),
+                    record: r.to_json(),
+                    request_id: r.request_id.clone(),
+                    trace_id: r.trace_id.as_deref().map(str::to_ascii_lowercase),
+                    path: PackedPath::new(&r.path),
+                })
+                .collect(),
+            batch_id: None,
+        }
+    }
+
+    /// Tag the batch with the id its sender gave it: the store keeps the
+    /// records of the first batch with this id and ignores later ones (see
+    /// the module docs, schema version 3).
+    #[must_use]
+    pub fn with_batch_id(mut self, id: Option<String>) -> EncodedBatch {
+        self.batch_id = id;
+        self
+    }
+
+    /// The sender's batch id, if any.
+    pub fn batch_id(&self) -> Option<&str> {
+        self.batch_id.as_deref()
+    }
+
+    /// The number of records.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// True when the batch has no records.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+impl Store {
+    /// Store `records` in one transaction: all of them or, on error, none.
+    /// Returns once the transaction has committed (see the module docs on
+    /// durability).
+    ///
+    /// # Errors
+    ///
+    /// When SQLite fails; then nothing of the batch is stored.
+    pub fn insert(&mut self, records: &[Record]) -> Result<u64, StoreError> {
+        self.insert_encoded(&EncodedBatch::new(records))
+    }
+
+    /// [`Store::insert`] for a batch serialized beforehand.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::insert`].
+    pub fn insert_encoded(&mut self, batch: &EncodedBatch) -> Result<u64, StoreError> {
+        let mut results = self.insert_group(&[batch])?;
+        results.pop().expect("one result per batch; this is a bug")
+    }
+
+    /// Store several batches in one transaction (one fsync), each batch
+    /// all-or-nothing within it (a savepoint per batch). The outer `Err`
+    /// means the commit itself failed and nothing was stored; otherwise each
+    /// batch has its own result, and every `Ok` batch is durable. A batch
+    /// whose [batch id](EncodedBatch::with_batch_id) was committed before
+    /// (in this call or an earlier one) stores nothing and answers `Ok(0)`.
+    ///
+    /// # Errors
+    ///
+    /// When the transaction cannot begin or commit.
+    pub fn insert_group(
+        &mut self,
+        batches: &[&EncodedBatch],
+    ) -> Result<Vec<Result<u64, StoreError>>, StoreError> {
+        self.insert_group_then(batches, |_| Ok(()))
+    }
+
+    /// [`insert_group`](Self::insert_group), calling `before_commit` with
+    /// each batch's result once every batch is in the transaction and before
+    /// it commits (`Ok(0)`: a batch id committed before). When it fails,
+    /// nothing is committed, batch ids included, and its error is returned:
+    /// `cpt serve --parquet-dir` writes the new batches' Parquet files there,
+    /// so a batch is never in the store (and its id never marked as seen)
+    /// without its file.
+    ///
+    /// # Errors
+    ///
+    /// When the transaction cannot begin or commit, or `before_commit` fails.
+    pub fn insert_group_then(
+        &mut self,
+        batches: &[&EncodedBatch],
+        before_commit: impl FnOnce(&[Result<u64, StoreError>]) -> Result<(), StoreError>,
+    ) -> Result<Vec<Result<u64, StoreError>>, StoreError> {
+        if let Some(wal) = &self.wal {
+            wal.maintain(&self.conn);
+        }
+        let path = self.path.clone();
+        let sqlite = |context| {
+            let path = path.clone();
+            move |source| StoreError::Sqlite {
+                path,
+                context,
+                source,
+            }
+        };
+        let mut tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite("begin transaction"))?;
+        let frames = self.frames.get_or_insert_with(FrameIds::default);
+        // Frames added to the table in this transaction: forgotten again
+        // when their insert is rolled back.
+        let mut group_added: Vec<cpt_sdk::Frame> = Vec::new();
+        let mut scratch = Default::default();
+        let mut results = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let sp = tx.savepoint().map_err(sqlite("begin savepoint"))?;
+            let mut added = Vec::new();
+            let inserted = (|| {
+                if let Some(id) = &batch.batch_id {
+                    let now_ms = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                    let new = sp
+                        .prepare_cached(INSERT_BATCH_ID)?
+                        .execute(rusqlite::params![id, batch.rows.len() as i64, now_ms])?;
+                    if new == 0 {
+                        // Committed before: a resend after a lost ack.
+                        return Ok(0);
+                    }
+                }
+                for row in &batch.rows {
+                    sp.prepare_cached(INSERT)?.execute(rusqlite::params![
+                        row.service,
+                        row.endpoint,
+                        row.start_unix_nanos,
+                        row.latency_ns,
+                        row.trigger,
+                        row.labels,
+                        row.record,
+                        row.request_id,
+                        row.trace_id,
+                    ])?;
+                    paths::insert_path(
+                        &sp,
+                        frames,
+                        &mut added,
+                        &PathRow {
+                            id: sp.last_insert_rowid(),
+                            service: &row.service,
+                            endpoint: row.endpoint.as_deref(),
+                            start_unix_nanos: row.start_unix_nanos,
+                            trigger: row.trigger,
+                            labels: &row.labels,
+                            path: &row.path,
+                            latency_ns: row.latency_ns,
+                        },
+                        &mut scratch,
+                    )?;
+                }
+                Ok::<_, rusqlite::Error>(batch.rows.len() as u64)
+            })();
+            match inserted {
+                Ok(n) => {
+                    sp.commit().map_err(sqlite("release savepoint"))?;
+                    group_added.append(&mut added);
+                    results.push(Ok(n));
+                }
+                Err(e) => {
+                    // Dropping the savepoint rolls this batch back.
+                    drop(sp);
+                    frames.forget(&added);
+                    results.push(Err(sqlite("insert batch")(e)));
+                }
+            }
+        }
+        // Dropping `tx` on these errors rolls the whole group back.
+        let committed =
+            before_commit(&results).and_then(|()| tx.commit().map_err(sqlite("commit")));
+        if let Err(e) = committed {
+            frames.forget(&group_added);
+            return Err(e);
+        }
+        Ok(results)
+    }
+}
