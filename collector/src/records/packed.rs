@@ -27,7 +27,7 @@ const KINDS: [SegmentKind; 5] = [
 pub struct PackedError(&'static str);
 
 #[inline]
-fn put(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -36,7 +36,7 @@ fn put(out: &mut Vec<u8>, mut v: u64) {
 }
 
 #[inline]
-fn get(b: &[u8], at: &mut usize) -> Result<u64, PackedError> {
+pub(crate) fn get(b: &[u8], at: &mut usize) -> Result<u64, PackedError> {
     let mut v = 0u64;
     let mut shift = 0;
     loop {

@@ -32,6 +32,8 @@ pub struct Aggregator {
     pub(super) offered: u64,
     /// The JSON Lines scanners' frame tables, kept from block to block.
     pub(super) json_frames: Vec<super::scan::Frames>,
+    /// Aggregates of other requests, merged in at the end (roll-ups).
+    pub(super) merged: Vec<Aggregate>,
 }
 
 impl Aggregator {
@@ -45,6 +47,7 @@ impl Aggregator {
             ordinal: 0,
             offered: 0,
             json_frames: Vec::new(),
+            merged: Vec::new(),
         }
     }
 
@@ -58,6 +61,12 @@ impl Aggregator {
             p.histograms = on;
         }
         self
+    }
+
+    /// Whether per-stack histograms are collected
+    /// ([`with_histograms`](Self::with_histograms)).
+    pub fn histograms(&self) -> bool {
+        self.parts.first().is_some_and(|p| p.histograms)
     }
 
     /// The selection.
@@ -147,7 +156,26 @@ impl Aggregator {
         }
         agg.canonicalize();
         agg.comments.push(format!("cpt selection: {}", self.sel));
+        for m in &self.merged {
+            agg.merge(m);
+        }
         agg
+    }
+
+    /// Merge `agg`, the aggregate of requests this selection keeps that are
+    /// not offered as records (the store's roll-ups), into the result.
+    ///
+    /// # Panics
+    ///
+    /// With a percentile band: the band ranks single requests, which an
+    /// aggregate no longer has.
+    #[cfg(feature = "server")]
+    pub(crate) fn merge_aggregate(&mut self, agg: Aggregate) {
+        assert!(
+            self.sel.percentile().is_none(),
+            "an aggregate cannot be banded by percentile; this is a bug"
+        );
+        self.merged.push(agg);
     }
 }
 

@@ -279,6 +279,40 @@ impl Aggregate {
         agg
     }
 
+    /// An aggregate from every part a fold keeps, as the store's roll-ups
+    /// hold them: frames, stacks with their spread, the request count and
+    /// summed latency, the latency's spread, the summed accounting and the
+    /// first and last request start. Canonicalized as a fold's result is,
+    /// so equal parts give an aggregate equal to the fold of the same
+    /// requests.
+    ///
+    /// # Panics
+    ///
+    /// If a stack names a frame index out of range.
+    #[cfg(feature = "server")]
+    pub(crate) fn from_totals(
+        frames: Vec<Frame>,
+        stacks: Vec<StackStats>,
+        requests: u64,
+        latency_sum_nanos: u64,
+        latency: Option<Detail>,
+        accounting: Accounting,
+        start_range: Option<(u64, u64)>,
+    ) -> Aggregate {
+        let mut agg = Aggregate {
+            frames,
+            stacks,
+            requests,
+            latency_sum_nanos,
+            latency,
+            accounting,
+            start_range,
+            comments: Vec::new(),
+        };
+        agg.canonicalize();
+        agg
+    }
+
     /// The frame table (canonical order: by service, name, location).
     pub fn frames(&self) -> &[Frame] {
         &self.frames

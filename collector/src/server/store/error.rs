@@ -55,6 +55,12 @@ pub enum StoreError {
         /// What failed.
         message: String,
     },
+    /// The selection needs raw records that retention deleted, and the
+    /// roll-ups cannot stand in for them (a label or percentile filter, a
+    /// trigger other than sampled, or a range not aligned to the roll-ups'
+    /// hours or days).
+    #[error("{0}")]
+    BeyondRetention(super::RetentionGap),
     /// A stored record no longer parses.
     #[error("store {path}: record {id} is corrupt: {reason}")]
     Corrupt {

@@ -5,15 +5,22 @@ use cpt_sdk::Record;
 use rusqlite::TransactionBehavior;
 
 use super::paths::{self, FrameIds, PackedPath, PathRow};
+use super::retention::unix_nanos;
+use super::rollup::State;
+use super::rollup::pass::{Key, add_rows, period_of};
 use super::{Store, StoreError, to_i64};
+use crate::profile::aggregate::packed::{PackedFrames, PackedRow};
 
 /// A batch id already committed is ignored (`changes() == 0`).
 const INSERT_BATCH_ID: &str =
     "INSERT OR IGNORE INTO batches (id, records, committed_unix_ms) VALUES (?1, ?2, ?3)";
 
+/// Ids are given by the writer (see [`State::last_id`]): SQLite's own
+/// choice (one past the highest) would hand out again the id of a newest
+/// record that retention deleted, below what the roll-ups already hold.
 const INSERT: &str = "INSERT INTO records \
-    (service, endpoint, start_unix_nanos, latency_ns, trigger, labels, record, request_id, trace_id) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+    (service, endpoint, start_unix_nanos, latency_ns, trigger, labels, record, request_id, trace_id, id) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
 /// One record ready for insertion: its indexed columns and its JSON form.
 #[derive(Clone, Debug)]
@@ -141,9 +148,7 @@ impl Store {
         batches: &[&EncodedBatch],
         before_commit: impl FnOnce(&[Result<u64, StoreError>]) -> Result<(), StoreError>,
     ) -> Result<Vec<Result<u64, StoreError>>, StoreError> {
-        if let Some(wal) = &self.wal {
-            wal.maintain(&self.conn);
-        }
+        self.keep_wal_short();
         let path = self.path.clone();
         let sqlite = |context| {
             let path = path.clone();
@@ -158,6 +163,17 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sqlite("begin transaction"))?;
         let frames = self.frames.get_or_insert_with(FrameIds::default);
+        let mut state = State::read(&tx).map_err(sqlite("read the store's state"))?;
+        let max_id: i64 = tx
+            .query_row("SELECT coalesce(max(id), 0) FROM records", [], |r| r.get(0))
+            .map_err(sqlite("read the last record id"))?;
+        let mut next_id = state.last_id.max(max_id) + 1;
+        let now = std::time::SystemTime::now();
+        let too_old_before = self.retention.retain_for.map(|d| {
+            unix_nanos(now).saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        });
+        let hourly_before =
+            (unix_nanos(now) / 1_000_000_000).saturating_sub(self.retention.hourly_for.as_secs());
         // Frames added to the table in this transaction: forgotten again
         // when their insert is rolled back.
         let mut group_added: Vec<cpt_sdk::Frame> = Vec::new();
@@ -166,6 +182,7 @@ impl Store {
         for batch in batches {
             let sp = tx.savepoint().map_err(sqlite("begin savepoint"))?;
             let mut added = Vec::new();
+            let mut too_old = (0u64, None::<u64>);
             let inserted = (|| {
                 if let Some(id) = &batch.batch_id {
                     let now_ms = std::time::SystemTime::now()
@@ -180,6 +197,20 @@ impl Store {
                     }
                 }
                 for row in &batch.rows {
+                    let id = next_id;
+                    next_id += 1;
+                    let start = row.start_unix_nanos.and_then(|s| u64::try_from(s).ok());
+                    if let (Some(before), Some(s)) = (too_old_before, start)
+                        && s < before
+                    {
+                        // Older than the raw window: rolled up, never raw.
+                        too_old.0 += 1;
+                        too_old.1 = Some(too_old.1.map_or(s, |m: u64| m.max(s)));
+                        if row.trigger == "sampled" {
+                            roll_up_one(&sp, frames, &mut added, row, id, hourly_before)?;
+                        }
+                        continue;
+                    }
                     sp.prepare_cached(INSERT)?.execute(rusqlite::params![
                         row.service,
                         row.endpoint,
@@ -190,13 +221,14 @@ impl Store {
                         row.record,
                         row.request_id,
                         row.trace_id,
+                        id,
                     ])?;
                     paths::insert_path(
                         &sp,
                         frames,
                         &mut added,
                         &PathRow {
-                            id: sp.last_insert_rowid(),
+                            id,
                             service: &row.service,
                             endpoint: row.endpoint.as_deref(),
                             start_unix_nanos: row.start_unix_nanos,
@@ -214,6 +246,11 @@ impl Store {
                 Ok(n) => {
                     sp.commit().map_err(sqlite("release savepoint"))?;
                     group_added.append(&mut added);
+                    state.too_old += too_old.0;
+                    if let Some(s) = too_old.1 {
+                        state.raw_deleted_through =
+                            Some(state.raw_deleted_through.map_or(s, |d| d.max(s)));
+                    }
                     results.push(Ok(n));
                 }
                 Err(e) => {
@@ -224,13 +261,48 @@ impl Store {
                 }
             }
         }
+        state.last_id = next_id - 1;
         // Dropping `tx` on these errors rolls the whole group back.
-        let committed =
-            before_commit(&results).and_then(|()| tx.commit().map_err(sqlite("commit")));
+        let committed = state
+            .write(&tx)
+            .map_err(sqlite("note the last record id"))
+            .and_then(|()| before_commit(&results))
+            .and_then(|()| tx.commit().map_err(sqlite("commit")));
         if let Err(e) = committed {
             frames.forget(&group_added);
             return Err(e);
         }
         Ok(results)
     }
+}
+
+/// Add one record that is too old to keep raw to its roll-up, in the
+/// batch's savepoint.
+fn roll_up_one(
+    conn: &rusqlite::Connection,
+    frames: &mut FrameIds,
+    added: &mut Vec<cpt_sdk::Frame>,
+    row: &Row,
+    id: i64,
+    hourly_before: u64,
+) -> rusqlite::Result<()> {
+    let mut pf = PackedFrames::new();
+    for (i, f) in row.path.frames.iter().enumerate() {
+        pf.insert(i as u64, f.clone());
+    }
+    let start = row.start_unix_nanos.and_then(|s| u64::try_from(s).ok());
+    let (resolution, bucket) = period_of(start, hourly_before);
+    let key = Key {
+        service: row.service.clone(),
+        endpoint: row.endpoint.clone(),
+        resolution,
+        bucket,
+    };
+    let packed = PackedRow {
+        id,
+        service: row.service.clone(),
+        start_unix_nanos: start,
+        path: row.path.packed.clone(),
+    };
+    add_rows(conn, &key, &[packed], &pf, frames, added)
 }

@@ -100,6 +100,8 @@ mod insert;
 mod paths;
 mod query;
 mod read;
+mod retention;
+pub mod rollup;
 mod schema;
 mod wal;
 
@@ -108,11 +110,14 @@ pub use insert::EncodedBatch;
 use paths::FrameIds;
 use query::{IdIndex, read_rows};
 pub use query::{Records, StoreQuery};
+pub use retention::{Retention, StoreSize};
+pub use rollup::answer::RetentionGap;
+pub use rollup::{ProfileSource, State};
 use schema::{BUCKETED_ID_VERSION, ID_BUCKET_BITS, ID_INDEX_VERSION, PAGE_SIZE};
 pub use wal::CHECKPOINT_EVERY;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Records buffered between the reader thread and the consumer.
 const READ_AHEAD: usize = 1024;
@@ -168,6 +173,10 @@ pub struct Store {
     frames: Option<FrameIds>,
     /// The WAL's upkeep, for a store opened for writing.
     wal: Option<wal::Wal>,
+    /// The `frames` table by id, for the writer's roll-ups.
+    frames_by_id: Option<crate::profile::aggregate::packed::PackedFrames>,
+    /// What the writer keeps raw.
+    retention: Retention,
 }
 
 /// A connection that only reads an existing store.
@@ -232,6 +241,29 @@ impl Store {
         Store::open_with_limits(path, durability, wal::Limits::default())
     }
 
+    /// [`Store::open_with`] for a store bounded to `max_bytes` (pages in
+    /// use plus the WAL, `cpt serve --max-store-bytes`): the WAL is kept to
+    /// a sixteenth of that (at most its usual 64 MiB), so that it does not
+    /// take the room of the records.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::open`].
+    pub fn open_bounded(
+        path: impl AsRef<Path>,
+        durability: Durability,
+        max_bytes: u64,
+    ) -> Result<Store, StoreError> {
+        let mut limits = wal::Limits::default();
+        limits.journal_size_limit = limits.journal_size_limit.min(max_bytes / 16).max(1 << 20);
+        limits.hard_limit = limits.hard_limit.min(max_bytes / 8).max(4 << 20);
+        limits.cut_within_frames = limits
+            .cut_within_frames
+            .min(i64::try_from(limits.journal_size_limit / PAGE_SIZE as u64).unwrap_or(i64::MAX))
+            .max(64);
+        Store::open_with_limits(path, durability, limits)
+    }
+
     fn open_with_limits(
         path: impl AsRef<Path>,
         durability: Durability,
@@ -275,6 +307,8 @@ impl Store {
             version: 0,
             frames: None,
             wal: None,
+            frames_by_id: None,
+            retention: Retention::default(),
         };
         store.check_schema(true)?;
         store.wal = Some(wal::Wal::start(&store.path, limits));
@@ -300,9 +334,32 @@ impl Store {
             version: 0,
             frames: None,
             wal: None,
+            frames_by_id: None,
+            retention: Retention::default(),
         };
         store.check_schema(false)?;
         Ok(store)
+    }
+
+    /// Cut the WAL back when it is long (see the module docs, "The WAL"):
+    /// before every write transaction of the writer.
+    fn keep_wal_short(&self) {
+        if let Some(wal) = &self.wal {
+            wal.maintain(&self.conn);
+        }
+    }
+
+    /// [`sqlite`](Self::sqlite) that does not borrow the store.
+    fn sqlite_owned(
+        &self,
+        context: &'static str,
+    ) -> impl Fn(rusqlite::Error) -> StoreError + use<> {
+        let path = self.path.clone();
+        move |source| StoreError::Sqlite {
+            path: path.clone(),
+            context,
+            source,
+        }
     }
 
     fn sqlite(&self, context: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {

@@ -94,7 +94,7 @@ fn frame_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<(u64, Frame)> {
 }
 
 /// Frames with an id at or above `from`.
-fn frames_from(conn: &Connection, from: u64) -> rusqlite::Result<Vec<(u64, Frame)>> {
+pub(super) fn frames_from(conn: &Connection, from: u64) -> rusqlite::Result<Vec<(u64, Frame)>> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, service, name, file, line FROM frames WHERE id >= ?1 ORDER BY id",
     )?;
@@ -114,7 +114,12 @@ impl FrameIds {
     }
 
     /// The id of `f`, inserting it (and noting it in `added`) when new.
-    fn id(&mut self, tx: &Connection, f: &Frame, added: &mut Vec<Frame>) -> rusqlite::Result<u64> {
+    pub(super) fn id(
+        &mut self,
+        tx: &Connection,
+        f: &Frame,
+        added: &mut Vec<Frame>,
+    ) -> rusqlite::Result<u64> {
         if let Some(&id) = self.ids.get(f) {
             return Ok(id);
         }
@@ -364,7 +369,7 @@ pub(super) fn count_newest(
 /// A chunk of packed rows and the frames added to the table since the last.
 pub(super) type Chunk = (Vec<PackedRow>, Vec<(u64, Frame)>);
 
-/// Read the rows of `paths` with an id above `after` matching `q`
+/// Read the rows of `paths` with an id above `after` (and at most `upto`) matching `q`
 /// (everything but its limit; `ids` the layout of the store's id indexes)
 /// that were committed when the read began, one short read transaction per
 /// chunk, sending each chunk with the frames it may need. Stops when the
@@ -374,6 +379,7 @@ pub(super) fn read_packed(
     q: &StoreQuery,
     ids: IdIndex,
     after: i64,
+    upto: Option<i64>,
     chunk_rows: usize,
     tx: &mpsc::SyncSender<Result<Chunk, StoreError>>,
 ) {
@@ -390,6 +396,7 @@ pub(super) fn read_packed(
         let last: i64 = conn
             .query_row("SELECT coalesce(max(id), 0) FROM paths", [], |r| r.get(0))
             .map_err(sqlite("read the last record id"))?;
+        let last = upto.map_or(last, |u| last.min(u));
         let (sql, params) = chunk_sql(q, ids);
         let mut after = after;
         let mut known = 0u64;

@@ -83,16 +83,17 @@ impl Store {
         if self.version < PATHS_VERSION {
             return Ok(None);
         }
-        self.for_each_packed_after(&StoreQuery::from_selection(sel), 0, batch, f)
+        self.for_each_packed_after(&StoreQuery::from_selection(sel), (0, None), batch, f)
             .map(Some)
     }
 
     /// [`for_each_packed`](Self::for_each_packed) of `query`'s rows with an
-    /// id above `after`, on a store with the profile tables.
+    /// id above `ids.0` and at most `ids.1`, on a store with the profile
+    /// tables.
     fn for_each_packed_after(
         &self,
         query: &StoreQuery,
-        after: i64,
+        (after, upto): (i64, Option<i64>),
         batch: usize,
         mut f: impl FnMut(&[PackedRow], &PackedFrames),
     ) -> Result<u64, StoreError> {
@@ -109,7 +110,7 @@ impl Store {
         let ids = self.id_index();
         let reader = thread::Builder::new()
             .name("cpt-store-reader".into())
-            .spawn(move || paths::read_packed(&path, &query, ids, after, rows, &tx))
+            .spawn(move || paths::read_packed(&path, &query, ids, after, upto, rows, &tx))
             .map_err(|e| StoreError::Sqlite {
                 path: self.path.clone(),
                 context: "start reader thread",
@@ -162,24 +163,26 @@ impl Store {
         let query = StoreQuery::from_selection(agg.selection());
         let (matching, after) = paths::count_newest(&self.conn, &query, self.id_index(), newest)
             .map_err(self.sqlite("find the newest records"))?;
-        let folded = self.fold_packed_after(agg, &query, after, batch, None, &mut |_| {})?;
+        let folded =
+            self.fold_packed_after(agg, &query, (after, None), batch, None, &mut |_| {})?;
         Ok(Some((matching, folded)))
     }
 
-    /// Fold `query`'s packed rows with an id above `after` into `agg`,
+    /// Fold `query`'s packed rows with an id in `ids` (above `ids.0`, at most
+    /// `ids.1`) into `agg`,
     /// showing selected records to `mix` and each batch's size to
     /// `progress`; a path that does not decode is [`StoreError::Corrupt`].
-    fn fold_packed_after(
+    pub(super) fn fold_packed_after(
         &self,
         agg: &mut Aggregator,
         query: &StoreQuery,
-        after: i64,
+        ids: (i64, Option<i64>),
         batch: usize,
         mut mix: Option<&mut EntryServices>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<u64, StoreError> {
         let mut failed = None;
-        let n = self.for_each_packed_after(query, after, batch, |rows, frames| {
+        let n = self.for_each_packed_after(query, ids, batch, |rows, frames| {
             progress(rows.len() as u64);
             if failed.is_none()
                 && let Err(e) = agg.push_packed(rows, frames, mix.as_deref_mut())
@@ -232,7 +235,7 @@ impl Store {
         let sel = agg.selection().clone();
         if self.version >= PATHS_VERSION {
             let query = StoreQuery::from_selection(&sel);
-            return self.fold_packed_after(agg, &query, 0, batch, mix, progress);
+            return self.fold_packed_after(agg, &query, (0, None), batch, mix, progress);
         }
         self.for_each_batch(&sel, batch, |records| {
             progress(records.len() as u64);

@@ -4,6 +4,7 @@
 use rusqlite::TransactionBehavior;
 
 use super::paths::{self, FrameIds, PATH_LATENCY_VERSION, PATHS_SCHEMA, PATHS_VERSION};
+use super::rollup::ROLLUP_SCHEMA;
 use super::{SCHEMA_VERSION, Store, StoreError};
 
 /// The first version with the `request_id` / `trace_id` columns and indexes.
@@ -30,6 +31,10 @@ CREATE TABLE IF NOT EXISTS batches (
     committed_unix_ms INTEGER NOT NULL
 ) WITHOUT ROWID;
 ";
+
+/// Batch ids are forgotten by age once retention runs (version 6).
+const BATCHES_BY_TIME: &str =
+    "CREATE INDEX IF NOT EXISTS batches_by_time ON batches (committed_unix_ms);";
 
 /// Version 1 → 2: the id columns, filled from the stored JSON.
 const MIGRATE_1_TO_2: &str = "
@@ -117,7 +122,8 @@ impl Store {
                 ))?;
             }
             tx.execute_batch(&format!(
-                "{SCHEMA} {ID_INDEXES} {PATHS_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION};"
+                "{SCHEMA} {ID_INDEXES} {PATHS_SCHEMA} {ROLLUP_SCHEMA} {BATCHES_BY_TIME} \
+                 PRAGMA user_version = {SCHEMA_VERSION};"
             ))
             .map_err(sqlite("create schema"))?;
             if has_table && (PATHS_VERSION..PATH_LATENCY_VERSION).contains(&version) {

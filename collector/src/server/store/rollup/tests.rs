@@ -1,0 +1,403 @@
+//! Roll-ups answer exactly what the raw records would: the average
+//! critical path (CPT "Aggregation and Visualization", Table 1's sums and
+//! counts) of any aligned range, byte for byte, before and after retention.
+
+use std::time::{Duration, SystemTime};
+
+use cpt_sdk::testing::SplitMix64;
+use cpt_sdk::{CriticalPath, Frame, Record, SegmentKind, Trigger};
+
+use super::{DAY, HOUR, NANOS};
+use crate::profile::aggregate::{Aggregate, Aggregator};
+use crate::profile::encode_gzip;
+use crate::records::selection::Selection;
+use crate::server::store::{ProfileSource, Retention, Store, StoreError};
+
+const FOURTEEN_DAYS: Duration = Duration::from_secs(14 * DAY);
+
+fn now_nanos() -> u64 {
+    super::super::retention::unix_nanos(SystemTime::now())
+}
+
+/// A record of CPT Figure 1's shape: A's root, then calls into B and C
+/// whose paths were merged (with network time), a random mix per request.
+fn record(rng: &mut SplitMix64, start: Option<u64>) -> Record {
+    let mut p = CriticalPath::new();
+    let service = ["A", "B"][rng.below(2) as usize];
+    let root = Frame::new(service, "A1").with_location("a/src/main.rs", 10);
+    let ms = |rng: &mut SplitMix64| Duration::from_micros(100 + rng.below(20_000));
+    p.push_frames([root.clone()], ms(rng), SegmentKind::Busy);
+    for _ in 0..rng.below(4) {
+        let callee = [
+            Frame::new("B", "B1"),
+            Frame::new("C", "C1").with_location("c/src/lib.rs", 7),
+            Frame::new("A", "A2"),
+        ][rng.below(3) as usize]
+            .clone();
+        let kind = [
+            SegmentKind::Busy,
+            SegmentKind::Network,
+            SegmentKind::Unattributed,
+            SegmentKind::Queueing,
+            SegmentKind::BlindSpot,
+        ][rng.below(5) as usize];
+        p.push_frames([root.clone(), callee], ms(rng), kind);
+    }
+    p.accounting.network = Duration::from_nanos(rng.below(1000));
+    let trigger = if rng.below(10) == 0 {
+        Trigger::Forced
+    } else {
+        Trigger::Sampled
+    };
+    let mut r = Record::new(service, trigger, p);
+    r.endpoint = Some(["/GetQuote", "/Search", "GET /quote/{item}"][rng.below(3) as usize].into());
+    r.start_unix_nanos = start;
+    r.labels
+        .insert("arm".into(), ["a", "b"][rng.below(2) as usize].into());
+    r
+}
+
+/// `n` records spread over the `days` before now (a few without a start).
+fn spread(seed: u64, n: usize, days: u64) -> Vec<Record> {
+    let mut rng = SplitMix64::new(seed);
+    let now = now_nanos();
+    (0..n)
+        .map(|_| {
+            let start = (rng.below(50) != 0).then(|| now - rng.below(days * DAY * NANOS));
+            record(&mut rng, start)
+        })
+        .collect()
+}
+
+fn store_with(records: &[Record], retention: Retention) -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("cpt.db")).unwrap();
+    store.set_retention(retention).unwrap();
+    for chunk in records.chunks(97) {
+        store.insert(chunk).unwrap();
+    }
+    (dir, store)
+}
+
+fn roll_up_all(store: &mut Store) {
+    loop {
+        let step = store
+            .roll_up(500, SystemTime::now(), FOURTEEN_DAYS)
+            .unwrap();
+        if step.caught_up {
+            break;
+        }
+    }
+    while store
+        .compact_rollups(SystemTime::now(), FOURTEEN_DAYS, None, 50)
+        .unwrap()
+        .more
+    {}
+}
+
+fn raw_fold(store: &Store, sel: &Selection) -> Aggregate {
+    let mut agg = Aggregator::new(sel.clone());
+    store.fold_into(&mut agg, 256, None).unwrap();
+    agg.finish()
+}
+
+fn answer(store: &Store, sel: &Selection) -> Result<(Aggregate, ProfileSource), StoreError> {
+    store.profile(Aggregator::new(sel.clone()), 256)
+}
+
+/// A start time that splits one roll-up: the sampled requests of one
+/// (service, endpoint) in the first hour from `from` on that has two, one
+/// before it and the rest at or after it.
+fn splitting(records: &[Record], from: u64) -> u64 {
+    let mut h = hour_floor(from);
+    loop {
+        let mut rows: std::collections::BTreeMap<(&str, Option<&str>), Vec<u64>> =
+            Default::default();
+        for r in records.iter().filter(|r| r.trigger == Trigger::Sampled) {
+            if let Some(s) = r
+                .start_unix_nanos
+                .filter(|&s| s >= h && s < h + HOUR * NANOS)
+            {
+                rows.entry((&r.service, r.endpoint.as_deref()))
+                    .or_default()
+                    .push(s);
+            }
+        }
+        for starts in rows.values_mut() {
+            starts.sort_unstable();
+            if starts.len() >= 2 && starts[0] < starts[1] {
+                return starts[1];
+            }
+        }
+        h += HOUR * NANOS;
+    }
+}
+
+fn hour_floor(t: u64) -> u64 {
+    t / (HOUR * NANOS) * HOUR * NANOS
+}
+
+fn day_floor(t: u64) -> u64 {
+    t / (DAY * NANOS) * DAY * NANOS
+}
+
+/// Selections roll-ups answer: services, endpoints, hour- and day-aligned
+/// ranges on both sides of the hourly/daily boundary, unaligned ones (raw
+/// at their edges), and none at all.
+fn selections() -> Vec<(Selection, &'static str)> {
+    let now = now_nanos();
+    let h = hour_floor(now);
+    let d = day_floor(now);
+    vec![
+        (Selection::new(), "everything"),
+        (Selection::new().with_service("A"), "service"),
+        (
+            Selection::new()
+                .with_service("A")
+                .with_endpoint("GET /quote/{item}"),
+            "endpoint",
+        ),
+        (
+            Selection::new()
+                .with_service("A")
+                .with_since(h - 40 * HOUR * NANOS)
+                .with_until(h - 3 * HOUR * NANOS),
+            "hours",
+        ),
+        (
+            Selection::new()
+                .with_service("B")
+                .with_since(d - 20 * DAY * NANOS)
+                .with_until(d - 16 * DAY * NANOS),
+            "days past the hourly window",
+        ),
+        (
+            Selection::new()
+                .with_since(d - 18 * DAY * NANOS)
+                .with_until(h - 5 * HOUR * NANOS),
+            "days then hours",
+        ),
+        (
+            Selection::new()
+                .with_service("A")
+                .with_since(h - 30 * HOUR * NANOS + 17 * 60 * NANOS)
+                .with_until(h - 2 * HOUR * NANOS - 5 * NANOS),
+            "unaligned",
+        ),
+        (
+            Selection::new().with_since(now - 19 * DAY * NANOS - 77),
+            "open-ended",
+        ),
+    ]
+}
+
+#[test]
+fn rollups_answer_byte_identical_to_the_fold_of_the_raw_records_hourly_and_daily() {
+    let records = spread(1, 3_000, 25);
+    let (_dir, mut store) = store_with(&records, Retention::default());
+    // Half rolled up: the rest comes raw, the answer is the same.
+    store
+        .roll_up(records.len() / 2, SystemTime::now(), FOURTEEN_DAYS)
+        .unwrap();
+    for (sel, what) in selections() {
+        let (got, _) = answer(&store, &sel).unwrap();
+        assert_eq!(got, raw_fold(&store, &sel), "{what}, half rolled up");
+    }
+    roll_up_all(&mut store);
+    let (hourly, daily) = store.rollup_counts().unwrap();
+    assert!(hourly > 100 && daily > 5, "{hourly} hourly, {daily} daily");
+    for (sel, what) in selections() {
+        let want = raw_fold(&store, &sel);
+        let (got, source) = answer(&store, &sel).unwrap();
+        assert_eq!(got, want, "{what}");
+        assert_eq!(encode_gzip(&got), encode_gzip(&want), "{what}: pprof bytes");
+        assert!(got.requests() > 0, "{what}: selects something");
+        // An unaligned range's edge hours are used whole when all of their
+        // requests fall inside it.
+        assert_ne!(source, ProfileSource::Raw, "{what}");
+    }
+    // A range that splits an hour's requests: that hour comes raw.
+    let since = splitting(&records, now_nanos() - 30 * HOUR * NANOS);
+    let sel = Selection::new().with_since(since);
+    let (got, source) = answer(&store, &sel).unwrap();
+    assert_eq!(got, raw_fold(&store, &sel));
+    assert_eq!(source, ProfileSource::RollupsAndRaw);
+    // Filters roll-ups do not keep: raw records answer.
+    for sel in [
+        Selection::new().with_label("arm", "a"),
+        Selection::new().with_triggers(crate::records::selection::TriggerFilter::All),
+    ] {
+        let (got, source) = answer(&store, &sel).unwrap();
+        assert_eq!(source, ProfileSource::Raw);
+        assert_eq!(got, raw_fold(&store, &sel));
+    }
+}
+
+#[test]
+fn after_retention_rollups_still_count_every_request_and_refuse_what_they_cannot_answer() {
+    let records = spread(2, 2_000, 10);
+    let (_dir, mut store) = store_with(&records, Retention::default());
+    let open = Selection::new()
+        .with_service("A")
+        .with_since(now_nanos() - 10 * DAY * NANOS - 1);
+    let aligned = Selection::new()
+        .with_since(hour_floor(now_nanos()) - 100 * HOUR * NANOS)
+        .with_until(hour_floor(now_nanos()) - 60 * HOUR * NANOS);
+    let before: Vec<Aggregate> = [&open, &aligned]
+        .iter()
+        .map(|s| raw_fold(&store, s))
+        .collect();
+    roll_up_all(&mut store);
+    let cutoff = now_nanos() - 2 * DAY * NANOS;
+    while store.delete_started_before(cutoff, 300).unwrap() == 300 {}
+    let state = store.state().unwrap();
+    assert!(state.deleted_by_retention > 1_000, "{state:?}");
+    assert_eq!(
+        store.len().unwrap() + state.deleted_by_retention,
+        records.len() as u64,
+        "every record is raw or deleted by retention"
+    );
+    for (sel, want) in [&open, &aligned].into_iter().zip(&before) {
+        let (got, source) = answer(&store, sel).unwrap();
+        assert_eq!(&got, want, "{sel}");
+        assert_eq!(encode_gzip(&got), encode_gzip(want), "{sel}");
+        assert_ne!(source, ProfileSource::Raw, "{sel}");
+    }
+    // A range that starts inside a deleted hour, and a label filter over
+    // deleted records, need raw records that are gone.
+    let since = splitting(&records, now_nanos() - 80 * HOUR * NANOS);
+    for sel in [
+        Selection::new().with_since(since),
+        Selection::new()
+            .with_label("arm", "a")
+            .with_since(now_nanos() - 5 * DAY * NANOS),
+    ] {
+        match answer(&store, &sel) {
+            Err(StoreError::BeyondRetention(gap)) => {
+                let msg = gap.to_string();
+                assert!(msg.contains("deleted by retention"), "{msg}");
+            }
+            other => panic!("{sel}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn records_older_than_the_raw_window_are_rolled_up_and_not_stored_raw() {
+    let records = spread(3, 600, 6);
+    let retention = Retention {
+        retain_for: Some(Duration::from_secs(2 * DAY)),
+        ..Retention::default()
+    };
+    let (_dir, mut store) = store_with(&records, retention);
+    let (_oracle_dir, oracle) = store_with(&records, Retention::default());
+    let cutoff = now_nanos() - 2 * DAY * NANOS;
+    let old = records
+        .iter()
+        .filter(|r| r.start_unix_nanos.is_some_and(|s| s < cutoff))
+        .count() as u64;
+    assert!(old > 300);
+    let state = store.state().unwrap();
+    assert_eq!(state.too_old, old);
+    assert_eq!(store.len().unwrap(), records.len() as u64 - old);
+    roll_up_all(&mut store);
+    let sel = Selection::new().with_since(now_nanos() - 7 * DAY * NANOS);
+    let (got, _) = answer(&store, &sel).unwrap();
+    assert_eq!(got, raw_fold(&oracle, &sel));
+}
+
+#[test]
+fn record_ids_are_never_given_out_again_after_the_newest_records_are_deleted() {
+    let records = spread(4, 50, 1);
+    let (_dir, mut store) = store_with(&records, Retention::default());
+    roll_up_all(&mut store);
+    while store.delete_oldest(1_000).unwrap() > 0 {}
+    assert_eq!(store.len().unwrap(), 0);
+    let more = spread(5, 30, 1);
+    store.insert(&more).unwrap();
+    roll_up_all(&mut store);
+    let state = store.state().unwrap();
+    assert_eq!(state.last_id, 80);
+    assert_eq!(state.rolled_up_through, 80);
+    let mut all = records.clone();
+    all.extend(more);
+    let (_oracle_dir, oracle) = store_with(&all, Retention::default());
+    let (got, _) = answer(&store, &Selection::new()).unwrap();
+    assert_eq!(got, raw_fold(&oracle, &Selection::new()));
+}
+
+#[test]
+fn a_store_from_before_rollups_is_rolled_up_from_the_records_it_holds() {
+    let records = spread(6, 400, 20);
+    let (dir, store) = store_with(&records, Retention::default());
+    store
+        .conn
+        .execute_batch(
+            "DROP TABLE rollups; DROP TABLE store_state; DROP INDEX batches_by_time; \
+             PRAGMA user_version = 5;",
+        )
+        .unwrap();
+    drop(store);
+    let read_only = Store::open_read_only(dir.path().join("cpt.db")).unwrap();
+    let (old, source) = answer(&read_only, &Selection::new()).unwrap();
+    assert_eq!(source, ProfileSource::Raw, "an old store opened read-only");
+    drop(read_only);
+    let mut store = Store::open(dir.path().join("cpt.db")).unwrap();
+    assert_eq!(store.schema_version(), super::super::SCHEMA_VERSION);
+    roll_up_all(&mut store);
+    assert_eq!(store.state().unwrap().rolled_up_through, 400);
+    let (got, source) = answer(&store, &Selection::new()).unwrap();
+    assert_eq!(source, ProfileSource::Rollups);
+    assert_eq!(got, old);
+}
+
+#[test]
+fn trend_points_are_the_hours_means_and_p99() {
+    let records = spread(7, 800, 3);
+    let (_dir, mut store) = store_with(&records, Retention::default());
+    roll_up_all(&mut store);
+    let trend = store
+        .trend(&super::TrendQuery {
+            service: "A".into(),
+            endpoint: Some("/Search".into()),
+            top: 3,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(trend.frames.len(), 3);
+    let mut total = 0;
+    for p in &trend.points {
+        assert_eq!(p.resolution_secs, HOUR);
+        let sel = Selection::new()
+            .with_service("A")
+            .with_endpoint("/Search")
+            .with_since(p.start_unix_secs * NANOS)
+            .with_until((p.start_unix_secs + HOUR) * NANOS);
+        let raw = raw_fold(&store, &sel);
+        assert_eq!(p.requests, raw.requests());
+        assert_eq!(
+            p.mean_nanos,
+            raw.latency_sum().as_nanos() as u64 / raw.requests()
+        );
+        assert_eq!(p.frame_nanos.iter().sum::<u64>(), p.mean_nanos);
+        assert!(p.p50_nanos <= p.p99_nanos);
+        total += p.requests;
+    }
+    let all = Selection::new().with_service("A").with_endpoint("/Search");
+    assert_eq!(
+        total,
+        raw_fold(&store, &all).requests() - {
+            // Requests without a start time have no hour.
+            let none: u64 = records
+                .iter()
+                .filter(|r| {
+                    r.start_unix_nanos.is_none()
+                        && r.service == "A"
+                        && r.endpoint.as_deref() == Some("/Search")
+                        && r.trigger == Trigger::Sampled
+                })
+                .count() as u64;
+            none
+        }
+    );
+}
