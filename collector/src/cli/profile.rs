@@ -395,9 +395,16 @@ fn load_store(
     );
     for (i, a) in aggs.iter_mut().enumerate() {
         let shown = if i == 0 { mix.as_deref_mut() } else { None };
-        let read = store
-            .fold_into_reporting(a, LINES_PER_BATCH, shown, &mut |n| progress.inc(n))
+        let (read, source) = store
+            .fold_profile(a, LINES_PER_BATCH, shown, &mut |n| progress.inc(n))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if source != crate::server::store::ProfileSource::Raw {
+            eprintln!(
+                "cpt: {} (selection {}) answered from the store's {source}",
+                path.display(),
+                a.selection()
+            );
+        }
         if i == 0 {
             stats.records += read;
         }
@@ -569,6 +576,9 @@ pub fn run_profile(args: ProfileArgs) -> anyhow::Result<()> {
             args.output.display(),
             answer.body.len()
         );
+        if let Some(source) = answer.profile_source() {
+            eprintln!("cpt: the collector answered from its {source}");
+        }
         if answer.forced_withheld() {
             eprintln!("cpt: note: the collector has no read token, so forced records are left out");
         }

@@ -22,6 +22,8 @@ pub const READ_TOKEN_ENV: &str = "CPT_READ_TOKEN";
 /// The header an open collector sets on read answers when it left forced
 /// records out (`withheld`).
 const FORCED_HEADER: &str = "x-cpt-forced-records";
+/// The collector's `x-cpt-profile-source` answer header.
+const SOURCE_HEADER: &str = "x-cpt-profile-source";
 
 /// How to reach a collector's read API.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -117,6 +119,16 @@ impl Answer {
     /// out of this answer.
     pub fn forced_withheld(&self) -> bool {
         self.header(FORCED_HEADER) == Some("withheld")
+    }
+
+    /// Where a `GET /profile` answer came from when not (only) raw records:
+    /// `roll-ups`, or `roll-ups and raw records`.
+    pub fn profile_source(&self) -> Option<&'static str> {
+        match self.header(SOURCE_HEADER)? {
+            "rollups" => Some("roll-ups"),
+            "rollups+raw" => Some("roll-ups and raw records"),
+            _ => None,
+        }
     }
 }
 

@@ -14,8 +14,8 @@ use crate::ingest::limits::{
 use crate::server::store::Durability;
 use crate::server::{
     Collector, DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_GROUP_RECORDS, DEFAULT_MAX_PENDING_BATCHES,
-    DEFAULT_MAX_RECEIVING_BODIES, DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_MIN_BODY_RATE,
-    ServeConfig,
+    DEFAULT_MAX_RECEIVING_BODIES, DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_MIN_BODY_RATE, Keep,
+    RetentionConfig, ServeConfig, format_duration, parse_duration, parse_size,
 };
 
 /// Run the collector: accept record batches over gRPC (cpt.collector.v1.Collector/Export) and
@@ -129,6 +129,31 @@ pub struct ServeArgs {
     /// Longest latency a record may report.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "1h")]
     pub max_latency: Duration,
+    /// Keep raw records this long after their start (e.g. 36h, 7d, 30d; `forever` keeps every
+    /// one). Older ones are deleted once rolled up; records that arrive older are rolled up and
+    /// counted (too_old), not stored raw. Roll-ups answer profiles beyond it.
+    #[arg(long, value_name = "DURATION|forever", default_value = "7d", value_parser = Keep::parse)]
+    pub retain_for: Keep,
+    /// When the store (its pages in use plus the WAL) passes this size (B, KiB, MiB, GiB, TiB),
+    /// delete the oldest raw records until it is back under 90 % of it. Off by default.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_store_bytes: Option<u64>,
+    /// How often the retention pass runs (it also runs at start).
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
+    pub retention_interval: Duration,
+    /// Keep hourly roll-ups this long, then merge them into daily ones.
+    #[arg(long, value_name = "DURATION", default_value = "14d", value_parser = parse_duration)]
+    pub hourly_rollups_for: Duration,
+    /// Keep roll-ups (the average critical path of every endpoint) this long (`forever` too).
+    #[arg(long, value_name = "DURATION|forever", default_value = "400d", value_parser = Keep::parse)]
+    pub rollups_retain_for: Keep,
+    /// Remove --parquet-dir partitions older than this (`forever`: leave them to the lake's own
+    /// lifecycle rules). Default: as --retain-for.
+    #[arg(long, value_name = "DURATION|forever", value_parser = Keep::parse, requires = "parquet_dir")]
+    pub parquet_retain_for: Option<Keep>,
+    /// Answer GET /metrics (Prometheus text) without the read token.
+    #[arg(long)]
+    pub metrics_open: bool,
 }
 
 fn read_token(flag: &str, path: &std::path::Path) -> anyhow::Result<String> {
@@ -148,6 +173,28 @@ fn read_token(flag: &str, path: &std::path::Path) -> anyhow::Result<String> {
         path.display()
     );
     Ok(token.to_owned())
+}
+
+/// The retention settings in a line of the start-up log.
+fn describe_retention(r: &RetentionConfig) -> String {
+    let keep = |k: Keep| match k {
+        Keep::Forever => "forever".to_owned(),
+        Keep::For(d) => format_duration(d),
+    };
+    let mut s = format!(
+        "raw records kept {}, roll-ups hourly for {} then daily, kept {}",
+        keep(r.retain_for),
+        format_duration(r.hourly_rollups_for),
+        keep(r.rollups_retain_for)
+    );
+    if let Some(max) = r.max_store_bytes {
+        s.push_str(&format!(
+            ", store (pages in use + WAL) at most {:.1} MiB",
+            max as f64 / f64::from(1 << 20)
+        ));
+    }
+    s.push_str(&format!(" (pass every {})", format_duration(r.interval)));
+    s
 }
 
 fn parse_addr(flag: &str, s: &str) -> anyhow::Result<Option<SocketAddr>> {
@@ -226,6 +273,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     config.grpc = grpc;
     config.http = http;
+    config.metrics_open = args.metrics_open;
+    config.retention = RetentionConfig {
+        retain_for: args.retain_for,
+        max_store_bytes: args.max_store_bytes,
+        interval: args.retention_interval,
+        hourly_rollups_for: args.hourly_rollups_for,
+        rollups_retain_for: args.rollups_retain_for,
+        parquet_retain_for: args.parquet_retain_for,
+    };
+    let retention = describe_retention(&config.retention);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -254,6 +311,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 dir.display()
             );
         }
+        eprintln!("cpt serve: {retention}");
         if config_has_token {
             eprintln!("cpt serve: ingest requires the bearer token from --ingest-token-file");
         } else {

@@ -24,9 +24,58 @@ pub(super) struct Counters {
     pub(super) overloaded: AtomicU64,
     pub(super) store_errors: AtomicU64,
     pub(super) duplicate_batches: AtomicU64,
+    /// Rejected batches by [`Reject`] reason.
+    pub(super) rejected_by: [AtomicU64; Reject::ALL.len()],
+    /// From admission to acknowledgement, of every batch that was written.
+    pub(super) ack_seconds: super::metrics::Histogram,
+}
+
+/// Why a batch was rejected (the `reason` label of `/metrics`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reject {
+    Malformed,
+    TooLarge,
+    Unauthenticated,
+    BodyTimeout,
+    BodyTooSlow,
+    UnsupportedMediaType,
+    UnreadableBody,
+    RefusedByGrpc,
+}
+
+impl Reject {
+    pub(super) const ALL: [Reject; 8] = [
+        Reject::Malformed,
+        Reject::TooLarge,
+        Reject::Unauthenticated,
+        Reject::BodyTimeout,
+        Reject::BodyTooSlow,
+        Reject::UnsupportedMediaType,
+        Reject::UnreadableBody,
+        Reject::RefusedByGrpc,
+    ];
+
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Reject::Malformed => "malformed",
+            Reject::TooLarge => "too_large",
+            Reject::Unauthenticated => "unauthenticated",
+            Reject::BodyTimeout => "body_timeout",
+            Reject::BodyTooSlow => "body_too_slow",
+            Reject::UnsupportedMediaType => "unsupported_media_type",
+            Reject::UnreadableBody => "unreadable_body",
+            Reject::RefusedByGrpc => "refused_by_grpc",
+        }
+    }
 }
 
 impl Counters {
+    /// Count a rejected batch.
+    pub(super) fn reject(&self, why: Reject) {
+        self.rejected_batches.fetch_add(1, Ordering::Relaxed);
+        self.rejected_by[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(super) fn snapshot(&self) -> Stats {
         Stats {
             accepted_batches: self.accepted_batches.load(Ordering::Relaxed),
@@ -84,11 +133,11 @@ impl SubmitError {
             SubmitError::Overloaded { .. }
             | SubmitError::Receiving { .. }
             | SubmitError::PeerBusy { .. } => &c.overloaded,
-            SubmitError::BodyTooSlow { .. } => &c.rejected_batches,
-            SubmitError::Malformed(_)
-            | SubmitError::TooLarge { .. }
-            | SubmitError::Unauthenticated
-            | SubmitError::BodyTimeout { .. } => &c.rejected_batches,
+            SubmitError::BodyTooSlow { .. } => return c.reject(Reject::BodyTooSlow),
+            SubmitError::Malformed(_) => return c.reject(Reject::Malformed),
+            SubmitError::TooLarge { .. } => return c.reject(Reject::TooLarge),
+            SubmitError::Unauthenticated => return c.reject(Reject::Unauthenticated),
+            SubmitError::BodyTimeout { .. } => return c.reject(Reject::BodyTimeout),
             SubmitError::Store(_) | SubmitError::ShuttingDown => &c.store_errors,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -166,6 +215,14 @@ pub(super) struct Ingest {
     pub(super) store_path: PathBuf,
     /// Jobs carry their records (for the Parquet writer).
     pub(super) keep_records: bool,
+    /// What the store holds, as the writer last measured it (`/metrics`).
+    pub(super) gauges: Arc<super::retention::StoreGauges>,
+    /// `--max-store-bytes`, for `/metrics`.
+    pub(super) max_store_bytes: Option<u64>,
+    /// `/metrics` answers without the read token.
+    pub(super) metrics_open: bool,
+    /// Connections open on either port.
+    pub(super) connections: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Job {
@@ -278,6 +335,7 @@ impl Ingest {
         // blocking decode checks it between records and gives up.
         let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
         let cancelled = cancel.0.clone();
+        let admitted = std::time::Instant::now();
         let limits = self.limits;
         let keep_records = self.keep_records;
         let result = async {
@@ -313,6 +371,9 @@ impl Ingest {
         }
         .await;
         drop(cancel);
+        if matches!(result, Ok(_) | Err(SubmitError::Store(_))) {
+            self.counters.ack_seconds.observe(admitted.elapsed());
+        }
         match &result {
             Ok(0) => {
                 // Only a batch id seen before stores nothing (empty

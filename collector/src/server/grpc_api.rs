@@ -94,8 +94,7 @@ where
                     if failed && !ran.load(Ordering::Relaxed) {
                         ingest
                             .counters
-                            .rejected_batches
-                            .fetch_add(1, Ordering::Relaxed);
+                            .reject(super::admission::Reject::RefusedByGrpc);
                     }
                     resp
                 }

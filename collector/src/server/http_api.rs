@@ -13,7 +13,6 @@
 //! answer says so in [`FORCED_HEADER`].
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::body::Body as AxumBody;
@@ -23,10 +22,10 @@ use axum::routing::{get, post};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 
 use super::access::ReadAccess;
-use super::admission::{BodyFailure, Ingest, SubmitError};
+use super::admission::{BodyFailure, Ingest, Reject, SubmitError};
 use super::errlog;
 use super::receiving::PeerIp;
-use super::store::{Store, StoreError};
+use super::store::{ProfileSource, Store, StoreError};
 use super::{DEFAULT_RECORDS_LIMIT, MAX_PROFILE_FILTERS, MAX_RECORDS_LIMIT};
 use crate::ingest::{self, BatchError, BodyFormat};
 use crate::records::selection::{Selection, TriggerFilter};
@@ -34,6 +33,10 @@ use crate::records::selection::{Selection, TriggerFilter};
 /// On every read answer of a collector without a read token:
 /// `withheld`, forced records were left out.
 pub(crate) const FORCED_HEADER: &str = "x-cpt-forced-records";
+
+/// On every `GET /profile` answer: where its numbers came from, `raw`,
+/// `rollups` or `rollups+raw` ([`ProfileSource`]).
+pub const SOURCE_HEADER: &str = "x-cpt-profile-source";
 
 impl SubmitError {
     fn into_response(self) -> Response {
@@ -131,10 +134,7 @@ async fn post_records(
         None | Some("identity") => false,
         Some("gzip") => true,
         Some(other) => {
-            ingest
-                .counters
-                .rejected_batches
-                .fetch_add(1, Ordering::Relaxed);
+            ingest.counters.reject(Reject::UnsupportedMediaType);
             return json_response(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 &serde_json::json!({ "error": format!(
@@ -144,10 +144,7 @@ async fn post_records(
         }
     };
     let Some(format) = BodyFormat::from_content_type(content_type) else {
-        ingest
-            .counters
-            .rejected_batches
-            .fetch_add(1, Ordering::Relaxed);
+        ingest.counters.reject(Reject::UnsupportedMediaType);
         return json_response(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             &serde_json::json!({ "error": format!(
@@ -181,10 +178,7 @@ async fn post_records(
             return resp;
         }
         Err(BodyFailure::Read(e)) => {
-            ingest
-                .counters
-                .rejected_batches
-                .fetch_add(1, Ordering::Relaxed);
+            ingest.counters.reject(Reject::UnreadableBody);
             return json_response(
                 StatusCode::BAD_REQUEST,
                 &serde_json::json!({ "error": format!("cannot read the request body: {e}") }),
@@ -261,7 +255,7 @@ async fn get_stats(State(ingest): State<Arc<Ingest>>, headers: HeaderMap) -> Res
 }
 
 /// `Some(401)` unless the request may read.
-fn read_denied(read: &ReadAccess, headers: &HeaderMap) -> Option<Response> {
+pub(super) fn read_denied(read: &ReadAccess, headers: &HeaderMap) -> Option<Response> {
     if read.allows(headers) {
         return None;
     }
@@ -308,6 +302,10 @@ impl ProfileError {
             ProfileError::Forbidden(msg) => {
                 json_response(StatusCode::FORBIDDEN, &serde_json::json!({ "error": msg }))
             }
+            ProfileError::Store(StoreError::BeyondRetention(gap)) => json_response(
+                StatusCode::GONE,
+                &serde_json::json!({ "error": gap.to_string() }),
+            ),
             ProfileError::Store(e) => {
                 // The detail names the store's file: the operator's log gets
                 // it, the client does not.
@@ -336,13 +334,17 @@ async fn get_profile(
     let read = ingest.read.clone();
     let built = super::reads::run(move || profile_from_store(&path, &query, &read)).await;
     let mut resp = match built {
-        Ok(Ok(gz)) => (
+        Ok(Ok((gz, source))) => (
             StatusCode::OK,
             [
                 (header::CONTENT_TYPE, "application/octet-stream"),
                 (
                     header::CONTENT_DISPOSITION,
                     "attachment; filename=\"profile.pb.gz\"",
+                ),
+                (
+                    http::HeaderName::from_static(SOURCE_HEADER),
+                    source.as_str(),
                 ),
             ],
             gz,
@@ -372,7 +374,7 @@ fn profile_from_store(
     path: &std::path::Path,
     query: &str,
     read: &ReadAccess,
-) -> Result<Vec<u8>, ProfileError> {
+) -> Result<(Vec<u8>, ProfileSource), ProfileError> {
     let params = query.split('&').filter(|p| !p.is_empty()).count();
     if params > MAX_PROFILE_FILTERS {
         return Err(ProfileError::BadQuery(format!(
@@ -383,12 +385,11 @@ fn profile_from_store(
         .map_err(|e| ProfileError::BadQuery(format!("bad profile query {query:?}: {e}")))?;
     let sel = restrict(read, sel)?;
     let store = Store::open_read_only(path).map_err(ProfileError::Store)?;
-    let mut agg = crate::profile::aggregate::Aggregator::new(sel.clone());
-    store
-        .fold_into(&mut agg, PROFILE_BATCH, None)
+    let agg = crate::profile::aggregate::Aggregator::new(sel.clone());
+    let (agg, source) = store
+        .profile(agg, PROFILE_BATCH)
         .map_err(ProfileError::Store)?;
-    let agg = agg.finish();
-    Ok(crate::profile::encode_gzip(&agg))
+    Ok((crate::profile::encode_gzip(&agg), source))
 }
 
 /// JSON Lines bytes gathered before a chunk of a `GET /v1/records` answer

@@ -64,6 +64,7 @@ pub(super) async fn serve<S, B>(
     limits: ConnLimits,
     tls: Option<Arc<rustls::ServerConfig>>,
     mut stop: watch::Receiver<bool>,
+    open: Arc<AtomicU64>,
 ) -> io::Result<()>
 where
     S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible>
@@ -91,7 +92,9 @@ where
                 let _ = stream.set_nodelay(true);
                 let (service, stop, tls) = (service.clone(), conn_stop.clone(), tls.clone());
                 let peer = peer.ip();
+                let open = OpenConnection::count(open.clone());
                 conns.spawn(async move {
+                    let _open = open;
                     match tls {
                         None => connection(stream, peer, service, limits, stop).await,
                         Some(acceptor) => {
@@ -298,5 +301,21 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
 
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
+    }
+}
+
+/// One open connection, counted while it lives (`/metrics`).
+struct OpenConnection(Arc<AtomicU64>);
+
+impl OpenConnection {
+    fn count(open: Arc<AtomicU64>) -> OpenConnection {
+        open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(open)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -82,11 +82,14 @@ mod errlog;
 mod grpc_api;
 mod http_api;
 mod listen;
+mod metrics;
 mod reads;
 mod receiving;
+mod retention;
 mod staging;
 pub mod store;
 mod tls;
+mod trend;
 mod ui;
 mod writer;
 
@@ -98,6 +101,11 @@ use store::{Durability, Store, StoreError};
 use writer::write_loop;
 
 pub use crate::ingest::IngestLimits;
+pub use http_api::SOURCE_HEADER;
+pub use retention::{
+    DEFAULT_HOURLY_ROLLUPS_FOR, DEFAULT_RETAIN_FOR, DEFAULT_RETENTION_INTERVAL,
+    DEFAULT_ROLLUPS_RETAIN_FOR, Keep, RetentionConfig, format_duration, parse_duration, parse_size,
+};
 pub use tls::{TlsError, TlsFiles};
 
 /// Default for [`ServeConfig::max_pending_batches`].
@@ -196,6 +204,15 @@ pub struct ServeConfig {
     /// Serve both ports over TLS with this certificate and key (`None`:
     /// plaintext).
     pub tls: Option<TlsFiles>,
+    /// What is kept and for how long: raw records, roll-ups, Parquet
+    /// partitions, the store's size. [`ServeConfig::new`] keeps every raw
+    /// record ([`RetentionConfig::keep_everything`]); `cpt serve` starts
+    /// from [`RetentionConfig::default`] (raw records for 7 days).
+    pub retention: RetentionConfig,
+    /// `GET /metrics` answers without the read token (for a Prometheus
+    /// that scrapes without credentials). The counters say nothing of any
+    /// one request.
+    pub metrics_open: bool,
 }
 
 impl ServeConfig {
@@ -222,7 +239,15 @@ impl ServeConfig {
             parquet_dir: None,
             parquet_max_file_bytes: crate::records::parquet::DEFAULT_MAX_FILE_BYTES,
             tls: None,
+            retention: RetentionConfig::keep_everything(),
+            metrics_open: false,
         }
+    }
+
+    /// Set [`ServeConfig::retention`].
+    pub fn with_retention(mut self, retention: RetentionConfig) -> Self {
+        self.retention = retention;
+        self
     }
 
     /// Set [`ServeConfig::parquet_dir`].
@@ -382,6 +407,9 @@ pub enum ServeError {
     /// The writer thread could not start.
     #[error("cannot start the store writer thread: {0}")]
     Writer(std::io::Error),
+    /// The configuration cannot work (the message names the setting).
+    #[error("{0}")]
+    Config(String),
 }
 
 /// Counters of a running collector.
@@ -443,7 +471,28 @@ impl Collector {
     pub async fn start(config: ServeConfig) -> Result<Collector, ServeError> {
         // Before anything is opened: a bad certificate fails the start.
         let tls = config.tls.as_ref().map(tls::server_config).transpose()?;
-        let store = Store::open_with(&config.store, config.durability)?;
+        if let Some(bound) = config.retention.max_store_bytes {
+            let least = RetentionConfig::min_store_bytes(config.max_batch_bytes);
+            if bound < least {
+                return Err(ServeError::Config(format!(
+                    "--max-store-bytes {bound}: less than the {least} bytes the store needs to take \
+                     a few batches of --max-batch-bytes {} and its WAL; raise it (or lower \
+                     --max-batch-bytes)",
+                    config.max_batch_bytes
+                )));
+            }
+        }
+        let mut store = match config.retention.max_store_bytes {
+            Some(bound) => Store::open_bounded(&config.store, config.durability, bound)?,
+            None => Store::open_with(&config.store, config.durability)?,
+        };
+        let gauges = Arc::new(retention::StoreGauges::default());
+        let upkeep = retention::Upkeep::new(
+            config.retention.clone(),
+            config.parquet_dir.clone(),
+            gauges.clone(),
+        );
+        store.set_retention(upkeep.retention())?;
         let store_path = store.path().to_path_buf();
         let max_pending = config.max_pending_batches.max(1);
         let (jobs, rx) = mpsc::channel(max_pending);
@@ -490,7 +539,7 @@ impl Collector {
         let keep_records = parquet.is_some();
         let writer = std::thread::Builder::new()
             .name("cpt-store-writer".into())
-            .spawn(move || write_loop(store, rx, max_group, parquet))
+            .spawn(move || write_loop(store, rx, max_group, parquet, upkeep))
             .map_err(ServeError::Writer)?;
         let max_receiving = config.max_receiving_bodies.max(1);
         let ingest = Arc::new(Ingest {
@@ -513,6 +562,10 @@ impl Collector {
             counters: Counters::default(),
             store_path,
             keep_records,
+            gauges,
+            max_store_bytes: config.retention.max_store_bytes,
+            metrics_open: config.metrics_open,
+            connections: Arc::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut servers = Vec::new();
@@ -532,8 +585,9 @@ impl Collector {
             };
             let stopped = stopped.clone();
             let tls = tls.clone();
+            let open = ingest.connections.clone();
             servers.push(tokio::spawn(async move {
-                listen::serve(listener, svc, conn_limits, tls, stopped)
+                listen::serve(listener, svc, conn_limits, tls, stopped, open)
                     .await
                     .map_err(|e| ServeError::Server {
                         what: "grpc",
@@ -544,17 +598,21 @@ impl Collector {
         if let Some(addr) = config.http {
             let listener = bind("http", addr).await?;
             http_addr = Some(local_addr("http", addr, &listener)?);
-            let app = router(ingest.clone()).merge(ui::router(
-                ui::UiState::new(
-                    ingest.store_path.clone(),
-                    ui::ReadGate::new(config.read_token.as_deref()),
-                )
-                .with_tls(tls.is_some()),
-            ));
+            let app = router(ingest.clone())
+                .merge(metrics::router(ingest.clone()))
+                .merge(trend::router(ingest.clone()))
+                .merge(ui::router(
+                    ui::UiState::new(
+                        ingest.store_path.clone(),
+                        ui::ReadGate::new(config.read_token.as_deref()),
+                    )
+                    .with_tls(tls.is_some()),
+                ));
             let stopped = stopped.clone();
             let tls = tls.clone();
+            let open = ingest.connections.clone();
             servers.push(tokio::spawn(async move {
-                listen::serve(listener, app, conn_limits, tls, stopped)
+                listen::serve(listener, app, conn_limits, tls, stopped, open)
                     .await
                     .map_err(|e| ServeError::Server {
                         what: "http",

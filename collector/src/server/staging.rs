@@ -47,10 +47,17 @@ pub(super) fn open_reader(store: &Path) -> Result<rusqlite::Connection, String> 
     .map_err(|e| format!("open the store {} to read: {e}", store.display()))
 }
 
-/// The store's highest committed record id (0 when empty).
+/// The store's highest committed record id (0 when empty): the highest
+/// id given out, which retention may have deleted since, or a record too
+/// old to keep raw had.
 pub(super) fn max_id(conn: &rusqlite::Connection) -> Result<i64, String> {
-    conn.query_row("SELECT coalesce(max(id), 0) FROM records", [], |r| r.get(0))
-        .map_err(|e| format!("read the store's highest record id: {e}"))
+    conn.query_row(
+        "SELECT max(coalesce((SELECT max(id) FROM records), 0), \
+                coalesce((SELECT value FROM store_state WHERE name = 'last_id'), 0))",
+        [],
+        |r| r.get(0),
+    )
+    .map_err(|e| format!("read the store's highest record id: {e}"))
 }
 
 /// A group's staged files, waiting for the store's commit.

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::admission::Job;
+use super::retention::Upkeep;
 use super::staging::{self, Staged};
 use super::store::{EncodedBatch, Store, StoreError};
 use crate::records::parquet::PartitionedWriter;
@@ -36,14 +37,75 @@ pub(super) struct ParquetOut {
     pub(super) reader: rusqlite::Connection,
 }
 
-/// The single writer: group commit of whatever batches are waiting.
+/// The single writer: group commit of whatever batches are waiting, and
+/// between groups the store's upkeep ([`Upkeep::step`]: retention and
+/// roll-ups, one small transaction at a time).
 pub(super) fn write_loop(
     mut store: Store,
     mut jobs: mpsc::Receiver<Job>,
     max_group_records: usize,
     mut parquet: Option<ParquetOut>,
+    mut upkeep: Upkeep,
 ) {
-    while let Some(first) = jobs.blocking_recv() {
+    // Waits for the next batch with a timeout, so that upkeep also runs
+    // while no batch comes.
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    else {
+        super::errlog::error("the store writer cannot start its timer", || {
+            "upkeep (retention, roll-ups) runs only between batches".to_owned()
+        });
+        while let Some(first) = jobs.blocking_recv() {
+            commit_group(
+                &mut store,
+                &mut jobs,
+                first,
+                max_group_records,
+                &mut parquet,
+            );
+            upkeep.step(&mut store);
+        }
+        return;
+    };
+    loop {
+        let wait = upkeep.idle_for();
+        let next = if wait.is_zero() {
+            match jobs.try_recv() {
+                Ok(job) => Some(job),
+                Err(mpsc::error::TryRecvError::Empty) => None,
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+            }
+        } else {
+            match rt.block_on(async { tokio::time::timeout(wait, jobs.recv()).await }) {
+                Ok(Some(job)) => Some(job),
+                Ok(None) => break,
+                Err(_) => None,
+            }
+        };
+        if let Some(first) = next {
+            commit_group(
+                &mut store,
+                &mut jobs,
+                first,
+                max_group_records,
+                &mut parquet,
+            );
+        }
+        upkeep.step(&mut store);
+    }
+}
+
+/// Commit `first` and whatever else waits (up to `max_group_records`) in
+/// one transaction, and acknowledge each batch.
+fn commit_group(
+    store: &mut Store,
+    jobs: &mut mpsc::Receiver<Job>,
+    first: Job,
+    max_group_records: usize,
+    parquet: &mut Option<ParquetOut>,
+) {
+    {
         let mut records = first.batch.len();
         let mut group = vec![first];
         while records < max_group_records {
@@ -57,14 +119,14 @@ pub(super) fn write_loop(
         }
         let batches: Vec<&EncodedBatch> = group.iter().map(|j| &j.batch).collect();
         let mut staged: Option<Staged> = None;
-        let inserted = store.insert_group_then(&batches, |results| match &mut parquet {
+        let inserted = store.insert_group_then(&batches, |results| match parquet {
             Some(out) => {
                 staged = write_parquet(out, &group, results)?;
                 Ok(())
             }
             None => Ok(()),
         });
-        if let (Some(out), Some(staged)) = (&parquet, &staged) {
+        if let (Some(out), Some(staged)) = (&*parquet, &staged) {
             if inserted.is_ok() {
                 // Committed: into place before the acknowledgement. A failed
                 // move leaves the manifest; the next start moves them.

@@ -12,6 +12,7 @@ mod malformed;
 mod overload;
 mod parquet;
 mod read_access;
+mod retention;
 mod roundtrip;
 mod tls;
 

@@ -31,10 +31,24 @@ pub(crate) fn record(batch: &str, i: usize) -> Record {
     p.accounting.unattributed = ms(2);
     let mut r = Record::new("A", Trigger::Sampled, p);
     r.endpoint = Some("/a.A/Run".into());
-    r.start_unix_nanos = Some(1_700_000_000_000_000_000 + i as u64);
+    // An hour ago: inside `cpt serve`'s default raw window (7 days), so
+    // these records are stored raw.
+    r.start_unix_nanos = Some(an_hour_ago() + i as u64);
     r.request_id = Some(format!("{batch}/{i}"));
     r.labels.insert("batch".into(), batch.into());
     r
+}
+
+/// An hour before the first call, in ns since the Unix epoch: the same for
+/// every record of a test run.
+pub(crate) fn an_hour_ago() -> u64 {
+    static T: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        u64::try_from(now.as_nanos()).unwrap() - 3_600_000_000_000
+    })
 }
 
 pub(crate) fn records(batch: &str, n: usize) -> Vec<Record> {

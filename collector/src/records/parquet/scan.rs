@@ -189,7 +189,7 @@ fn outside(rg: &RowGroupMetaData, col: usize, lo: u64, hi: u64) -> bool {
 
 /// The UTC hour `[start, end)` in ns of a file under `date=YYYY-MM-DD/hour=HH`
 /// (its two parent directories), if it is in one.
-pub(super) fn partition_hours(file: &Path) -> Option<(u64, u64)> {
+pub(crate) fn partition_hours(file: &Path) -> Option<(u64, u64)> {
     let hour_dir = file.parent()?;
     let date_dir = hour_dir.parent()?;
     let hour: u64 = hour_dir

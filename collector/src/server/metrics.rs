@@ -1,0 +1,276 @@
+//! `GET /metrics`: the collector's counters and gauges in the Prometheus
+//! text exposition format (version 0.0.4), for any monitoring stack to
+//! scrape. Protected like every other read (the read token) unless
+//! `cpt serve --metrics-open`.
+//!
+//! The series read atomics the ingest path and the writer's upkeep already
+//! keep ([`Counters`], [`StoreGauges`]); a scrape never touches the store.
+//! The format is a few lines per series, written here rather than through
+//! a metrics library whose registry would duplicate every counter.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use http::{HeaderMap, StatusCode, header};
+
+use super::admission::{Counters, Ingest, Reject};
+use super::retention::StoreGauges;
+
+/// The upper bounds of [`Histogram`]'s buckets, seconds: an
+/// acknowledgement is normally tens of milliseconds, a second is trouble.
+const BOUNDS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A Prometheus histogram of durations: cumulative buckets at [`BOUNDS`].
+#[derive(Debug, Default)]
+pub(super) struct Histogram {
+    /// Observations per bucket (not cumulative), the last one `+Inf`.
+    counts: [AtomicU64; BOUNDS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    /// Count one duration.
+    pub(super) fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = BOUNDS.iter().position(|&b| s <= b).unwrap_or(BOUNDS.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn write(&self, out: &mut Exposition, name: &str, help: &str) {
+        out.head(name, "histogram", help);
+        let mut cumulative = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            cumulative += c.load(Ordering::Relaxed);
+            let le = BOUNDS.get(i).map_or("+Inf".to_owned(), |b| b.to_string());
+            let _ = writeln!(out.text, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+        }
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out.text, "{name}_sum {sum}");
+        let _ = writeln!(out.text, "{name}_count {cumulative}");
+    }
+}
+
+/// The text being written.
+struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    fn head(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.text, "# HELP {name} {help}");
+        let _ = writeln!(self.text, "# TYPE {name} {kind}");
+    }
+
+    fn one(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        self.head(name, kind, help);
+        let _ = writeln!(self.text, "{name} {value}");
+    }
+}
+
+/// The exposition of a collector's state.
+pub(super) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String {
+    let c: &Counters = &ingest.counters;
+    let g: &StoreGauges = &ingest.gauges;
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let mut out = Exposition {
+        text: String::with_capacity(4096),
+    };
+    out.one(
+        "cpt_batches_accepted_total",
+        "counter",
+        "Batches stored and acknowledged.",
+        load(&c.accepted_batches),
+    );
+    out.one(
+        "cpt_records_accepted_total",
+        "counter",
+        "Records acknowledged (stored raw, or rolled up when older than the raw window).",
+        load(&c.accepted_records),
+    );
+    out.head(
+        "cpt_batches_rejected_total",
+        "counter",
+        "Batches refused for what they were (nothing stored), by reason.",
+    );
+    for r in Reject::ALL {
+        let _ = writeln!(
+            out.text,
+            "cpt_batches_rejected_total{{reason=\"{}\"}} {}",
+            r.as_str(),
+            load(&c.rejected_by[r as usize])
+        );
+    }
+    out.one(
+        "cpt_batches_duplicate_total",
+        "counter",
+        "Batches acknowledged without storing: their batch id was committed before (a resend).",
+        load(&c.duplicate_batches),
+    );
+    out.one(
+        "cpt_batches_overloaded_total",
+        "counter",
+        "Requests refused because the collector was behind (429 / RESOURCE_EXHAUSTED).",
+        load(&c.overloaded),
+    );
+    out.one(
+        "cpt_batches_store_failed_total",
+        "counter",
+        "Batches the store failed to commit (503 / UNAVAILABLE; the sender retries).",
+        load(&c.store_errors),
+    );
+    out.one(
+        "cpt_records_too_old_total",
+        "counter",
+        "Records that arrived older than the raw window: rolled up, not stored raw.",
+        load(&g.too_old),
+    );
+    c.ack_seconds.write(
+        &mut out,
+        "cpt_ingest_ack_seconds",
+        "From admission to acknowledgement of each batch written (decode, queue, commit).",
+    );
+    out.one(
+        "cpt_store_file_bytes",
+        "gauge",
+        "The store's database file, free pages included.",
+        load(&g.file_bytes),
+    );
+    out.one(
+        "cpt_store_used_bytes",
+        "gauge",
+        "The store's pages in use.",
+        load(&g.used_bytes),
+    );
+    out.one(
+        "cpt_store_wal_bytes",
+        "gauge",
+        "The store's write-ahead log.",
+        load(&g.wal_bytes),
+    );
+    if let Some(max) = ingest.max_store_bytes {
+        out.one(
+            "cpt_store_max_bytes",
+            "gauge",
+            "--max-store-bytes: pages in use plus the WAL are kept under it.",
+            max,
+        );
+    }
+    let oldest = load(&g.oldest_start_unix_nanos);
+    let age = if oldest == 0 {
+        0.0
+    } else {
+        now_unix_nanos.saturating_sub(oldest) as f64 / 1e9
+    };
+    out.one(
+        "cpt_oldest_raw_record_age_seconds",
+        "gauge",
+        "Age of the oldest raw record's start (0 when the store holds none).",
+        age,
+    );
+    out.one(
+        "cpt_records_deleted_by_retention_total",
+        "counter",
+        "Raw records deleted by retention (by age or by size), after being rolled up.",
+        load(&g.deleted_by_retention),
+    );
+    out.head(
+        "cpt_rollups",
+        "gauge",
+        "Roll-ups kept, by resolution (one per period and service endpoint).",
+    );
+    let _ = writeln!(
+        out.text,
+        "cpt_rollups{{resolution=\"hour\"}} {}",
+        load(&g.hourly_rollups)
+    );
+    let _ = writeln!(
+        out.text,
+        "cpt_rollups{{resolution=\"day\"}} {}",
+        load(&g.daily_rollups)
+    );
+    out.one(
+        "cpt_rollup_backlog_records",
+        "gauge",
+        "Records committed but not rolled up yet.",
+        load(&g.rollup_backlog),
+    );
+    out.one(
+        "cpt_upkeep_failures_total",
+        "counter",
+        "Retention or roll-up steps that failed (the log has why; they are retried).",
+        load(&g.retention_failures),
+    );
+    out.one(
+        "cpt_open_connections",
+        "gauge",
+        "Connections open on the gRPC and HTTP ports.",
+        load(&ingest.connections),
+    );
+    out.one(
+        "cpt_receiving_bodies",
+        "gauge",
+        "Request bodies being received.",
+        ingest
+            .max_receiving
+            .saturating_sub(ingest.receiving.available_permits()),
+    );
+    out.one(
+        "cpt_receiving_bodies_max",
+        "gauge",
+        "--max-receiving-bodies.",
+        ingest.max_receiving,
+    );
+    out.one(
+        "cpt_pending_batches",
+        "gauge",
+        "Batches admitted and not yet acknowledged.",
+        ingest
+            .max_pending
+            .saturating_sub(ingest.admission.available_permits()),
+    );
+    out.one(
+        "cpt_pending_batches_max",
+        "gauge",
+        "--max-pending-batches.",
+        ingest.max_pending,
+    );
+    out.text
+}
+
+pub(super) fn router(ingest: Arc<Ingest>) -> Router {
+    Router::new()
+        .route("/metrics", get(get_metrics))
+        .with_state(ingest)
+}
+
+async fn get_metrics(State(ingest): State<Arc<Ingest>>, headers: HeaderMap) -> Response {
+    if !ingest.metrics_open
+        && let Some(denied) = super::http_api::read_denied(&ingest.read, &headers)
+    {
+        return denied;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        render(&ingest, now),
+    )
+        .into_response()
+}

@@ -1,0 +1,500 @@
+//! Keeping the store within its time and size bounds (`cpt serve
+//! --retain-for`, `--max-store-bytes`), rolling records up before they go,
+//! and the gauges `/metrics` reports.
+//!
+//! All of it runs on the writer thread, between group commits, one small
+//! transaction at a time ([`Upkeep::step`]): ingest waits for at most one
+//! such step, never for a whole pass. In order of urgency:
+//! 1. over `max_store_bytes` (pages in use plus the WAL): roll up, then
+//!    delete the oldest records until back under 90 % of it;
+//! 2. roll up what was committed since the last roll-up, at least every
+//!    second (and at once when 20 000 records wait);
+//! 3. every `interval` (and at start), a pass: delete raw records older
+//!    than `retain_for`, merge hourly roll-ups into daily ones and drop
+//!    roll-ups past theirs, forget old batch ids, remove Parquet
+//!    partitions past theirs.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::errlog;
+use super::store::{Retention, Store, StoreError};
+
+/// How long something is kept: `forever`, or a duration (`7d`, `36h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// Never deleted.
+    Forever,
+    /// Deleted once older than this.
+    For(Duration),
+}
+
+impl Keep {
+    /// Parse `forever` or a duration such as `7d`, `36h`, `90m`.
+    ///
+    /// # Errors
+    ///
+    /// Anything else, or a zero duration.
+    pub fn parse(s: &str) -> Result<Keep, String> {
+        if s.trim() == "forever" {
+            return Ok(Keep::Forever);
+        }
+        let d = parse_duration(s)?;
+        Ok(Keep::For(d))
+    }
+
+    /// The duration, `None` for [`Keep::Forever`].
+    pub fn duration(self) -> Option<Duration> {
+        match self {
+            Keep::Forever => None,
+            Keep::For(d) => Some(d),
+        }
+    }
+}
+
+/// A duration as its flags are written: `7d`, `36h`, `90m`, `45s`.
+pub fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => format!("{}ms", d.as_millis()),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// Parse a positive duration such as `1s`, `90m`, `7d`.
+///
+/// # Errors
+///
+/// Not a duration, or zero.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration ({e}); write e.g. 90s, 30m, 36h, 7d"))?;
+    if d.is_zero() {
+        return Err(format!("{s:?}: must be more than zero"));
+    }
+    Ok(d)
+}
+
+/// Parse a size: a number with `B`, `KiB`, `MiB`, `GiB` or `TiB` (also
+/// `KB`, `MB`, `GB`, `TB` as powers of 1 000).
+///
+/// # Errors
+///
+/// No number, an unknown unit, zero, or an overflow.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size; write e.g. 500MiB, 4GiB"))?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        u => {
+            return Err(format!(
+                "{s:?}: unknown unit {u:?}; use B, KiB, MiB, GiB or TiB"
+            ));
+        }
+    };
+    let bytes = n * mult as f64;
+    if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
+        return Err(format!("{s:?}: must be at least one byte and fit 64 bits"));
+    }
+    Ok(bytes as u64)
+}
+
+/// `t` as ns since the Unix epoch (0 before it).
+fn unix_nanos_of(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// What the collector keeps, and for how long.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// Raw records whose start is older than this are deleted (after
+    /// being rolled up); records arriving that old are rolled up and not
+    /// kept raw (`too_old`).
+    pub retain_for: Keep,
+    /// When the store (pages in use plus the WAL) passes this, the oldest
+    /// records are deleted until it is back under 90 % of it.
+    pub max_store_bytes: Option<u64>,
+    /// How often the retention pass runs (it also runs at start).
+    pub interval: Duration,
+    /// Hourly roll-ups are merged into daily ones after this.
+    pub hourly_rollups_for: Duration,
+    /// Roll-ups are dropped after this.
+    pub rollups_retain_for: Keep,
+    /// Parquet partitions (`--parquet-dir`) are removed after this (`None`:
+    /// as raw records, [`RetentionConfig::retain_for`]).
+    pub parquet_retain_for: Option<Keep>,
+}
+
+/// `cpt serve --retain-for`'s default: 7 days.
+pub const DEFAULT_RETAIN_FOR: Duration = Duration::from_secs(7 * 86_400);
+/// `--retention-interval`'s default.
+pub const DEFAULT_RETENTION_INTERVAL: Duration = Duration::from_secs(60);
+/// `--hourly-rollups-for`'s default: 14 days.
+pub const DEFAULT_HOURLY_ROLLUPS_FOR: Duration = Duration::from_secs(14 * 86_400);
+/// `--rollups-retain-for`'s default: 400 days.
+pub const DEFAULT_ROLLUPS_RETAIN_FOR: Duration = Duration::from_secs(400 * 86_400);
+
+impl Default for RetentionConfig {
+    /// `cpt serve`'s defaults: raw records 7 days, no size bound, a pass a
+    /// minute, hourly roll-ups 14 days, roll-ups 400 days.
+    fn default() -> Self {
+        RetentionConfig {
+            retain_for: Keep::For(DEFAULT_RETAIN_FOR),
+            max_store_bytes: None,
+            interval: DEFAULT_RETENTION_INTERVAL,
+            hourly_rollups_for: DEFAULT_HOURLY_ROLLUPS_FOR,
+            rollups_retain_for: Keep::For(DEFAULT_ROLLUPS_RETAIN_FOR),
+            parquet_retain_for: None,
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// Keep every raw record; roll-ups as by default.
+    pub fn keep_everything() -> Self {
+        RetentionConfig {
+            retain_for: Keep::Forever,
+            ..RetentionConfig::default()
+        }
+    }
+
+    /// The smallest `max_store_bytes` the collector accepts with batches of
+    /// at most `max_batch_bytes`: room for the WAL and a few groups of
+    /// them, so that a bound is never met by one batch alone.
+    pub fn min_store_bytes(max_batch_bytes: usize) -> u64 {
+        (16 * max_batch_bytes as u64).max(32 << 20)
+    }
+}
+
+/// What the store holds, as `/metrics` shows it: refreshed by the writer
+/// after its upkeep, read without touching the store.
+#[derive(Debug, Default)]
+pub(crate) struct StoreGauges {
+    pub(crate) file_bytes: AtomicU64,
+    pub(crate) used_bytes: AtomicU64,
+    pub(crate) wal_bytes: AtomicU64,
+    /// The oldest raw record's start, ns since the Unix epoch (0: none).
+    pub(crate) oldest_start_unix_nanos: AtomicU64,
+    pub(crate) deleted_by_retention: AtomicU64,
+    pub(crate) too_old: AtomicU64,
+    pub(crate) hourly_rollups: AtomicU64,
+    pub(crate) daily_rollups: AtomicU64,
+    /// Records committed but not rolled up yet.
+    pub(crate) rollup_backlog: AtomicU64,
+    pub(crate) retention_failures: AtomicU64,
+}
+
+/// Rows per upkeep transaction.
+const CHUNK: usize = 5_000;
+/// Records per transaction while over the size bound: small, so that the
+/// WAL between two cuts stays a small part of the bound.
+const SIZE_CHUNK: usize = 1_000;
+/// Records waiting that make the writer roll up at once.
+const ROLL_UP_AT: i64 = 20_000;
+/// Roll up at least this often while records wait.
+const ROLL_UP_EVERY: Duration = Duration::from_secs(1);
+/// Refresh the gauges at least this often.
+const GAUGES_EVERY: Duration = Duration::from_secs(1);
+
+/// Stages of the periodic pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    DeleteOld,
+    Compact,
+    Batches,
+    Parquet,
+}
+
+/// The writer's upkeep (see the module docs).
+#[derive(Debug)]
+pub(super) struct Upkeep {
+    config: RetentionConfig,
+    parquet_root: Option<PathBuf>,
+    pass: Option<Stage>,
+    next_pass: Instant,
+    last_roll_up: Instant,
+    last_gauges: Instant,
+    over_size: bool,
+    /// Records still to delete to get back under the size bound.
+    to_delete: u64,
+    pending: i64,
+    gauges: Arc<StoreGauges>,
+}
+
+impl Upkeep {
+    pub(super) fn new(
+        config: RetentionConfig,
+        parquet_root: Option<PathBuf>,
+        gauges: Arc<StoreGauges>,
+    ) -> Upkeep {
+        let now = Instant::now();
+        Upkeep {
+            config,
+            parquet_root,
+            pass: None,
+            next_pass: now,
+            last_roll_up: now,
+            last_gauges: now - GAUGES_EVERY,
+            over_size: false,
+            to_delete: 0,
+            pending: i64::MAX,
+            gauges,
+        }
+    }
+
+    /// What the store itself needs to know: the raw window, roll-up periods.
+    pub(super) fn retention(&self) -> Retention {
+        Retention {
+            retain_for: self.config.retain_for.duration(),
+            hourly_for: self.config.hourly_rollups_for,
+        }
+    }
+
+    /// How long the writer may wait for a batch before upkeep is due.
+    pub(super) fn idle_for(&self) -> Duration {
+        if self.pass.is_some() || self.over_size {
+            return Duration::ZERO;
+        }
+        let now = Instant::now();
+        let mut due = self.next_pass.min(self.last_gauges + GAUGES_EVERY);
+        if self.pending > 0 {
+            due = due.min(self.last_roll_up + ROLL_UP_EVERY);
+        }
+        due.saturating_duration_since(now)
+    }
+
+    /// Do one bounded piece of what is due. Failures are logged (and
+    /// retried at the next step): upkeep never stops ingest.
+    pub(super) fn step(&mut self, store: &mut Store) {
+        if let Err(e) = self.try_step(store) {
+            self.gauges
+                .retention_failures
+                .fetch_add(1, Ordering::Relaxed);
+            errlog::error("store upkeep (retention, roll-ups) failed", || {
+                format!("{e} (retried at the next step)")
+            });
+            // Back off: do not spin on a failing store.
+            self.pass = None;
+            self.over_size = false;
+            self.to_delete = 0;
+            self.next_pass = Instant::now() + self.config.interval.min(Duration::from_secs(10));
+        }
+    }
+
+    fn try_step(&mut self, store: &mut Store) -> Result<(), StoreError> {
+        let now = Instant::now();
+        let sys = SystemTime::now();
+        let hourly = self.config.hourly_rollups_for;
+        // Over the size bound: make room first. Deleting records frees
+        // whole pages only as they empty, so the store's size lags the
+        // deletions: delete what brings it to 90 % at the average record
+        // size, then measure again.
+        if let Some(bound) = self.config.max_store_bytes {
+            if self.to_delete == 0 {
+                // The WAL is kept to a sixteenth of the bound
+                // (`Store::open_bounded`); the pages get the rest, less an
+                // eighth held for it.
+                let pages_bound = bound - bound / 8;
+                let size = store.size()?;
+                if size.used_bytes > pages_bound {
+                    let state = store.state()?;
+                    let raw = u64::try_from(state.last_id)
+                        .unwrap_or(0)
+                        .saturating_sub(state.deleted_by_retention + state.too_old)
+                        .max(1);
+                    let per_record = (size.used_bytes / raw).max(1);
+                    self.to_delete = (size.used_bytes - pages_bound / 10 * 9).div_ceil(per_record);
+                }
+            }
+            if self.to_delete > 0 {
+                let deleted = store.delete_oldest(SIZE_CHUNK.min(self.to_delete as usize))?;
+                self.to_delete = self.to_delete.saturating_sub(deleted);
+                if deleted == 0 {
+                    let step = store.roll_up(ROLL_UP_AT as usize, sys, hourly)?;
+                    self.last_roll_up = now;
+                    if step.records == 0 {
+                        // Nothing left to delete: only the WAL or the
+                        // roll-ups hold the room.
+                        self.to_delete = 0;
+                    }
+                }
+                self.over_size = self.to_delete > 0;
+                self.refresh(store, false)?;
+                return Ok(());
+            }
+        }
+        let state = store.state()?;
+        self.pending = state.last_id - state.rolled_up_through;
+        if self.pending > 0
+            && (self.pending >= ROLL_UP_AT
+                || now >= self.last_roll_up + ROLL_UP_EVERY
+                || self.pass == Some(Stage::DeleteOld))
+        {
+            let step = store.roll_up(ROLL_UP_AT as usize, sys, hourly)?;
+            self.last_roll_up = now;
+            self.pending -= step.records as i64;
+            return self.refresh(store, false);
+        }
+        if self.pass.is_none() && now >= self.next_pass {
+            self.pass = Some(Stage::DeleteOld);
+        }
+        match self.pass {
+            None => {}
+            Some(Stage::DeleteOld) => {
+                let more = match self.config.retain_for.duration() {
+                    Some(keep) => {
+                        let cutoff = sys.checked_sub(keep).map_or(0, unix_nanos_of);
+                        store.delete_started_before(cutoff, CHUNK)? == CHUNK as u64
+                    }
+                    None => false,
+                };
+                if !more {
+                    self.pass = Some(Stage::Compact);
+                }
+            }
+            Some(Stage::Compact) => {
+                let step = store.compact_rollups(
+                    sys,
+                    hourly,
+                    self.config.rollups_retain_for.duration(),
+                    CHUNK,
+                )?;
+                if !step.more {
+                    self.pass = Some(Stage::Batches);
+                }
+            }
+            Some(Stage::Batches) => {
+                // A batch id is kept as long as its records, and at least a
+                // day: a resend after that is stored again.
+                let keep = self
+                    .config
+                    .retain_for
+                    .duration()
+                    .map(|d| d.max(Duration::from_secs(86_400)));
+                let more = match keep.and_then(|k| sys.checked_sub(k)) {
+                    Some(before) => {
+                        let ms = before
+                            .duration_since(SystemTime::UNIX_EPOCH)
+                            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                        store.forget_batches_before(ms, CHUNK)? == CHUNK as u64
+                    }
+                    None => false,
+                };
+                if !more {
+                    self.pass = Some(Stage::Parquet);
+                }
+            }
+            Some(Stage::Parquet) => {
+                let keep = self
+                    .config
+                    .parquet_retain_for
+                    .unwrap_or(self.config.retain_for)
+                    .duration();
+                if let (Some(root), Some(keep)) = (&self.parquet_root, keep) {
+                    let cutoff = sys.checked_sub(keep).map_or(0, unix_nanos_of);
+                    if let Err(e) = remove_partitions_before(root, cutoff) {
+                        errlog::error("removing Parquet partitions past retention failed", || {
+                            format!("{}: {e}", root.display())
+                        });
+                    }
+                }
+                self.pass = None;
+                self.next_pass = now + self.config.interval;
+                return self.refresh(store, true);
+            }
+        }
+        if self.pass.is_some() || now >= self.last_gauges + GAUGES_EVERY {
+            self.refresh(store, false)?;
+        }
+        Ok(())
+    }
+
+    /// Refresh the gauges (the roll-up counts too with `rollups`).
+    fn refresh(&mut self, store: &Store, rollups: bool) -> Result<(), StoreError> {
+        let g = &self.gauges;
+        let size = store.size()?;
+        let state = store.state()?;
+        g.file_bytes.store(size.file_bytes, Ordering::Relaxed);
+        g.used_bytes.store(size.used_bytes, Ordering::Relaxed);
+        g.wal_bytes.store(size.wal_bytes, Ordering::Relaxed);
+        g.oldest_start_unix_nanos
+            .store(store.oldest_start()?.unwrap_or(0), Ordering::Relaxed);
+        g.deleted_by_retention
+            .store(state.deleted_by_retention, Ordering::Relaxed);
+        g.too_old.store(state.too_old, Ordering::Relaxed);
+        g.rollup_backlog.store(
+            u64::try_from(state.last_id - state.rolled_up_through).unwrap_or(0),
+            Ordering::Relaxed,
+        );
+        if rollups {
+            let (hourly, daily) = store.rollup_counts()?;
+            g.hourly_rollups.store(hourly, Ordering::Relaxed);
+            g.daily_rollups.store(daily, Ordering::Relaxed);
+        }
+        self.last_gauges = Instant::now();
+        Ok(())
+    }
+}
+
+/// Remove the `date=YYYY-MM-DD/hour=HH` partitions under `root` whose hour
+/// ended at or before `cutoff_unix_nanos`, and date directories left
+/// empty. Returns how many hour partitions went.
+pub(super) fn remove_partitions_before(
+    root: &Path,
+    cutoff_unix_nanos: u64,
+) -> std::io::Result<u64> {
+    let mut removed = 0;
+    let dates = match std::fs::read_dir(root) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    for date in dates {
+        let date = date?.path();
+        let is_date = date
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("date="));
+        if !is_date || !date.is_dir() {
+            continue;
+        }
+        let Ok(hours) = std::fs::read_dir(&date) else {
+            continue;
+        };
+        for hour in hours {
+            let hour = hour?.path();
+            let probe = hour.join("part.parquet");
+            let Some((_, end)) = crate::records::parquet::partition_hours(&probe) else {
+                continue; // not a partition: left alone
+            };
+            if end <= cutoff_unix_nanos {
+                std::fs::remove_dir_all(&hour)?;
+                removed += 1;
+            }
+        }
+        if std::fs::read_dir(&date)?.next().is_none() {
+            std::fs::remove_dir(&date)?;
+        }
+    }
+    Ok(removed)
+}
