@@ -19,6 +19,7 @@ pub mod remote;
 pub mod serve;
 pub mod show;
 pub mod traces;
+pub mod trend;
 
 /// Critical path tracing: collect records, build latency profiles that pprof opens.
 #[derive(Debug, clap::Parser)]
@@ -58,6 +59,8 @@ pub enum Command {
     Show(show::ShowArgs),
     /// Import Jaeger / Zipkin / OTLP traces and analyse their critical paths (CRISP).
     Traces(traces::TracesArgs),
+    /// An endpoint's mean and p99 per hour over weeks, and the frames that took it (roll-ups).
+    Trend(trend::TrendArgs),
 }
 
 /// Run a parsed command line.
@@ -81,5 +84,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Traces(a) => traces::run(a),
         Command::Force(a) => force::run(a),
         Command::Show(a) => show::run(a),
+        Command::Trend(a) => trend::run(a),
     }
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use super::page::{PageError, Params};
 use crate::profile::aggregate::{Aggregate, Aggregator};
 use crate::records::selection::Selection;
-use crate::server::store::{Store, StoreQuery};
+use crate::server::store::{Store, StoreError, StoreQuery};
 
 /// Records a page folds unless `sample=` says otherwise.
 pub(super) const DEFAULT_SAMPLE: u64 = 5000;
@@ -97,6 +97,11 @@ pub(super) fn fold(
     {
         return Ok(f.clone());
     }
+    if sample.0.is_none()
+        && let Some(f) = fold_from_rollups(store, sel)?
+    {
+        return Ok(keep(cache, key, f));
+    }
     let mut agg = Aggregator::new(sel.clone()).with_histograms(true);
     // From the packed paths; a store older than them, from its records.
     let (matching, folded) = match store.fold_newest_into(&mut agg, sample.0, BATCH)? {
@@ -122,16 +127,51 @@ pub(super) fn fold(
             (matching, folded)
         }
     };
-    let f = Arc::new(Folded {
-        agg: agg.finish(),
-        matching,
-        folded,
-    });
+    Ok(keep(
+        cache,
+        key,
+        Folded {
+            agg: agg.finish(),
+            matching,
+            folded,
+        },
+    ))
+}
+
+fn keep(cache: &FoldCache, key: String, f: Folded) -> Arc<Folded> {
+    let f = Arc::new(f);
     if let Ok(mut kept) = cache.kept.lock() {
         kept.push_front((key, f.clone()));
         kept.truncate(KEPT);
     }
-    Ok(f)
+    f
+}
+
+/// `sample=all` over a range whose raw records retention deleted: the
+/// roll-ups' answer (without per-stack histograms, which roll-ups do not
+/// keep), or `None` when the raw records are all there.
+fn fold_from_rollups(store: &Store, sel: &Selection) -> Result<Option<Folded>, PageError> {
+    let state = store.state()?;
+    let deleted = match (state.raw_deleted_through, sel.time_range().0) {
+        (None, _) => false,
+        (Some(_), None) => true,
+        (Some(d), Some(since)) => since <= d,
+    };
+    if !deleted {
+        return Ok(None);
+    }
+    let (agg, _) = store
+        .profile(Aggregator::new(sel.clone()), BATCH)
+        .map_err(|e| match e {
+            StoreError::BeyondRetention(gap) => PageError::BadQuery(gap.to_string()),
+            e => PageError::Store(e),
+        })?;
+    let n = agg.requests();
+    Ok(Some(Folded {
+        agg,
+        matching: n,
+        folded: n,
+    }))
 }
 
 #[cfg(test)]

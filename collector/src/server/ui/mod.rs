@@ -10,6 +10,7 @@
 //! | `/ui/request?id=ID` | one request's path as `cpt show`'s tree beside its endpoint's average; `wait=30s` refreshes until the record arrives ([`request`]) |
 //! | `/ui/diff?base=SELECTION&test=SELECTION` | two selections compared, changes larger than noise marked ([`diff`]) |
 //! | `/ui/diff.svg?…` | the differential flame graph alone |
+//! | `/ui/trend?service=S&endpoint=E&last=30d` | an endpoint's mean and p99 per hour (per day past the hourly roll-ups) with its top frames stacked below, from the roll-ups ([`trend`]) |
 //! | `/ui/login`, `/ui/logout` | the read-token form and its cookie ([`login`]) |
 //! | `/ui/style.css` | the one stylesheet, compiled in |
 //!
@@ -43,6 +44,7 @@ mod login;
 mod page;
 mod profile;
 mod request;
+mod trend;
 
 /// Who may read the pages: the collector's one read check
 /// ([`ReadAccess`](super::access::ReadAccess)), the bearer header or the
@@ -93,6 +95,7 @@ pub(crate) fn router(state: UiState) -> Router {
         .route("/ui/request", get(request::page))
         .route("/ui/diff", get(diff::page))
         .route("/ui/diff.svg", get(diff::svg))
+        .route("/ui/trend", get(trend::page))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_read));
     Router::new()
         .merge(gated)

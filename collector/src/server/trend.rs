@@ -1,0 +1,94 @@
+//! `GET /v1/trend?service=S&endpoint=E&last=30d`: an endpoint's trend from
+//! the roll-ups (per hour, per day past the hourly roll-ups: requests,
+//! mean, p50, p99 and the top frames' mean time), as CSV or, with
+//! `format=text`, as `cpt trend` prints it. A read like the others: the
+//! read token when the collector has one. Roll-ups hold sampled requests
+//! only, so nothing forced is in it.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{RawQuery, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use http::{HeaderMap, StatusCode, header};
+
+use super::admission::Ingest;
+use super::store::Store;
+use super::store::rollup::TrendQuery;
+use crate::records::selection::percent_decode;
+
+pub(super) fn router(ingest: Arc<Ingest>) -> Router {
+    Router::new()
+        .route("/v1/trend", get(get_trend))
+        .with_state(ingest)
+}
+
+fn text(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+fn now_unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The decoded pairs of a query string.
+pub(crate) fn pairs(raw: &str) -> Result<Vec<(String, String)>, String> {
+    raw.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            Ok((
+                percent_decode(k).map_err(|e| e.to_string())?,
+                percent_decode(v).map_err(|e| e.to_string())?,
+            ))
+        })
+        .collect()
+}
+
+async fn get_trend(
+    State(ingest): State<Arc<Ingest>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    if let Some(denied) = super::http_api::read_denied(&ingest.read, &headers) {
+        return denied;
+    }
+    let raw = raw.unwrap_or_default();
+    let parsed = pairs(&raw).and_then(|p| {
+        let csv = !p.iter().any(|(k, v)| k == "format" && v == "text");
+        TrendQuery::from_pairs(
+            p.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            now_unix_nanos(),
+        )
+        .map(|q| (q, csv))
+    });
+    let (q, csv) = match parsed {
+        Ok(q) => q,
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("bad trend query: {e}\n")),
+    };
+    let path = ingest.store_path.clone();
+    let built =
+        super::reads::run(move || Store::open_read_only(&path).and_then(|s| s.trend(&q))).await;
+    match built {
+        Ok(Ok(t)) => text(StatusCode::OK, if csv { t.to_csv() } else { t.to_text() }),
+        Ok(Err(e)) => {
+            super::errlog::error("building a trend failed", || e.to_string());
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "building a trend failed: the store could not be read (the collector's log has the detail); retry later\n".into(),
+            )
+        }
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("trend task failed: {e}\n"),
+        ),
+    }
+}
