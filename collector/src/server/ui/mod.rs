@@ -115,3 +115,5 @@ async fn stylesheet() -> Response {
 mod http_tests;
 #[cfg(test)]
 mod policy_tests;
+#[cfg(test)]
+mod security_tests;
