@@ -169,6 +169,8 @@ def browser():
               "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1400,1000",
               "--hide-scrollbars", "--force-device-scale-factor=1"):
         opts.add_argument(a)
+    # The console, to see what the pages' Content-Security-Policy refused.
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     # The Debian driver, never a download (the machine may be offline).
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
     driver.implicitly_wait(0)
@@ -323,3 +325,62 @@ def test_pages_follow_dark_mode(collector, browser):
         shot(browser, "ui-profile-dark.png", 1000)
     finally:
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+
+def policy_violations(driver):
+    """Console messages since the last call that report a refused load or script."""
+    return [e["message"] for e in driver.get_log("browser")
+            if "Content Security Policy" in e["message"] or "Refused to" in e["message"]]
+
+
+def test_pages_and_the_flame_graph_run_under_their_policy_without_violations(collector, browser):
+    signed_in(browser, collector)
+    policy_violations(browser)
+    q = urllib.parse.urlencode({"base": "service=A&label=version=v1", "test": "service=A&label=version=v2"})
+    for target in ("/", "/ui/profile?service=A&label=version%3Dv1", "/ui/diff?" + q,
+                   "/ui/request?id=" + collector.forced_ids[0], "/ui/flame.svg?service=A"):
+        browser.get(collector.base + target)
+        time.sleep(0.5)
+        assert policy_violations(browser) == [], target
+    # The flame graph's own script ran (allowed by its hash): it sized the frames.
+    browser.get(collector.base + "/ui/flame.svg?service=A")
+    WebDriverWait(browser, 5).until(lambda d: d.execute_script("return typeof init === 'function' && !!frames"))
+
+
+def test_sign_in_with_a_tab_in_next_stays_on_the_collector(collector, browser):
+    browser.delete_all_cookies()
+    elsewhere = free_port()
+    # `/<TAB>/127.0.0.1:PORT/x`: a browser drops the tab and would go to //127.0.0.1:PORT/x.
+    browser.get(collector.base + f"/ui/login?next=%2F%09%2F127.0.0.1%3A{elsewhere}%2Fx")
+    browser.find_element(By.NAME, "token").send_keys(TOKEN)
+    browser.find_element(By.CSS_SELECTOR, "form.login button").click()
+    WebDriverWait(browser, 10).until(lambda d: "/ui/login" not in d.current_url)
+    assert browser.current_url == collector.base + "/", browser.current_url
+
+
+def test_another_site_cannot_frame_the_sign_in_form(collector, browser):
+    site = Path(tempfile.mkdtemp(prefix="cpt-other-site-"))
+    (site / "frame.html").write_text(
+        f'<!doctype html><iframe id="f" src="{collector.base}/ui/login" width="600" height="400"></iframe>')
+    port = free_port()
+    server = subprocess.Popen(["python3", "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                               "--directory", str(site)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/frame.html", timeout=2)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
+        policy_violations(browser)
+        browser.get(f"http://127.0.0.1:{port}/frame.html")
+        refused = WebDriverWait(browser, 10).until(lambda d: policy_violations(d))
+        assert any("frame-ancestors" in m for m in refused), refused
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        shutil.rmtree(site, ignore_errors=True)

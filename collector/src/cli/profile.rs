@@ -569,7 +569,7 @@ pub fn run_profile(args: ProfileArgs) -> anyhow::Result<()> {
     if let Some(url) = &args.collector {
         let remote = super::remote::Remote::new(url, &args.remote)?;
         let query = super::remote::selection_query(&args.select.selection());
-        let answer = remote.get(&format!("/profile?{query}"))?;
+        let answer = remote.get("/profile", &query)?;
         write_out(Some(&args.output), &answer.body)?;
         eprintln!(
             "cpt: wrote {} ({} bytes) from the collector at {url}",

@@ -1,19 +1,27 @@
 //! The CLI's client of a running collector's HTTP read API
 //! (`cpt show --collector`, `cpt profile --collector`): one `GET` at a time
-//! over HTTP/1.1, or HTTPS (rustls) for an `https://` URL, with the read
-//! token when the collector wants one.
+//! through hyper's client (HTTP/1.1, or HTTPS with rustls for an `https://`
+//! URL), with the read token when the collector wants one. Queries are
+//! built by the one encoder ([`Selection::to_query`]), so any service or
+//! endpoint name reaches the collector as it is.
 //!
 //! The read token comes from `--read-token-file FILE` or, failing that, the
 //! `CPT_READ_TOKEN` environment variable. An answer that is gRPC (the URL
 //! names the collector's gRPC port) is reported as such, naming the HTTP
 //! port to use instead.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use http_body_util::{BodyExt as _, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::records::selection::Selection;
 
 /// The environment variable the read token is taken from when no
 /// `--read-token-file` is given.
@@ -24,6 +32,12 @@ pub const READ_TOKEN_ENV: &str = "CPT_READ_TOKEN";
 const FORCED_HEADER: &str = "x-cpt-forced-records";
 /// The collector's `x-cpt-profile-source` answer header.
 const SOURCE_HEADER: &str = "x-cpt-profile-source";
+
+/// How long to wait for a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the collector may stay silent: before its answer's head, and
+/// between two pieces of its body.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How to reach a collector's read API.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -38,12 +52,9 @@ pub struct RemoteArgs {
     pub ca_file: Option<PathBuf>,
 }
 
-/// A connection to the collector, plain or TLS.
-trait Conn: Read + Write {}
-impl<T: Read + Write> Conn for T {}
-
-/// The rustls client configuration for `--ca-file` (or the system's roots).
-fn tls_config(ca_file: Option<&Path>) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
+/// The rustls client configuration for `--ca-file`, or the system's roots
+/// (none at all for a plain `http://` collector: no TLS is made).
+fn tls_config(ca_file: Option<&Path>, https: bool) -> anyhow::Result<rustls::ClientConfig> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject as _;
     let mut roots = rustls::RootCertStore::empty();
@@ -64,20 +75,20 @@ fn tls_config(ca_file: Option<&Path>) -> anyhow::Result<std::sync::Arc<rustls::C
                 })?;
             }
         }
-        None => {
+        None if https => {
             for cert in rustls_native_certs::load_native_certs().certs {
                 let _ = roots.add(cert);
             }
         }
+        None => {}
     }
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+    // ALPN (http/1.1) is the connector's to set.
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .context("TLS setup")?
         .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(std::sync::Arc::new(config))
+        .with_no_client_auth())
 }
 
 /// Where the read token came from, for error messages.
@@ -87,32 +98,40 @@ enum TokenSource {
     Env,
 }
 
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+
 /// A collector's HTTP address and the read token to show it.
-#[derive(Debug)]
 pub struct Remote {
     url: String,
-    authority: String,
-    token: Option<(String, TokenSource)>,
-    /// For an `https://` URL.
-    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// `scheme://authority` of the collector.
+    base: Uri,
+    token: Option<(HeaderValue, TokenSource)>,
+    client: Client<Connector, Empty<Bytes>>,
+    runtime: tokio::runtime::Runtime,
     /// The last answer left forced records out.
     withheld: std::cell::Cell<bool>,
 }
 
-/// A collector's answer: its headers (names lowercase) and body.
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|(_, from)| from))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A collector's answer: its headers and body.
 #[derive(Debug)]
 pub struct Answer {
-    headers: Vec<(String, String)>,
-    /// The body (dechunked).
+    headers: HeaderMap,
+    /// The body.
     pub body: Vec<u8>,
 }
 
 impl Answer {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
     /// Whether the collector has no read token and so left forced records
@@ -145,25 +164,37 @@ fn read_token_file(path: &Path) -> anyhow::Result<String> {
 }
 
 impl Remote {
-    /// Check `url` (`http://HOST:PORT`) and find the read token.
+    /// Check `url` (`http://HOST:PORT` or `https://HOST:PORT`) and find the
+    /// read token.
     ///
     /// # Errors
     ///
-    /// A URL of another form, an unreadable or empty token file.
+    /// A URL of another form, an unreadable or empty token file, a bad
+    /// `--ca-file`.
     pub fn new(url: &str, args: &RemoteArgs) -> anyhow::Result<Remote> {
-        let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
-            (Some(rest), _) => (rest, None),
-            (_, Some(rest)) => (rest, Some(tls_config(args.ca_file.as_deref())?)),
-            _ => bail!(
+        let bad = || {
+            anyhow::anyhow!(
                 "--collector {url:?}: expected http://HOST:PORT or https://HOST:PORT (the collector's \
                  HTTP address, `cpt serve --http`)"
-            ),
+            )
         };
-        let authority = rest.trim_end_matches('/');
+        let parsed: Uri = url.parse().map_err(|_| bad())?;
+        let https = match parsed.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(bad()),
+        };
+        let authority = parsed.authority().ok_or_else(bad)?.clone();
         anyhow::ensure!(
-            !authority.is_empty() && !authority.contains('/'),
+            matches!(parsed.path(), "" | "/") && parsed.query().is_none(),
             "--collector {url:?}: expected http://HOST:PORT without a path"
         );
+        let base = Uri::builder()
+            .scheme(parsed.scheme_str().unwrap_or("http"))
+            .authority(authority)
+            .path_and_query("/")
+            .build()
+            .map_err(|_| bad())?;
         let token = match &args.read_token_file {
             Some(path) => Some((read_token_file(path)?, TokenSource::File(path.clone()))),
             None => std::env::var(READ_TOKEN_ENV)
@@ -172,18 +203,38 @@ impl Remote {
                 .filter(|t| !t.is_empty())
                 .map(|t| (t, TokenSource::Env)),
         };
-        if let Some((t, from)) = &token {
-            anyhow::ensure!(
-                t.bytes().all(|b| b.is_ascii_graphic()),
-                "the read token from {} must be visible ASCII without spaces",
-                describe(from)
-            );
-        }
+        let token = match token {
+            Some((t, from)) => {
+                anyhow::ensure!(
+                    t.bytes().all(|b| b.is_ascii_graphic()),
+                    "the read token from {} must be visible ASCII without spaces",
+                    describe(&from)
+                );
+                let mut value = HeaderValue::from_str(&format!("Bearer {t}"))
+                    .context("the read token cannot travel in a header")?;
+                value.set_sensitive(true);
+                Some((value, from))
+            }
+            None => None,
+        };
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls_config(args.ca_file.as_deref(), https)?)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the HTTP client")?;
         Ok(Remote {
             url: url.to_owned(),
-            authority: authority.to_owned(),
+            base,
             token,
-            tls,
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            runtime,
             withheld: std::cell::Cell::new(false),
         })
     }
@@ -193,94 +244,95 @@ impl Remote {
         &self.url
     }
 
-    fn connect(&self) -> anyhow::Result<Box<dyn Conn>> {
-        let tcp = self.connect_tcp()?;
-        let Some(config) = &self.tls else {
-            return Ok(Box::new(tcp));
-        };
-        let host = self
-            .authority
-            .rsplit_once(':')
-            .map_or(self.authority.as_str(), |(h, _)| h)
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        let name = rustls::pki_types::ServerName::try_from(host.to_owned()).with_context(|| {
-            format!(
-                "--collector {:?}: {host:?} is not a TLS server name",
-                self.url
-            )
-        })?;
-        let conn = rustls::ClientConnection::new(config.clone(), name)
-            .with_context(|| format!("TLS to {}", self.url))?;
-        Ok(Box::new(rustls::StreamOwned::new(conn, tcp)))
-    }
-
-    fn connect_tcp(&self) -> anyhow::Result<TcpStream> {
-        let url = &self.url;
-        let addrs: Vec<_> = self
-            .authority
-            .to_socket_addrs()
-            .with_context(|| format!("--collector {url:?}: cannot resolve {}", self.authority))?
-            .collect();
-        let mut last = None;
-        for a in &addrs {
-            match TcpStream::connect_timeout(a, Duration::from_secs(5)) {
-                Ok(s) => {
-                    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-                    return Ok(s);
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        bail!(
-            "cannot reach the collector at {url}: {}; is `cpt serve --http` running there?",
-            last.map_or_else(|| "no address".to_owned(), |e| e.to_string())
-        )
-    }
-
-    /// `GET path_and_query`; the answer on 200, an error saying what to do
-    /// otherwise.
+    /// `GET path?query` (the query from [`Selection::to_query`] or
+    /// [`crate::records::query::encode`]); the answer on 200, an error
+    /// saying what to do otherwise.
     ///
     /// # Errors
     ///
     /// The collector cannot be reached, is not HTTP, is the gRPC port,
     /// wants the read token (or another one), or answers another status.
-    pub fn get(&self, path_and_query: &str) -> anyhow::Result<Answer> {
-        let url = &self.url;
-        let mut stream = self.connect()?;
-        let mut request = format!(
-            "GET {path_and_query} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-            self.authority
-        );
+    pub fn get(&self, path: &str, query: &str) -> anyhow::Result<Answer> {
+        let target = if query.is_empty() {
+            path.to_owned()
+        } else {
+            format!("{path}?{query}")
+        };
+        let uri = Uri::builder()
+            .scheme(self.base.scheme_str().unwrap_or("http"))
+            .authority(self.base.authority().map_or("", |a| a.as_str()))
+            .path_and_query(target.as_str())
+            .build()
+            .with_context(|| format!("{target:?} is not a request target"))?;
+        let mut request = http::Request::get(uri);
         if let Some((t, _)) = &self.token {
-            request.push_str(&format!("Authorization: Bearer {t}\r\n"));
+            request = request.header(header::AUTHORIZATION, t.clone());
         }
-        request.push_str("\r\n");
-        let tls_hint = if self.tls.is_some() {
+        let request = request
+            .body(Empty::<Bytes>::new())
+            .context("building the request")?;
+        let (status, headers, body) = self
+            .runtime
+            .block_on(self.exchange(request))
+            .map_err(|e| self.failure(e))?;
+        let answer = self.check(status, headers, body)?;
+        self.withheld.set(answer.forced_withheld());
+        Ok(answer)
+    }
+
+    /// Send `request` and read the whole answer, [`READ_TIMEOUT`] at most
+    /// between two of its pieces.
+    async fn exchange(
+        &self,
+        request: http::Request<Empty<Bytes>>,
+    ) -> Result<(StatusCode, HeaderMap, Vec<u8>), Failure> {
+        let response = tokio::time::timeout(READ_TIMEOUT, self.client.request(request))
+            .await
+            .map_err(|_| Failure::Timeout)?
+            .map_err(Failure::Client)?;
+        let (parts, mut body) = response.into_parts();
+        let mut out = Vec::new();
+        loop {
+            match tokio::time::timeout(READ_TIMEOUT, body.frame()).await {
+                Err(_) => return Err(Failure::Timeout),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(Failure::Body(e)),
+                Ok(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        out.extend_from_slice(data);
+                    }
+                }
+            }
+        }
+        Ok((parts.status, parts.headers, out))
+    }
+
+    /// What a failed exchange means for the operator.
+    fn failure(&self, e: Failure) -> anyhow::Error {
+        let url = &self.url;
+        let tls_hint = if self.base.scheme_str() == Some("https") {
             " (a TLS failure: is --ca-file the collector's CA, and the URL its name?)"
         } else {
             ""
         };
-        stream
-            .write_all(request.as_bytes())
-            .and_then(|()| stream.flush())
-            .with_context(|| format!("sending the query to the collector at {url}{tls_hint}"))?;
-        let mut raw = Vec::new();
-        match stream.read_to_end(&mut raw) {
-            Ok(_) => {}
-            // A TLS server that closes without close_notify after a
-            // `Connection: close` answer: the answer is whole when its
-            // framing says so (checked by `parse`).
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-            Err(e) => {
-                return Err(anyhow::Error::new(e).context(format!(
-                    "reading the collector's answer from {url}{tls_hint}"
-                )));
+        match e {
+            Failure::Client(e) if e.is_connect() => anyhow::anyhow!(
+                "cannot reach the collector at {url}: {}{tls_hint}; is `cpt serve --http` running there?",
+                error_chain(&e)
+            ),
+            Failure::Client(e) => anyhow::anyhow!(
+                "{url} did not answer with HTTP/1.1 ({}){tls_hint}; --collector takes the collector's \
+                 HTTP address (`cpt serve --http`, by default 127.0.0.1:7071)",
+                error_chain(&e)
+            ),
+            Failure::Body(e) => {
+                anyhow::anyhow!("{url}: the answer broke off ({}); retry", error_chain(&e))
             }
+            Failure::Timeout => anyhow::anyhow!(
+                "the collector at {url} sent nothing for {} s; is it overloaded?",
+                READ_TIMEOUT.as_secs()
+            ),
         }
-        let answer = self.parse(&raw)?;
-        self.withheld.set(answer.forced_withheld());
-        Ok(answer)
     }
 
     /// Whether the last answer left forced records out (the collector has
@@ -289,33 +341,14 @@ impl Remote {
         self.withheld.get()
     }
 
-    fn parse(&self, raw: &[u8]) -> anyhow::Result<Answer> {
+    fn check(
+        &self,
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Vec<u8>,
+    ) -> anyhow::Result<Answer> {
         let url = &self.url;
-        let not_http = || {
-            anyhow::anyhow!(
-                "{url} did not answer with HTTP/1.1; --collector takes the collector's HTTP address \
-                 (`cpt serve --http`, by default 127.0.0.1:7071)"
-            )
-        };
-        let split = raw
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .ok_or_else(not_http)?;
-        let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-        let mut lines = head.lines();
-        let status: u16 = lines
-            .next()
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(not_http)?;
-        let headers: Vec<(String, String)> = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-            .collect();
-        let mut answer = Answer {
-            headers,
-            body: raw[split + 4..].to_vec(),
-        };
+        let answer = Answer { headers, body };
         let grpc = answer.header("grpc-status").is_some()
             || answer
                 .header("content-type")
@@ -327,14 +360,6 @@ impl Remote {
                  (by default 127.0.0.1:7071)"
             );
         }
-        if answer
-            .header("transfer-encoding")
-            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
-        {
-            answer.body = dechunk(&answer.body).ok_or_else(|| {
-                anyhow::anyhow!("{url}: the answer broke off (bad or incomplete chunked body)")
-            })?;
-        }
         let error_text = || {
             let body = String::from_utf8_lossy(&answer.body);
             serde_json::from_str::<serde_json::Value>(&body)
@@ -343,8 +368,8 @@ impl Remote {
                 .unwrap_or_else(|| body.trim().to_owned())
         };
         match status {
-            200 => Ok(answer),
-            401 => match &self.token {
+            StatusCode::OK => Ok(answer),
+            StatusCode::UNAUTHORIZED => match &self.token {
                 None => bail!(
                     "the collector at {url} needs its read token: give --read-token-file FILE or set \
                      {READ_TOKEN_ENV} (the token of `cpt serve --read-token-file`)"
@@ -355,61 +380,46 @@ impl Remote {
                     describe(from)
                 ),
             },
-            404 => bail!(
+            StatusCode::NOT_FOUND => bail!(
                 "the collector at {url} has no such read API (HTTP 404): it is older than this cpt; upgrade it"
             ),
             _ => bail!(
-                "the collector at {url} answered HTTP {status}: {}",
+                "the collector at {url} answered HTTP {}: {}",
+                status.as_u16(),
                 error_text()
             ),
         }
     }
 }
 
-/// A selection as a `GET` query (values percent-encoded).
-pub fn selection_query(sel: &crate::records::selection::Selection) -> String {
-    sel.to_string()
-        .split(' ')
-        .map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            format!("{k}={}", percent_encode(v))
-        })
-        .collect::<Vec<_>>()
-        .join("&")
+/// Why an exchange with the collector failed.
+enum Failure {
+    Client(hyper_util::client::legacy::Error),
+    Body(hyper::Error),
+    Timeout,
 }
 
-fn percent_encode(s: &str) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
+/// An error and its sources, `: `-joined (hyper's own message is terse).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        cur = s.source();
     }
     out
+}
+
+/// A selection as a `GET` query: [`Selection::to_query`], the one encoder.
+pub fn selection_query(sel: &Selection) -> String {
+    sel.to_query()
 }
 
 fn describe(from: &TokenSource) -> String {
     match from {
         TokenSource::File(p) => format!("--read-token-file {}", p.display()),
         TokenSource::Env => READ_TOKEN_ENV.to_owned(),
-    }
-}
-
-fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = b.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = std::str::from_utf8(&b[..eol]).ok()?;
-        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        b = &b[eol + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(b.get(..size)?);
-        b = b.get(size + 2..)?;
     }
 }
 
@@ -471,32 +481,46 @@ mod tests {
     use super::*;
 
     fn remote() -> Remote {
-        Remote {
-            url: "http://127.0.0.1:1".into(),
-            authority: "127.0.0.1:1".into(),
-            token: None,
-            tls: None,
-            withheld: std::cell::Cell::new(false),
-        }
+        Remote::new("http://127.0.0.1:1", &RemoteArgs::default()).unwrap()
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    http::HeaderName::from_static(k),
+                    HeaderValue::from_static(v),
+                )
+            })
+            .collect()
     }
 
     #[test]
     fn a_grpc_answer_names_the_http_port_instead() {
-        let raw = b"HTTP/1.1 200 OK\r\ncontent-type: application/grpc\r\ngrpc-status: 12\r\n\r\n";
-        let err = remote().parse(raw).unwrap_err().to_string();
+        let h = headers(&[("content-type", "application/grpc"), ("grpc-status", "12")]);
+        let err = remote()
+            .check(StatusCode::OK, h, Vec::new())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("gRPC port"), "{err}");
         assert!(err.contains("cpt serve --http"), "{err}");
     }
 
     #[test]
     fn unauthorized_says_where_the_read_token_goes() {
-        let raw = b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 2\r\n\r\n{}";
-        let err = remote().parse(raw).unwrap_err().to_string();
+        let err = remote()
+            .check(StatusCode::UNAUTHORIZED, HeaderMap::new(), b"{}".to_vec())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--read-token-file"), "{err}");
         assert!(err.contains(READ_TOKEN_ENV), "{err}");
         let mut with = remote();
-        with.token = Some(("x".into(), TokenSource::Env));
-        let err = with.parse(raw).unwrap_err().to_string();
+        with.token = Some((HeaderValue::from_static("Bearer x"), TokenSource::Env));
+        let err = with
+            .check(StatusCode::UNAUTHORIZED, HeaderMap::new(), b"{}".to_vec())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("refused the read token from CPT_READ_TOKEN"),
             "{err}"
@@ -504,14 +528,59 @@ mod tests {
     }
 
     #[test]
-    fn a_broken_chunked_answer_is_an_error_not_a_short_answer() {
-        let raw = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nab";
-        let err = remote().parse(raw).unwrap_err().to_string();
-        assert!(err.contains("broke off"), "{err}");
-        let ok = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nx-cpt-forced-records: withheld\r\n\r\n2\r\nab\r\n0\r\n\r\n";
-        let a = remote().parse(ok).unwrap();
-        assert_eq!(a.body, b"ab");
-        assert!(a.forced_withheld());
+    fn an_error_answer_shows_the_collectors_message() {
+        let a = remote()
+            .check(
+                StatusCode::BAD_REQUEST,
+                HeaderMap::new(),
+                br#"{"error":"bad profile query"}"#.to_vec(),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(a.ends_with("answered HTTP 400: bad profile query"), "{a}");
+        let ok = remote()
+            .check(
+                StatusCode::OK,
+                headers(&[("x-cpt-forced-records", "withheld")]),
+                b"ab".to_vec(),
+            )
+            .unwrap();
+        assert_eq!(ok.body, b"ab");
+        assert!(ok.forced_withheld());
+    }
+
+    #[test]
+    fn the_collector_url_is_scheme_host_and_port_only() {
+        for bad in [
+            "127.0.0.1:7071",
+            "grpc://h:1",
+            "http://h:1/x",
+            "http://h:1/?a=1",
+            "http://",
+        ] {
+            let err = Remote::new(bad, &RemoteArgs::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("expected http://HOST:PORT"), "{bad}: {err}");
+        }
+        assert!(Remote::new("http://h:1/", &RemoteArgs::default()).is_ok());
+    }
+
+    #[test]
+    fn the_query_of_any_name_reaches_the_collector_whole() {
+        let sel = Selection::new()
+            .with_service("shop & co")
+            .with_endpoint("GET /quote/{item}")
+            .with_label("team", "a+b #1 100% ü");
+        let q = selection_query(&sel);
+        assert_eq!(
+            Selection::from_query(&q).unwrap(),
+            sel.clone().with_triggers(sel.triggers())
+        );
+        assert!(
+            !q.contains(' ') && !q.contains('{') && !q.contains('#'),
+            "{q}"
+        );
     }
 
     #[test]

@@ -79,9 +79,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     pub ingest_token_file: Option<PathBuf>,
     /// Require `Authorization: Bearer <token>` on every read (GET /v1/records, /profile,
-    /// /v1/stats; /healthz stays open), the token being this file's content. A role separate
-    /// from the ingest token. Without it anyone who can reach the HTTP port reads sampled
-    /// records, and forced records are served to no one.
+    /// /v1/stats and the web pages, which also take the sign-in cookie; /healthz stays open),
+    /// the token being this file's content. A role separate from the ingest token. Without it
+    /// anyone who can reach the HTTP port reads sampled records, and forced records are served
+    /// to no one, by the API or the pages.
     #[arg(long, value_name = "PATH")]
     pub read_token_file: Option<PathBuf>,
     /// Serve both ports over TLS with this PEM certificate chain (with --tls-key). Senders then
@@ -351,7 +352,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 if config_has_read_token {
                     "sign in with the token from --read-token-file"
                 } else {
-                    "open to anyone who can reach the port; see --read-token-file"
+                    "open to anyone who can reach the port, forced requests withheld; see --read-token-file"
                 }
             );
         }

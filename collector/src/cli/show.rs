@@ -84,7 +84,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 enum Source<'a> {
     Store(&'a std::path::Path),
     Files(&'a [PathBuf]),
-    Collector(Remote),
+    Collector(Box<Remote>),
 }
 
 impl Source<'_> {
@@ -106,7 +106,7 @@ impl Source<'_> {
     fn profile(&self, sel: &Selection) -> anyhow::Result<Aggregate> {
         match self {
             Source::Collector(remote) => {
-                let answer = remote.get(&format!("/profile?{}", selection_query(sel)))?;
+                let answer = remote.get("/profile", &selection_query(sel))?;
                 crate::profile::pprof::read_aggregate(&answer.body).with_context(|| {
                     format!(
                         "the collector {} sent a profile that does not decode",
@@ -152,8 +152,9 @@ impl Source<'_> {
                 Ok(out)
             }
             Source::Collector(remote) => {
-                let query = format!("{}&limit={limit}", selection_query(sel));
-                let answer = remote.get(&format!("/v1/records?{query}"))?;
+                let mut pairs = sel.pairs();
+                pairs.push(("limit", limit.to_string()));
+                let answer = remote.get("/v1/records", &crate::records::query::encode(pairs))?;
                 let url = remote.url();
                 let body = String::from_utf8(answer.body)
                     .context("the collector's answer is not UTF-8")?;
@@ -342,7 +343,7 @@ pub fn run(args: ShowArgs) -> anyhow::Result<()> {
 pub fn show(args: &ShowArgs) -> anyhow::Result<String> {
     let source = match (&args.store, &args.collector) {
         (Some(s), _) => Source::Store(s),
-        (_, Some(u)) => Source::Collector(Remote::new(u, &args.remote)?),
+        (_, Some(u)) => Source::Collector(Box::new(Remote::new(u, &args.remote)?)),
         _ if !args.inputs.is_empty() => Source::Files(&args.inputs),
         _ => bail!(
             "no input: give --store PATH, --collector http://HOST:PORT, or JSON Lines record files"

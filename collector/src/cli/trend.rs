@@ -83,11 +83,7 @@ pub fn run(args: TrendArgs) -> anyhow::Result<()> {
         let remote = super::remote::Remote::new(url, &args.remote)?;
         let mut all: Vec<(&str, String)> = pairs;
         all.push(("format", if args.csv { "csv" } else { "text" }.to_owned()));
-        let query: Vec<String> = all
-            .iter()
-            .map(|(k, v)| format!("{k}={}", encode(v)))
-            .collect();
-        let answer = remote.get(&format!("/v1/trend?{}", query.join("&")))?;
+        let answer = remote.get("/v1/trend", &crate::records::query::encode(all))?;
         print!("{}", String::from_utf8_lossy(&answer.body));
         return Ok(());
     }
@@ -119,17 +115,4 @@ fn from_store(path: &std::path::Path, _: &[(&str, String)], _: bool) -> anyhow::
         "--store {}: this cpt was built without the `server` feature (no SQLite store); use --collector",
         path.display()
     )
-}
-
-/// A query value percent-encoded (RFC 3986 unreserved characters kept).
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }

@@ -32,6 +32,7 @@ mod mix;
 pub mod packed;
 #[cfg(feature = "parquet")]
 pub mod parquet;
+pub mod query;
 pub mod selection;
 
 pub use error::{GZIP_MAGIC, PARQUET_MAGIC, SQLITE_MAGIC};

@@ -223,6 +223,10 @@ impl fmt::Display for PercentileBand {
     }
 }
 
+/// Most label filters one selection may hold: each is a condition of the
+/// store's query, and a query of thousands would be refused by SQLite.
+pub const MAX_LABELS: usize = 64;
+
 /// Which records to aggregate. See the [module docs](self).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Selection {
@@ -421,6 +425,12 @@ impl Selection {
             "since" => self.since = Some(parse_time(value)?),
             "until" => self.until = Some(parse_time(value)?),
             "label" => {
+                if self.labels.len() >= MAX_LABELS {
+                    return Err(SelectionError::new(format!(
+                        "more than {MAX_LABELS} label filters, over the limit of {MAX_LABELS}; \
+                         narrow the selection another way (service, endpoint, time range)"
+                    )));
+                }
                 let (k, v) = value.split_once('=').ok_or_else(|| {
                     SelectionError::new(format!("label {value:?}: expected key=value"))
                 })?;
@@ -461,46 +471,63 @@ impl Selection {
     /// As [`Selection::set`], or on bad percent-encoding.
     pub fn from_query(query: &str) -> Result<Self, SelectionError> {
         let mut sel = Selection::new();
-        for pair in query.trim_start_matches('?').split('&') {
-            if pair.is_empty() {
-                continue;
-            }
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            sel.set(&percent_decode(k)?, &percent_decode(v)?)?;
+        let pairs = super::query::decode(query).map_err(|e| SelectionError::new(e.to_string()))?;
+        for (k, v) in pairs {
+            sel.set(&k, &v)?;
         }
         Ok(sel)
+    }
+
+    /// The selection as `key=value` pairs, every key explicit (the trigger
+    /// too), times as Unix nanoseconds: what [`Selection::from_query`] and
+    /// [`Selection::set`] read back to the same selection.
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        if let Some(s) = &self.service {
+            v.push(("service", s.clone()));
+        }
+        if let Some(e) = &self.endpoint {
+            v.push(("endpoint", e.clone()));
+        }
+        if let Some(t) = self.since {
+            v.push(("since", t.to_string()));
+        }
+        if let Some(t) = self.until {
+            v.push(("until", t.to_string()));
+        }
+        for (k, val) in &self.labels {
+            v.push(("label", format!("{k}={val}")));
+        }
+        if let Some(b) = self.percentile {
+            v.push(("percentile", b.to_string()));
+        }
+        if let Some(id) = &self.request_id {
+            v.push(("request_id", id.clone()));
+        }
+        if let Some(id) = &self.trace_id {
+            v.push(("trace_id", id.clone()));
+        }
+        v.push(("trigger", self.triggers().as_str().to_owned()));
+        v
+    }
+
+    /// The selection as a URL query string ([`Selection::pairs`] through
+    /// the one encoder, [`super::query::encode`]): `GET /profile?…` of a
+    /// collector reads it back to this selection, whatever the names hold.
+    pub fn to_query(&self) -> String {
+        super::query::encode(self.pairs())
     }
 }
 
 impl fmt::Display for Selection {
-    /// The selection as space-separated `key=value` pairs (for profile comments).
+    /// The selection as space-separated `key=value` pairs (for profile
+    /// comments and messages; [`Selection::to_query`] for a URL).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts = Vec::new();
-        if let Some(s) = &self.service {
-            parts.push(format!("service={s}"));
-        }
-        if let Some(e) = &self.endpoint {
-            parts.push(format!("endpoint={e}"));
-        }
-        if let Some(s) = self.since {
-            parts.push(format!("since={s}"));
-        }
-        if let Some(u) = self.until {
-            parts.push(format!("until={u}"));
-        }
-        for (k, v) in &self.labels {
-            parts.push(format!("label={k}={v}"));
-        }
-        if let Some(b) = self.percentile {
-            parts.push(format!("percentile={b}"));
-        }
-        if let Some(id) = &self.request_id {
-            parts.push(format!("request_id={id}"));
-        }
-        if let Some(id) = &self.trace_id {
-            parts.push(format!("trace_id={id}"));
-        }
-        parts.push(format!("trigger={}", self.triggers().as_str()));
+        let parts: Vec<String> = self
+            .pairs()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         f.write_str(&parts.join(" "))
     }
 }
@@ -550,32 +577,6 @@ pub fn parse_time(s: &str) -> Result<u64, SelectionError> {
 /// Format Unix nanoseconds as RFC 3339 (for reports).
 pub fn format_time(unix_nanos: u64) -> String {
     humantime::format_rfc3339_nanos(UNIX_EPOCH + Duration::from_nanos(unix_nanos)).to_string()
-}
-
-pub(crate) fn percent_decode(s: &str) -> Result<String, SelectionError> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = b
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| {
-                        SelectionError::new(format!("{s:?}: bad percent-encoding at byte {i}"))
-                    })?;
-                out.push(hex);
-                i += 2;
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8(out)
-        .map_err(|_| SelectionError::new(format!("{s:?}: percent-decodes to invalid UTF-8")))
 }
 
 /// A selection filter that does not parse; the message names the filter and

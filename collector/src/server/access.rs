@@ -14,12 +14,26 @@
 //! forced on a specific request (often a specific customer's), so their
 //! labels and ids are never served to a caller without the read token. An
 //! open collector leaves them out of every answer, and refuses a query for
-//! `trigger=forced` (see [`ReadAccess::withholds_forced`]).
+//! `trigger=forced` (see [`Reader::restrict`]).
+//!
+//! # The read policy
+//!
+//! [`ReadAccess::decide`] is the one function that decides what a caller
+//! may see: nothing (no read token shown where one is needed), or a
+//! [`Reader`]. The route guard (`routes.rs`) calls it for every route the
+//! table marks as a read (the API, the pages, the SVGs, the pprof download)
+//! and hands the [`Reader`] to the handler as a request extension; a
+//! handler without it cannot run (axum answers 500), so a read route left
+//! out of the guard fails closed. Every store read a handler makes goes
+//! through [`Reader::restrict`], which turns its selection into one that
+//! keeps only what this caller may see.
 
 use std::sync::Arc;
 
 use http::HeaderMap;
 use http::header::{AUTHORIZATION, COOKIE};
+
+use crate::records::selection::{Selection, TriggerFilter};
 
 /// The cookie a browser presents the read token in.
 pub(crate) const READ_COOKIE: &str = "cpt_read_token";
@@ -47,10 +61,13 @@ impl ReadAccess {
         self.token.is_none()
     }
 
-    /// Whether forced records are left out of this caller's answers: the
-    /// collector has no read token, so nobody has shown one.
-    pub(crate) fn withholds_forced(&self) -> bool {
-        self.is_open()
+    /// The read policy: what a request with these headers may see, or
+    /// `None` when it needs the read token and did not show it.
+    pub(crate) fn decide(&self, headers: &HeaderMap) -> Option<Reader> {
+        if self.is_open() {
+            return Some(Reader { forced: false });
+        }
+        self.allows(headers).then_some(Reader { forced: true })
     }
 
     /// Whether a request with these headers may read: reads are open, or it
@@ -83,6 +100,50 @@ impl ReadAccess {
             }
         }
         ok
+    }
+}
+
+/// What one caller may see ([`ReadAccess::decide`]): every record (it
+/// showed the read token), or sampled records only (the collector has no
+/// read token, so nobody has shown one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reader {
+    forced: bool,
+}
+
+/// A caller without the read token asked for forced records outright.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Withheld;
+
+impl Withheld {
+    /// What the caller is told.
+    pub(crate) const MESSAGE: &'static str = "forced records are only served with the read token, \
+        and this collector has none: start `cpt serve` with --read-token-file FILE and read with that token";
+}
+
+impl Reader {
+    /// Whether forced records are served to this caller.
+    pub(crate) fn sees_forced(self) -> bool {
+        self.forced
+    }
+
+    /// `sel` narrowed to what this caller may see: unchanged for a caller
+    /// with the read token; sampled records only otherwise (`trigger=all`
+    /// and a request or trace id become sampled-only, so a forced record's
+    /// id matches nothing).
+    ///
+    /// # Errors
+    ///
+    /// [`Withheld`] for `trigger=forced` without the read token.
+    pub(crate) fn restrict(self, sel: Selection) -> Result<Selection, Withheld> {
+        if self.forced {
+            return Ok(sel);
+        }
+        match sel.triggers() {
+            TriggerFilter::Sampled => Ok(sel.with_triggers(TriggerFilter::Sampled)),
+            TriggerFilter::All => Ok(sel.with_triggers(TriggerFilter::Sampled)),
+            TriggerFilter::Forced => Err(Withheld),
+        }
     }
 }
 
@@ -145,10 +206,42 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_narrows_every_selection_of_a_reader_without_the_token() {
+        let open = ReadAccess::new(None::<&str>)
+            .decide(&HeaderMap::new())
+            .unwrap();
+        let token = ReadAccess::new(Some("t"));
+        assert_eq!(token.decide(&HeaderMap::new()), None);
+        let full = token
+            .decide(&headers(&[("authorization", "Bearer t")]))
+            .unwrap();
+        assert!(!open.sees_forced() && full.sees_forced());
+        // (case, query, what the open reader gets: Some(trigger) or refused)
+        #[rustfmt::skip]
+        let cases: &[(&str, &str, Option<TriggerFilter>)] = &[
+            ("default",        "service=A",              Some(TriggerFilter::Sampled)),
+            ("all",            "trigger=all",            Some(TriggerFilter::Sampled)),
+            ("forced",         "trigger=forced",         None),
+            ("request id",     "request_id=forced-1",    Some(TriggerFilter::Sampled)),
+            ("trace id",       "trace_id=4bf92f3577b34da6a3ce929d0e0e4736", Some(TriggerFilter::Sampled)),
+            ("id and all",     "request_id=x&trigger=all", Some(TriggerFilter::Sampled)),
+        ];
+        for (case, q, want) in cases {
+            let sel = Selection::from_query(q).unwrap();
+            assert_eq!(
+                open.restrict(sel.clone()).ok().map(|s| s.triggers()),
+                *want,
+                "{case}"
+            );
+            assert_eq!(full.restrict(sel.clone()), Ok(sel), "{case}");
+        }
+    }
+
+    #[test]
     fn open_access_allows_anyone_but_withholds_forced_records() {
         let open = ReadAccess::new(None::<&str>);
         assert!(open.is_open());
-        assert!(open.withholds_forced());
+        assert!(!open.decide(&HeaderMap::new()).unwrap().sees_forced());
         assert!(open.allows(&HeaderMap::new()));
         // An empty token file is no token at all.
         assert!(ReadAccess::new(Some("  ")).is_open());
@@ -158,7 +251,6 @@ mod tests {
     fn read_token_is_accepted_as_bearer_or_cookie_and_nothing_else() {
         let read = ReadAccess::new(Some("r34d\n"));
         assert!(!read.is_open());
-        assert!(!read.withholds_forced());
         // (case, request headers, allowed)
         type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool);
         let cases: &[Case<'_>] = &[

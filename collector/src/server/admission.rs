@@ -219,8 +219,6 @@ pub(super) struct Ingest {
     pub(super) gauges: Arc<super::retention::StoreGauges>,
     /// `--max-store-bytes`, for `/metrics`.
     pub(super) max_store_bytes: Option<u64>,
-    /// `/metrics` answers without the read token.
-    pub(super) metrics_open: bool,
     /// Connections open on either port.
     pub(super) connections: Arc<AtomicU64>,
 }

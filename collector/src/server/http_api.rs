@@ -8,12 +8,13 @@
 //! records as JSON Lines, oldest first, forced or not when an id is given; an
 //! empty body when none matches (yet).
 //!
-//! Every read needs the read token when the collector has one
-//! ([`super::access`]); without one, forced records are withheld and the
-//! answer says so in [`FORCED_HEADER`].
+//! Every route is behind the route guard (`routes.rs`): a read handler runs
+//! only once the read policy ([`super::access`]) let the caller in, and
+//! narrows every selection to what that [`Reader`] may see.
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Router;
 use axum::body::Body as AxumBody;
 use axum::extract::{RawQuery, State};
@@ -21,18 +22,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 
-use super::access::ReadAccess;
+use super::access::{Reader, Withheld};
 use super::admission::{BodyFailure, Ingest, Reject, SubmitError};
 use super::errlog;
 use super::receiving::PeerIp;
 use super::store::{ProfileSource, Store, StoreError};
-use super::{DEFAULT_RECORDS_LIMIT, MAX_PROFILE_FILTERS, MAX_RECORDS_LIMIT};
+use super::{DEFAULT_RECORDS_LIMIT, MAX_RECORDS_LIMIT};
 use crate::ingest::{self, BatchError, BodyFormat};
-use crate::records::selection::{Selection, TriggerFilter};
-
-/// On every read answer of a collector without a read token:
-/// `withheld`, forced records were left out.
-pub(crate) const FORCED_HEADER: &str = "x-cpt-forced-records";
+use crate::records::query;
+use crate::records::selection::Selection;
 
 /// On every `GET /profile` answer: where its numbers came from, `raw`,
 /// `rollups` or `rollups+raw` ([`ProfileSource`]).
@@ -235,10 +233,7 @@ fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
     Ok(out)
 }
 
-async fn get_stats(State(ingest): State<Arc<Ingest>>, headers: HeaderMap) -> Response {
-    if let Some(denied) = read_denied(&ingest.read, &headers) {
-        return denied;
-    }
+async fn get_stats(State(ingest): State<Arc<Ingest>>, Extension(_): Extension<Reader>) -> Response {
     let s = ingest.counters.snapshot();
     json_response(
         StatusCode::OK,
@@ -254,41 +249,9 @@ async fn get_stats(State(ingest): State<Arc<Ingest>>, headers: HeaderMap) -> Res
     )
 }
 
-/// `Some(401)` unless the request may read.
-pub(super) fn read_denied(read: &ReadAccess, headers: &HeaderMap) -> Option<Response> {
-    if read.allows(headers) {
-        return None;
-    }
-    let mut resp = json_response(
-        StatusCode::UNAUTHORIZED,
-        &serde_json::json!({ "error": "reading needs the collector's read token: send `Authorization: Bearer <token>` (cpt show/profile: --read-token-file FILE or CPT_READ_TOKEN); the ingest token does not read" }),
-    );
-    resp.headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    Some(resp)
-}
-
-/// Without a read token, a selection keeps sampled records only: forced
-/// records' labels and ids are never served nor matched. Asking for them
-/// outright is refused, saying why.
-fn restrict(read: &ReadAccess, sel: Selection) -> Result<Selection, ProfileError> {
-    if !read.withholds_forced() {
-        return Ok(sel);
-    }
-    match sel.triggers() {
-        TriggerFilter::Sampled => Ok(sel),
-        TriggerFilter::All => Ok(sel.with_triggers(TriggerFilter::Sampled)),
-        TriggerFilter::Forced => Err(ProfileError::Forbidden(
-            "forced records are only served with the read token, and this collector has none: start `cpt serve` with --read-token-file FILE and read with that token"
-                .into(),
-        )),
-    }
-}
-
-fn mark_withheld(read: &ReadAccess, resp: &mut Response) {
-    if read.withholds_forced() {
-        resp.headers_mut()
-            .insert(FORCED_HEADER, HeaderValue::from_static("withheld"));
+impl From<Withheld> for ProfileError {
+    fn from(_: Withheld) -> Self {
+        ProfileError::Forbidden(Withheld::MESSAGE.into())
     }
 }
 
@@ -323,17 +286,13 @@ impl ProfileError {
 
 async fn get_profile(
     State(ingest): State<Arc<Ingest>>,
-    headers: HeaderMap,
+    Extension(reader): Extension<Reader>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if let Some(denied) = read_denied(&ingest.read, &headers) {
-        return denied;
-    }
     let path = ingest.store_path.clone();
     let query = query.unwrap_or_default();
-    let read = ingest.read.clone();
-    let built = super::reads::run(move || profile_from_store(&path, &query, &read)).await;
-    let mut resp = match built {
+    let built = super::reads::run(move || profile_from_store(&path, &query, reader)).await;
+    match built {
         Ok(Ok((gz, source))) => (
             StatusCode::OK,
             [
@@ -355,9 +314,7 @@ async fn get_profile(
             StatusCode::INTERNAL_SERVER_ERROR,
             &serde_json::json!({ "error": format!("profile task failed: {e}") }),
         ),
-    };
-    mark_withheld(&ingest.read, &mut resp);
-    resp
+    }
 }
 
 enum ProfileError {
@@ -373,17 +330,11 @@ const PROFILE_BATCH: usize = 16 * 1024;
 fn profile_from_store(
     path: &std::path::Path,
     query: &str,
-    read: &ReadAccess,
+    reader: Reader,
 ) -> Result<(Vec<u8>, ProfileSource), ProfileError> {
-    let params = query.split('&').filter(|p| !p.is_empty()).count();
-    if params > MAX_PROFILE_FILTERS {
-        return Err(ProfileError::BadQuery(format!(
-            "bad profile query: {params} parameters, over the limit of {MAX_PROFILE_FILTERS}; narrow the selection"
-        )));
-    }
     let sel = Selection::from_query(query)
         .map_err(|e| ProfileError::BadQuery(format!("bad profile query {query:?}: {e}")))?;
-    let sel = restrict(read, sel)?;
+    let sel = reader.restrict(sel)?;
     let store = Store::open_read_only(path).map_err(ProfileError::Store)?;
     let agg = crate::profile::aggregate::Aggregator::new(sel.clone());
     let (agg, source) = store
@@ -402,14 +353,11 @@ const RECORDS_CHUNKS_IN_FLIGHT: usize = 4;
 
 async fn get_records(
     State(ingest): State<Arc<Ingest>>,
-    headers: HeaderMap,
+    Extension(reader): Extension<Reader>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if let Some(denied) = read_denied(&ingest.read, &headers) {
-        return denied;
-    }
     let query = query.unwrap_or_default();
-    let q = match records_query(&query, &ingest.read) {
+    let q = match records_query(&query, reader) {
         Ok(q) => q,
         Err(e) => return e.into_response("reading records failed"),
     };
@@ -417,7 +365,7 @@ async fn get_records(
     let (started_tx, started) = tokio::sync::oneshot::channel();
     let (chunks_tx, chunks) = tokio::sync::mpsc::channel(RECORDS_CHUNKS_IN_FLIGHT);
     super::reads::spawn(move || stream_records(&path, &q, started_tx, &chunks_tx));
-    let mut resp = match started.await {
+    match started.await {
         Ok(Ok(())) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, ingest::CONTENT_TYPE_JSON_LINES)],
@@ -429,9 +377,7 @@ async fn get_records(
             StatusCode::INTERNAL_SERVER_ERROR,
             &serde_json::json!({ "error": "records task failed" }),
         ),
-    };
-    mark_withheld(&ingest.read, &mut resp);
-    resp
+    }
 }
 
 type Chunk = Result<bytes::Bytes, std::io::Error>;
@@ -501,13 +447,13 @@ impl hyper::body::Body for ChunkBody {
 }
 
 /// Split `limit=N` off a `GET /v1/records` query; the rest is a selection.
-fn records_query(query: &str, read: &ReadAccess) -> Result<super::store::StoreQuery, ProfileError> {
+fn records_query(query: &str, reader: Reader) -> Result<super::store::StoreQuery, ProfileError> {
     let bad = |msg: String| ProfileError::BadQuery(format!("bad records query {query:?}: {msg}"));
     let mut limit = DEFAULT_RECORDS_LIMIT;
-    let mut rest = Vec::new();
-    for pair in query.trim_start_matches('?').split('&') {
-        match pair.split_once('=') {
-            Some(("limit", n)) => {
+    let mut sel = Selection::new();
+    for (k, n) in query::decode(query).map_err(|e| bad(e.to_string()))? {
+        match k.as_str() {
+            "limit" => {
                 limit = n
                     .parse::<u64>()
                     .ok()
@@ -520,10 +466,9 @@ fn records_query(query: &str, read: &ReadAccess) -> Result<super::store::StoreQu
                     )));
                 }
             }
-            _ => rest.push(pair),
+            _ => sel.set(&k, &n).map_err(|e| bad(e.to_string()))?,
         }
     }
-    let sel = Selection::from_query(&rest.join("&")).map_err(|e| bad(e.to_string()))?;
     if sel.percentile().is_some() {
         return Err(bad(
             "percentile is a profile's band (GET /profile); records are selected by request_id, \
@@ -531,7 +476,7 @@ fn records_query(query: &str, read: &ReadAccess) -> Result<super::store::StoreQu
                 .into(),
         ));
     }
-    let sel = restrict(read, sel)?;
+    let sel = reader.restrict(sel)?;
     let mut q = super::store::StoreQuery::from_selection(&sel);
     q.limit = Some(limit);
     Ok(q)

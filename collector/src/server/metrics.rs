@@ -1,7 +1,7 @@
 //! `GET /metrics`: the collector's counters and gauges in the Prometheus
 //! text exposition format (version 0.0.4), for any monitoring stack to
-//! scrape. Protected like every other read (the read token) unless
-//! `cpt serve --metrics-open`.
+//! scrape. Protected like every other read (the read token; the route
+//! guard's `Access::Metrics`) unless `cpt serve --metrics-open`.
 //!
 //! The series read atomics the ingest path and the writer's upkeep already
 //! keep ([`Counters`], [`StoreGauges`]); a scrape never touches the store.
@@ -17,7 +17,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use http::{HeaderMap, StatusCode, header};
+use http::{StatusCode, header};
 
 use super::admission::{Counters, Ingest, Reject};
 use super::retention::StoreGauges;
@@ -255,12 +255,9 @@ pub(super) fn router(ingest: Arc<Ingest>) -> Router {
         .with_state(ingest)
 }
 
-async fn get_metrics(State(ingest): State<Arc<Ingest>>, headers: HeaderMap) -> Response {
-    if !ingest.metrics_open
-        && let Some(denied) = super::http_api::read_denied(&ingest.read, &headers)
-    {
-        return denied;
-    }
+/// Behind the route guard (`routes.rs`, `Access::Metrics`): the read
+/// policy, unless `--metrics-open`.
+async fn get_metrics(State(ingest): State<Arc<Ingest>>) -> Response {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));

@@ -55,7 +55,9 @@
 //! | `writer.rs` | the single writer thread's group commit |
 //! | `staging.rs` | Parquet files staged until the store commits, settled at start |
 //! | `http_api.rs` | `POST /v1/records`, `GET /v1/records`, `GET /profile`, `GET /v1/stats`, `GET /healthz` |
-//! | `access.rs` | who may read (the read token), bearer parsing |
+//! | `routes.rs` | every route in one table, and the guard in front of them all: query limit, same-origin POSTs, the read policy |
+//! | `access.rs` | the read policy: who may read (the read token) and what (forced records), bearer parsing |
+//! | `headers.rs` | the security headers of every answer, the flame graphs' policy |
 //! | `errlog.rs` | failure details for the operator's log, rate-limited |
 //! | `grpc_api.rs` | `cpt.collector.v1.Collector/Export` |
 //! | `receiving.rs` | receiving slots shared fairly between peer addresses, the minimum body rate |
@@ -80,12 +82,14 @@ mod access;
 mod admission;
 mod errlog;
 mod grpc_api;
+mod headers;
 mod http_api;
 mod listen;
 mod metrics;
 mod reads;
 mod receiving;
 mod retention;
+mod routes;
 mod staging;
 pub mod store;
 mod tls;
@@ -133,8 +137,12 @@ pub const DEFAULT_RECORDS_LIMIT: u64 = 1000;
 /// with `since` / `until`). The answer is streamed, so the cap bounds the
 /// work one query costs, not memory.
 pub const MAX_RECORDS_LIMIT: u64 = 100_000;
-/// Most filters (`label=` and the like) one `GET /profile` query may have.
-pub const MAX_PROFILE_FILTERS: usize = 64;
+/// Most parameters one query may have, on every route of the HTTP port (400
+/// beyond, naming the limit).
+pub use routes::MAX_QUERY_PARAMS;
+/// Most filters (`label=` and the like) one `GET /profile` query may have:
+/// [`MAX_QUERY_PARAMS`], as on every route.
+pub const MAX_PROFILE_FILTERS: usize = MAX_QUERY_PARAMS;
 
 /// What `cpt serve` runs.
 #[derive(Clone, Debug)]
@@ -564,7 +572,6 @@ impl Collector {
             keep_records,
             gauges,
             max_store_bytes: config.retention.max_store_bytes,
-            metrics_open: config.metrics_open,
             connections: Arc::default(),
         });
         let (stop, stopped) = watch::channel(false);
@@ -607,6 +614,16 @@ impl Collector {
                         ui::ReadGate::new(config.read_token.as_deref()),
                     )
                     .with_tls(tls.is_some()),
+                ))
+                .fallback(routes::fallback)
+                // Every route, the fallback too, is behind the guard.
+                .layer(axum::middleware::from_fn_with_state(
+                    routes::Guard {
+                        read: ingest.read.clone(),
+                        tls: tls.is_some(),
+                        metrics_open: config.metrics_open,
+                    },
+                    routes::guard,
                 ));
             let stopped = stopped.clone();
             let tls = tls.clone();

@@ -11,12 +11,12 @@ use axum::Router;
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use http::{HeaderMap, StatusCode, header};
+use http::{StatusCode, header};
 
 use super::admission::Ingest;
 use super::store::Store;
 use super::store::rollup::TrendQuery;
-use crate::records::selection::percent_decode;
+use crate::records::query;
 
 pub(super) fn router(ingest: Arc<Ingest>) -> Router {
     Router::new()
@@ -39,37 +39,20 @@ fn now_unix_nanos() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// The decoded pairs of a query string.
-pub(crate) fn pairs(raw: &str) -> Result<Vec<(String, String)>, String> {
-    raw.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            Ok((
-                percent_decode(k).map_err(|e| e.to_string())?,
-                percent_decode(v).map_err(|e| e.to_string())?,
-            ))
-        })
-        .collect()
-}
-
-async fn get_trend(
-    State(ingest): State<Arc<Ingest>>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
-) -> Response {
-    if let Some(denied) = super::http_api::read_denied(&ingest.read, &headers) {
-        return denied;
-    }
+/// Behind the route guard (`routes.rs`): a read. Roll-ups hold sampled
+/// requests only, so no reader is shown a forced one here.
+async fn get_trend(State(ingest): State<Arc<Ingest>>, RawQuery(raw): RawQuery) -> Response {
     let raw = raw.unwrap_or_default();
-    let parsed = pairs(&raw).and_then(|p| {
-        let csv = !p.iter().any(|(k, v)| k == "format" && v == "text");
-        TrendQuery::from_pairs(
-            p.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-            now_unix_nanos(),
-        )
-        .map(|q| (q, csv))
-    });
+    let parsed = query::decode(&raw)
+        .map_err(|e| e.to_string())
+        .and_then(|p| {
+            let csv = !p.iter().any(|(k, v)| k == "format" && v == "text");
+            TrendQuery::from_pairs(
+                p.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                now_unix_nanos(),
+            )
+            .map(|q| (q, csv))
+        });
     let (q, csv) = match parsed {
         Ok(q) => q,
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("bad trend query: {e}\n")),

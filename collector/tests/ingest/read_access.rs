@@ -367,3 +367,66 @@ fn show_compare_against_a_collector_averages_what_its_store_holds() {
     );
     assert_eq!(remote, run(args(&["--store", store])));
 }
+
+/// `cpt show --compare --collector` for endpoints and services whose names
+/// hold what a hand-built query breaks on (a space and braces as in
+/// `GET /quote/{item}`, `&`, `%`, `+`, `#`, non-ASCII): the collector
+/// answers for exactly those records, as the store does.
+#[test]
+fn show_compare_against_a_collector_takes_any_endpoint_name() {
+    let c = TestCollector::start(|c| c);
+    #[rustfmt::skip]
+    let names: &[(&str, &str)] = &[
+        ("gateway",          "GET /quote/{item}"),
+        ("shop & co",        "POST /cart?x=1&y=2"),
+        ("100% svc",         "a+b #frag"),
+        ("Zürich 東京",      "/ü/{id}%2F"),
+    ];
+    let mut batch = Vec::new();
+    for (n, (service, endpoint)) in names.iter().enumerate() {
+        for i in 0..5 {
+            let mut r = record("names", n * 10 + i);
+            r.service = (*service).into();
+            r.endpoint = Some((*endpoint).into());
+            r.request_id = Some(format!("op-{n}-{i}"));
+            batch.push(r);
+        }
+    }
+    assert_eq!(
+        post_records(c.http(), CONTENT_TYPE_JSON_LINES, &json_lines(&batch)).status,
+        200
+    );
+    let url = format!("http://{}", c.http());
+    let store = c.store.to_str().unwrap();
+    for (n, (service, endpoint)) in names.iter().enumerate() {
+        let id = format!("op-{n}-2");
+        let show = |source: &[&str]| {
+            let mut a = vec!["show", "--request-id", &id, "--compare"];
+            a.extend_from_slice(source);
+            let (ok, out, err) = cpt(&a, None);
+            assert!(ok, "{service} {endpoint}: {err}");
+            out
+        };
+        let remote = show(&["--collector", &url]);
+        assert!(
+            remote.contains("compared with the mean of 5 sampled requests"),
+            "{service} {endpoint}: {remote}"
+        );
+        assert_eq!(remote, show(&["--store", store]), "{service} {endpoint}");
+        let (ok, _, err) = cpt(
+            &[
+                "profile",
+                "--collector",
+                &url,
+                "--service",
+                service,
+                "--endpoint",
+                endpoint,
+                "-o",
+                "-",
+            ],
+            None,
+        );
+        assert!(ok, "{service} {endpoint}: {err}");
+    }
+}

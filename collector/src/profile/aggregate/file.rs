@@ -185,34 +185,10 @@ fn hist_json(h: &Histogram) -> Hist {
 /// The selection as the `key=value` pairs of the header (trigger always
 /// explicit, times in Unix nanoseconds).
 pub fn selection_pairs(sel: &Selection) -> Vec<String> {
-    let mut v = Vec::new();
-    if let Some(s) = sel.service() {
-        v.push(format!("service={s}"));
-    }
-    if let Some(e) = sel.endpoint() {
-        v.push(format!("endpoint={e}"));
-    }
-    let (since, until) = sel.time_range();
-    if let Some(t) = since {
-        v.push(format!("since={t}"));
-    }
-    if let Some(t) = until {
-        v.push(format!("until={t}"));
-    }
-    for (k, val) in sel.labels() {
-        v.push(format!("label={k}={val}"));
-    }
-    if let Some(b) = sel.percentile() {
-        v.push(format!("percentile={b}"));
-    }
-    if let Some(id) = sel.request_id() {
-        v.push(format!("request_id={id}"));
-    }
-    if let Some(id) = sel.trace_id() {
-        v.push(format!("trace_id={id}"));
-    }
-    v.push(format!("trigger={}", sel.triggers().as_str()));
-    v
+    sel.pairs()
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect()
 }
 
 /// Write an aggregate folded from records as an aggregate file (what the

@@ -11,6 +11,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use http::StatusCode;
@@ -24,6 +25,7 @@ use crate::profile::aggregate::Aggregate;
 use crate::profile::diff::{DiffOptions, DiffReport, DiffRow, diff, fmt_signed};
 use crate::profile::flame::{FlameOptions, diff_flame_svg};
 use crate::records::selection::Selection;
+use crate::server::access::{Reader, Withheld};
 
 /// Rows listed unless `all=on`.
 const TOP: usize = 40;
@@ -35,13 +37,18 @@ struct Query {
     sample: Sample,
 }
 
-fn parse(params: &Params) -> Result<Option<Query>, String> {
+fn parse(params: &Params, reader: Reader) -> Result<Option<Query>, String> {
     let (Some(base), Some(test)) = (params.get("base"), params.get("test")) else {
         return Ok(None);
     };
     let arm = |name: &str, q: &str| {
         Params::parse(Some(q))
             .and_then(|p| page::selection(&p, &[]))
+            .and_then(|sel| {
+                reader
+                    .restrict(sel)
+                    .map_err(|Withheld| Withheld::MESSAGE.to_owned())
+            })
             .map_err(|e| format!("{name}: {e}"))
     };
     let mut opts = DiffOptions::default();
@@ -86,13 +93,17 @@ fn both(
     })
 }
 
-pub(super) async fn page(State(state): State<UiState>, RawQuery(raw): RawQuery) -> Response {
+pub(super) async fn page(
+    State(state): State<UiState>,
+    Extension(reader): Extension<Reader>,
+    RawQuery(raw): RawQuery,
+) -> Response {
     let what = "Compare";
     let params = match Params::parse(raw.as_deref()) {
         Ok(p) => p,
         Err(e) => return page::error(StatusCode::BAD_REQUEST, Tab::Diff, what, &e),
     };
-    let q = match parse(&params) {
+    let q = match parse(&params, reader) {
         Ok(Some(q)) => q,
         Ok(None) => {
             let body = format!(
@@ -206,7 +217,7 @@ fn render(params: &Params, bf: &Folded, tf: &Folded, r: &DiffReport) -> String {
         b,
         r#"<section class="flame"><h2>Differential flame graph</h2>
 <p class="note">Widths are the test selection's mean times; red frames got slower, blue faster, by how much the colour's depth says (hover for the exact change). <a href="/ui/diff.svg?{q}">Open the graph alone</a>.</p>
-<iframe id="flame" title="differential flame graph" src="/ui/diff.svg?{q}" style="height:{h}px"></iframe></section>"#,
+<iframe id="flame" title="differential flame graph" src="/ui/diff.svg?{q}" height="{h}"></iframe></section>"#,
         q = esc(&svg_q),
         h = flame_height(depth),
     );
@@ -266,8 +277,12 @@ fn render(params: &Params, bf: &Folded, tf: &Folded, r: &DiffReport) -> String {
 }
 
 /// The differential flame graph SVG.
-pub(super) async fn svg(State(state): State<UiState>, RawQuery(raw): RawQuery) -> Response {
-    let q = match Params::parse(raw.as_deref()).and_then(|p| parse(&p)) {
+pub(super) async fn svg(
+    State(state): State<UiState>,
+    Extension(reader): Extension<Reader>,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let q = match Params::parse(raw.as_deref()).and_then(|p| parse(&p, reader)) {
         Ok(Some(q)) => q,
         Ok(None) => {
             return svg_problem(

@@ -15,7 +15,7 @@ use cpt_sdk::trigger::Trigger;
 use crate::server::store::Store;
 use crate::server::{Collector, ServeConfig};
 
-struct Served {
+pub(super) struct Served {
     rt: tokio::runtime::Runtime,
     collector: Option<Collector>,
     addr: SocketAddr,
@@ -30,14 +30,15 @@ impl Drop for Served {
     }
 }
 
-struct Answer {
-    status: u16,
-    head: String,
-    body: String,
+pub(super) struct Answer {
+    pub(super) status: u16,
+    pub(super) head: String,
+    /// The body, gunzipped when it was gzip (the pprof download).
+    pub(super) body: String,
 }
 
 impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.head.lines().find_map(|l| {
             let (k, v) = l.split_once(':')?;
             k.eq_ignore_ascii_case(name).then(|| v.trim())
@@ -51,7 +52,7 @@ fn ms(n: u64) -> Duration {
 
 /// A forced request with an id and a label, path {A1 3 ms, A1→B1 5 ms
 /// network, A1 1 ms}: 9 ms.
-fn forced() -> Record {
+pub(super) fn forced() -> Record {
     let mut p = CriticalPath::new();
     let a1 = Frame::new("A", "A1");
     p.push_frames([a1.clone()], ms(3), SegmentKind::Busy);
@@ -65,12 +66,13 @@ fn forced() -> Record {
     r.request_id = Some("forced-1".into());
     r.endpoint = Some("/run".into());
     r.labels.insert("ticket".into(), "INC-42".into());
+    r.labels.insert("customer".into(), "ACME-7".into());
     r.start_unix_nanos = Some(1_700_000_000_500_000_000);
     r
 }
 
 /// Requests of one version: A1 2 ms then C1 `c1` ms, 20 of them.
-fn version(v: &str, c1: u64) -> Vec<Record> {
+pub(super) fn version(v: &str, c1: u64) -> Vec<Record> {
     (0..20)
         .map(|i| {
             let mut p = CriticalPath::new();
@@ -92,7 +94,7 @@ fn version(v: &str, c1: u64) -> Vec<Record> {
         .collect()
 }
 
-fn serve(records: &[Record], token: Option<&str>) -> Served {
+pub(super) fn serve(records: &[Record], token: Option<&str>) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.db");
     Store::open(&path).unwrap().insert(records).unwrap();
@@ -115,7 +117,13 @@ fn serve(records: &[Record], token: Option<&str>) -> Served {
     }
 }
 
-fn request(s: &Served, method: &str, target: &str, headers: &[&str], body: &str) -> Answer {
+pub(super) fn request(
+    s: &Served,
+    method: &str,
+    target: &str,
+    headers: &[&str],
+    body: &str,
+) -> Answer {
     let mut c = TcpStream::connect(s.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut req = format!("{method} {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
@@ -134,18 +142,38 @@ fn request(s: &Served, method: &str, target: &str, headers: &[&str], body: &str)
     c.write_all(req.as_bytes()).unwrap();
     let mut raw = Vec::new();
     c.read_to_end(&mut raw).unwrap();
-    let raw = String::from_utf8(raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8(raw[..split].to_vec()).unwrap();
+    let mut body = raw[split + 4..].to_vec();
+    if body.starts_with(&[0x1f, 0x8b]) {
+        let mut plain = Vec::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_end(&mut plain)
+            .unwrap();
+        body = plain;
+    }
     Answer {
         status: head.split(' ').nth(1).unwrap().parse().unwrap(),
-        head: head.to_owned(),
-        body: body.to_owned(),
+        head,
+        body: String::from_utf8_lossy(&body).into_owned(),
     }
 }
 
-fn get(s: &Served, target: &str, headers: &[&str]) -> Answer {
+pub(super) fn get(s: &Served, target: &str, headers: &[&str]) -> Answer {
     request(s, "GET", target, headers, "")
 }
+
+/// A collector read with its read token `tok3n`.
+struct Authorized<'a>(&'a Served);
+
+impl Authorized<'_> {
+    fn get(&self, target: &str) -> Answer {
+        get(self.0, target, &["Authorization: Bearer tok3n"])
+    }
+}
+
+/// What a browser sends with a form its own page posted.
+pub(super) const SAME_ORIGIN: &str = "Sec-Fetch-Site: same-origin";
 
 /// Every `data-leaf-ns="N"` of the page, summed.
 fn leaf_sum(body: &str) -> u64 {
@@ -212,8 +240,9 @@ fn cpt_table1_profile_page_shows_the_mean_and_every_frame() {
 fn request_page_tree_leaves_sum_to_the_latency_beside_the_endpoint_mean() {
     let mut records = version("v1", 4);
     records.push(forced());
-    let s = serve(&records, None);
-    let a = get(&s, "/ui/request?id=forced-1", &[]);
+    let s = serve(&records, Some("tok3n"));
+    let s = Authorized(&s);
+    let a = s.get("/ui/request?id=forced-1");
     assert_eq!(a.status, 200, "{}", a.body);
     assert!(a.body.contains(r#"data-ns="9000000""#), "latency 9 ms");
     assert_eq!(leaf_sum(&a.body), 9_000_000);
@@ -221,15 +250,15 @@ fn request_page_tree_leaves_sum_to_the_latency_beside_the_endpoint_mean() {
     assert!(a.body.contains("mean of 20 sampled requests"), "{}", a.body);
     // By trace id too when no request id matches; unknown ids are a 404
     // that offers to wait; waiting refreshes the page.
-    let missing = get(&s, "/ui/request?id=nope", &[]);
+    let missing = s.get("/ui/request?id=nope");
     assert_eq!(missing.status, 404);
     assert!(missing.body.contains("wait=30s"));
-    let waiting = get(&s, "/ui/request?id=nope&wait=10s", &[]);
+    let waiting = s.get("/ui/request?id=nope&wait=10s");
     assert_eq!(waiting.status, 200);
     assert!(
         waiting.body.contains(r#"http-equiv="refresh""#) && waiting.body.contains("deadline_ms=")
     );
-    let over = get(&s, "/ui/request?id=nope&deadline_ms=1", &[]);
+    let over = s.get("/ui/request?id=nope&deadline_ms=1");
     assert_eq!(over.status, 404);
     assert!(over.body.contains("the wait is over"));
 }
@@ -291,7 +320,7 @@ fn bad_queries_say_what_was_wrong() {
 }
 
 #[test]
-fn read_token_gates_every_page_and_forced_ids_stay_hidden_without_it() {
+fn read_token_gates_every_page_and_sends_browsers_to_sign_in() {
     let mut records = table1();
     records.push(forced());
     let s = serve(&records, Some("tok3n"));
@@ -304,7 +333,6 @@ fn read_token_gates_every_page_and_forced_ids_stay_hidden_without_it() {
     ] {
         let program = get(&s, page, &[]);
         assert_eq!(program.status, 401, "{page}");
-        assert!(!program.body.contains("forced-1") && !program.body.contains("INC-42"));
         let browser = get(&s, page, &["Accept: text/html"]);
         assert_eq!(browser.status, 303, "{page}");
         assert!(
@@ -336,7 +364,7 @@ fn login_sets_an_httponly_samesite_cookie_and_returns_to_the_page() {
         &s,
         "POST",
         "/ui/login",
-        &[],
+        &[SAME_ORIGIN],
         "token=nope&next=%2Fui%2Fprofile%3Fservice%3DA",
     );
     assert_eq!(wrong.status, 401);
@@ -346,7 +374,7 @@ fn login_sets_an_httponly_samesite_cookie_and_returns_to_the_page() {
         &s,
         "POST",
         "/ui/login",
-        &[],
+        &[SAME_ORIGIN],
         "token=tok3n&next=%2Fui%2Fprofile%3Fservice%3DA",
     );
     assert_eq!(ok.status, 303);
@@ -363,14 +391,20 @@ fn login_sets_an_httponly_samesite_cookie_and_returns_to_the_page() {
     );
     assert_eq!(page.status, 200);
     // Only local paths: never back to another site.
-    let away = request(
-        &s,
-        "POST",
-        "/ui/login",
-        &[],
-        "token=tok3n&next=%2F%2Fevil.example%2F",
-    );
-    assert_eq!(away.header("location"), Some("/"));
-    let out = request(&s, "POST", "/ui/logout", &[], "x=1");
+    for next in [
+        "%2F%2Fevil.example%2F",
+        "%2F%09%2Fevil.example",
+        "%2F%5Cevil.example",
+    ] {
+        let away = request(
+            &s,
+            "POST",
+            "/ui/login",
+            &[SAME_ORIGIN],
+            &format!("token=tok3n&next={next}"),
+        );
+        assert_eq!(away.header("location"), Some("/"), "{next}");
+    }
+    let out = request(&s, "POST", "/ui/logout", &[SAME_ORIGIN], "x=1");
     assert!(out.header("set-cookie").unwrap().contains("Max-Age=0"));
 }

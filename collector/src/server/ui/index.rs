@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use axum::Extension;
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use cpt_sdk::Trigger;
@@ -14,8 +15,11 @@ use cpt_sdk::record::Record;
 use http::StatusCode;
 
 use super::UiState;
-use super::page::{self, PageError, Params, Tab, ago, bar, enc, esc};
+use super::page::{self, PageError, Params, Tab, ago, bar, esc};
 use crate::format::{fmt_ns, plural};
+use crate::records::query;
+use crate::records::selection::{Selection, TriggerFilter};
+use crate::server::access::Reader;
 use crate::server::store::EndpointSummary;
 
 /// Recent sampled records read to find the services on the paths.
@@ -25,13 +29,21 @@ const FORCED_SHOWN: u64 = 20;
 
 struct Overview {
     endpoints: Vec<EndpointSummary>,
-    /// Service → (entry endpoints whose paths it is on, mean ns per request of those sampled).
-    on_paths: BTreeMap<String, (Vec<String>, u64)>,
+    /// Service → (entry service and endpoint whose paths it is on, mean ns per request of those sampled).
+    on_paths: BTreeMap<String, (Vec<Entry>, u64)>,
     sampled_for_paths: usize,
-    forced: Vec<Record>,
+    /// `None`: this reader may not see forced records.
+    forced: Option<Vec<Record>>,
 }
 
-pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) -> Response {
+/// An entry service and endpoint.
+type Entry = (String, Option<String>);
+
+pub(super) async fn page(
+    State(state): State<UiState>,
+    Extension(reader): Extension<Reader>,
+    RawQuery(q): RawQuery,
+) -> Response {
     let params = match Params::parse(q.as_deref()) {
         Ok(p) => p,
         Err(e) => return page::error(StatusCode::BAD_REQUEST, Tab::Services, "Services", &e),
@@ -44,7 +56,11 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) ->
     let built = page::with_store(&state.store_path, move |store| {
         let endpoints = store.endpoints(Trigger::Sampled, since, until)?;
         let recent = store.recent(Trigger::Sampled, None, None, PATH_SAMPLE)?;
-        let forced = store.recent(Trigger::Forced, None, None, FORCED_SHOWN)?;
+        // The read policy decides whether this caller sees forced records.
+        let forced = match reader.restrict(Selection::new().with_triggers(TriggerFilter::Forced)) {
+            Ok(_) => Some(store.recent(Trigger::Forced, None, None, FORCED_SHOWN)?),
+            Err(_) => None,
+        };
         Ok::<_, PageError>(Overview {
             on_paths: services_on_paths(&recent),
             sampled_for_paths: recent.len(),
@@ -54,17 +70,17 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) ->
     })
     .await;
     match built {
-        Ok(o) => page::respond(StatusCode::OK, render(&params, &o, state.gate.is_open())),
+        Ok(o) => page::respond(StatusCode::OK, render(&params, &o)),
         Err(e) => e.respond(Tab::Services, "Services"),
     }
 }
 
 /// Every service on the recent paths: the entry endpoints it appears under
 /// and its mean time on the path per request of the sample.
-fn services_on_paths(records: &[Record]) -> BTreeMap<String, (Vec<String>, u64)> {
-    let mut out: BTreeMap<String, (Vec<String>, u128)> = BTreeMap::new();
+fn services_on_paths(records: &[Record]) -> BTreeMap<String, (Vec<Entry>, u64)> {
+    let mut out: BTreeMap<String, (Vec<Entry>, u128)> = BTreeMap::new();
     for r in records {
-        let entry = format!("{} {}", r.service, r.endpoint.as_deref().unwrap_or(""));
+        let entry = (r.service.clone(), r.endpoint.clone());
         for seg in r.path.segments() {
             let Some(leaf) = r.path.stack_frames(seg).last() else {
                 continue;
@@ -82,9 +98,16 @@ fn services_on_paths(records: &[Record]) -> BTreeMap<String, (Vec<String>, u64)>
         .collect()
 }
 
-fn render(params: &Params, o: &Overview, open: bool) -> String {
+/// The profile page of an entry service and endpoint, with `extra` pairs.
+fn profile_link(service: &str, endpoint: Option<&str>, extra: &[(String, String)]) -> String {
+    let mut pairs = vec![("service", service)];
+    pairs.extend(endpoint.map(|e| ("endpoint", e)));
+    pairs.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    format!("/ui/profile?{}", query::encode(pairs))
+}
+
+fn render(params: &Params, o: &Overview) -> String {
     let range = params.without(&["service", "endpoint"]);
-    let range_q = range.query();
     let mut b = String::new();
     let _ = writeln!(
         b,
@@ -116,16 +139,13 @@ fn render(params: &Params, o: &Overview, open: bool) -> String {
             r#"<table id="endpoints"><thead><tr><th>service</th><th>endpoint</th><th class="num">requests</th><th class="num">mean</th><th class="num">p50</th><th class="num">p99</th><th>last seen</th><th></th></tr></thead><tbody>"#,
         );
         for e in &o.endpoints {
-            let mut q = format!("service={}", enc(&e.service));
-            if let Some(ep) = &e.endpoint {
-                let _ = write!(q, "&endpoint={}", enc(ep));
-            }
-            if !range_q.is_empty() {
-                q = format!("{q}&{range_q}");
-            }
+            let link = profile_link(&e.service, e.endpoint.as_deref(), &range.0);
+            let mut slowest = range.0.clone();
+            slowest.push(("percentile".into(), "p99-p100".into()));
+            let slowest = profile_link(&e.service, e.endpoint.as_deref(), &slowest);
             let _ = write!(
                 b,
-                r#"<tr data-service="{s}"><td><a href="/ui/profile?{q}">{s}</a></td><td><a href="/ui/profile?{q}">{ep}</a></td><td class="num">{n}{bar}</td><td class="num">{mean}</td><td class="num">{p50}</td><td class="num">{p99}</td><td>{last}</td><td><a href="/ui/profile?{q}&amp;percentile=p99-p100">slowest 1&nbsp;%</a></td></tr>"#,
+                r#"<tr data-service="{s}"><td><a href="{q}">{s}</a></td><td><a href="{q}">{ep}</a></td><td class="num">{n}{bar}</td><td class="num">{mean}</td><td class="num">{p50}</td><td class="num">{p99}</td><td>{last}</td><td><a href="{slowest}">slowest 1&nbsp;%</a></td></tr>"#,
                 s = esc(&e.service),
                 ep = esc(e.endpoint.as_deref().unwrap_or("(none)")),
                 n = e.requests,
@@ -134,7 +154,8 @@ fn render(params: &Params, o: &Overview, open: bool) -> String {
                 p50 = fmt_ns(e.p50_latency_nanos),
                 p99 = fmt_ns(e.p99_latency_nanos),
                 last = e.last_seen_unix_nanos.map_or_else(|| "—".into(), ago),
-                q = esc(&q),
+                q = esc(&link),
+                slowest = esc(&slowest),
             );
         }
         b.push_str("</tbody></table>\n");
@@ -155,13 +176,13 @@ fn render(params: &Params, o: &Overview, open: bool) -> String {
         for (service, (entries, mean)) in &o.on_paths {
             let under = entries
                 .iter()
-                .map(|e| {
-                    let (s, ep) = e.split_once(' ').unwrap_or((e, ""));
-                    let mut q = format!("service={}", enc(s));
-                    if !ep.is_empty() {
-                        let _ = write!(q, "&endpoint={}", enc(ep));
-                    }
-                    format!(r#"<a href="/ui/profile?{}">{}</a>"#, esc(&q), esc(e))
+                .map(|(s, ep)| {
+                    let text = format!("{s} {}", ep.as_deref().unwrap_or(""));
+                    format!(
+                        r#"<a href="{}">{}</a>"#,
+                        esc(&profile_link(s, ep.as_deref(), &[])),
+                        esc(text.trim_end())
+                    )
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
@@ -176,14 +197,15 @@ fn render(params: &Params, o: &Overview, open: bool) -> String {
         b.push_str("</tbody></table>\n");
     }
     b.push_str("<h2>Forced requests</h2>\n");
-    if o.forced.is_empty() {
+    let Some(forced) = &o.forced else {
+        b.push_str(r#"<p class="note">Forced requests are only shown with the read token, and this collector has none (start <code>cpt serve</code> with <code>--read-token-file</code>).</p>"#);
+        return page::html(Tab::Services, "Services", "", &b);
+    };
+    if forced.is_empty() {
         b.push_str(r#"<p class="empty">No forced requests stored. An operator forces one with <code>cpt force</code>; it appears here as soon as its record arrives.</p>"#);
     } else {
-        if open {
-            b.push_str(r#"<p class="note warn">This collector has no read token: anyone who can reach it sees these ids and labels.</p>"#);
-        }
         b.push_str(r#"<table id="forced"><thead><tr><th>request</th><th>service</th><th>endpoint</th><th class="num">latency</th><th>started</th><th>labels</th></tr></thead><tbody>"#);
-        for r in &o.forced {
+        for r in forced {
             let id = r
                 .request_id
                 .as_deref()
@@ -193,8 +215,8 @@ fn render(params: &Params, o: &Overview, open: bool) -> String {
                 "(no id)".to_owned()
             } else {
                 format!(
-                    r#"<a href="/ui/request?id={}">{}</a>"#,
-                    esc(&enc(id)),
+                    r#"<a href="/ui/request?{}">{}</a>"#,
+                    esc(&query::encode([("id", id)])),
                     esc(id)
                 )
             };

@@ -4,8 +4,11 @@
 //! it; `SameSite=Strict`: no other site's page sends it; `Path=/`: the API
 //! accepts it too; `Secure` when the pages are served over TLS, so the
 //! browser never sends it over plain HTTP) and sends the browser back where
-//! it was going. A wrong token gets the form again with 401, and nothing is
-//! set. `POST /ui/logout` clears the cookie.
+//! it was going ([`local_next`]: a path on this site, nothing else). A wrong
+//! token gets the form again with 401, and nothing is set. `POST
+//! /ui/logout` clears the cookie. Both POSTs are taken from this
+//! collector's own pages only (the route guard's same-origin check), so
+//! another site can neither sign a browser in nor out.
 
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
@@ -15,10 +18,24 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use super::page::{self, Params, Tab, esc};
 use super::{READ_COOKIE, UiState};
 
-/// Where to go after signing in: a local path only (never another site).
+/// Where to go after signing in: a path on this site, else `/`.
+///
+/// Accepted is one `/` followed by neither `/` nor `\`, with no control
+/// character or whitespace anywhere (browsers drop a tab or a newline from
+/// a URL, so `/<TAB>/host` would become `//host`, another site) and no
+/// backslash (browsers read it as `/`). `next` arrives decoded once; a
+/// percent-encoded `%2F` left in it is a literal in the path, harmless.
 fn local_next(next: Option<&str>) -> String {
+    let ok = |n: &str| {
+        let b = n.as_bytes();
+        b.first() == Some(&b'/')
+            && !matches!(b.get(1), Some(b'/' | b'\\'))
+            && !n
+                .chars()
+                .any(|c| c.is_control() || c.is_whitespace() || c == '\\')
+    };
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        Some(n) if ok(n) => n.to_owned(),
         _ => "/".to_owned(),
     }
 }
@@ -28,7 +45,7 @@ fn form_html(next: &str, problem: Option<&str>, open: bool) -> String {
         .map(|p| format!(r#"<p class="error" id="login-error">{}</p>"#, esc(p)))
         .unwrap_or_default();
     let open_note = if open {
-        r#"<p class="note">This collector has no read token configured: every page is open.</p>"#
+        r#"<p class="note">This collector has no read token configured: every page is open, and forced requests are shown to nobody.</p>"#
     } else {
         ""
     };
@@ -128,13 +145,33 @@ mod tests {
 
     #[test]
     fn next_stays_on_this_site() {
-        assert_eq!(
-            local_next(Some("/ui/profile?service=A")),
-            "/ui/profile?service=A"
-        );
-        assert_eq!(local_next(Some("//evil.example/")), "/");
-        assert_eq!(local_next(Some("https://evil.example/")), "/");
-        assert_eq!(local_next(Some("/\\evil.example")), "/");
+        // (case, `next` as the form sends it, percent-encoded; where the browser goes)
+        #[rustfmt::skip]
+        let cases: &[(&str, &str, &str)] = &[
+            ("a page",              "%2Fui%2Fprofile%3Fservice%3DA", "/ui/profile?service=A"),
+            ("root",                "%2F",                  "/"),
+            ("encoded slash kept",  "%2Fui%252F%252Fx",     "/ui%2F%2Fx"),
+            ("scheme-relative",     "%2F%2Fevil.example",   "/"),
+            ("absolute",            "https%3A%2F%2Fevil.example%2F", "/"),
+            ("backslash",           "%2F%5Cevil.example",   "/"),
+            ("backslash later",     "%2Fa%5C..%5C%5Cevil",  "/"),
+            ("tab",                 "%2F%09%2Fevil.example", "/"),
+            ("newline",             "%2F%0A%2Fevil.example", "/"),
+            ("carriage return",     "%2F%0D%2Fevil.example", "/"),
+            ("space",               "%2F%20%2Fevil.example", "/"),
+            ("plus is a space",     "%2F+%2Fevil.example",  "/"),
+            ("nul",                 "%2F%00%2Fevil.example", "/"),
+            ("no-break space",      "%2F%C2%A0%2Fevil.example", "/"),
+            ("line separator",      "%2F%E2%80%A8%2Fevil.example", "/"),
+            ("del",                 "%2F%7F%2Fevil.example", "/"),
+            ("relative",            "evil.example",         "/"),
+            ("javascript",          "javascript%3Aalert(1)", "/"),
+            ("raw tab",             "/\t/evil.example",     "/"),
+        ];
+        for (case, raw, want) in cases {
+            let decoded = crate::records::query::decode(&format!("next={raw}")).unwrap();
+            assert_eq!(local_next(Some(&decoded[0].1)), *want, "{case}");
+        }
         assert_eq!(local_next(None), "/");
     }
 

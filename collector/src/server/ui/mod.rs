@@ -23,19 +23,19 @@
 //! Every page is rendered on the server from the store (tables work
 //! without JavaScript); the only script is the one inside inferno's flame
 //! graph SVG (zoom on click, search), loaded as a document of its own.
-//! Nothing here writes to the store. The one check of who may read is
-//! [`ReadGate::allows`], applied to every page but the login form and the
-//! stylesheet by [`require_read`].
+//! Nothing here writes to the store. Who may read what is the collector's
+//! one read policy, applied to every route by the route guard
+//! (`server/routes.rs`): a page handler gets the caller's
+//! [`Reader`](super::access::Reader) and reads the store only through
+//! selections it narrowed ([`Reader::restrict`](super::access::Reader::restrict)).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use http::{StatusCode, header};
+use http::header;
 
 mod diff;
 mod fold;
@@ -84,9 +84,10 @@ impl UiState {
     }
 }
 
-/// The pages' routes, to be merged into the collector's HTTP router.
+/// The pages' routes, to be merged into the collector's HTTP router (each
+/// also a row of `routes::ROUTES`).
 pub(crate) fn router(state: UiState) -> Router {
-    let gated = Router::new()
+    Router::new()
         .route("/", get(index::page))
         .route("/ui", get(|| async { page::redirect("/") }))
         .route("/ui/", get(|| async { page::redirect("/") }))
@@ -96,45 +97,10 @@ pub(crate) fn router(state: UiState) -> Router {
         .route("/ui/diff", get(diff::page))
         .route("/ui/diff.svg", get(diff::svg))
         .route("/ui/trend", get(trend::page))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_read));
-    Router::new()
-        .merge(gated)
         .route("/ui/login", get(login::form).post(login::submit))
         .route("/ui/logout", axum::routing::post(login::logout))
         .route("/ui/style.css", get(stylesheet))
         .with_state(state)
-}
-
-/// The gate in front of every page: a browser without the token is sent to
-/// the login form (and back after it); a program gets 401.
-async fn require_read(State(state): State<UiState>, req: Request, next: Next) -> Response {
-    if state.gate.allows(req.headers()) {
-        return next.run(req).await;
-    }
-    let wants_html = req
-        .headers()
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("text/html"));
-    let here = req
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    if wants_html {
-        page::redirect(&format!("/ui/login?next={}", page::enc(&here)))
-    } else {
-        (
-            StatusCode::UNAUTHORIZED,
-            [
-                (header::WWW_AUTHENTICATE, "Bearer"),
-                (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
-            ],
-            "this collector's pages need its read token: send Authorization: Bearer TOKEN, \
-             or sign in at /ui/login\n",
-        )
-            .into_response()
-    }
 }
 
 async fn stylesheet() -> Response {
@@ -150,3 +116,7 @@ async fn stylesheet() -> Response {
 
 #[cfg(test)]
 mod http_tests;
+#[cfg(test)]
+mod policy_tests;
+#[cfg(test)]
+mod security_tests;

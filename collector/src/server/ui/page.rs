@@ -1,17 +1,20 @@
 //! What every page shares: the HTML frame, escaping, query strings, the
 //! selection a page's query describes, and error pages.
 
-use crate::profile::aggregate::file::selection_pairs;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 
+use crate::records::query;
 use crate::records::selection::{Selection, format_time};
 use crate::server::store::{Store, StoreError};
 
 /// `s` with `& < > " '` escaped, for HTML text and attribute values.
+/// Control characters (a NUL a service sent in a name, an escape
+/// sequence) are shown as their Unicode control pictures (`␀`, `␛`),
+/// never written raw into the page.
 pub(super) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -21,20 +24,12 @@ pub(super) fn esc(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            // C0 controls map onto U+2400..U+241F, DEL onto U+2421.
+            '\0'..='\x1f' => out.push(char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}')),
+            '\x7f' => out.push('\u{2421}'),
+            c if c.is_control() => out.push('\u{fffd}'),
             c => out.push(c),
-        }
-    }
-    out
-}
-
-/// `s` percent-encoded for a query component.
-pub(super) fn enc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
         }
     }
     out
@@ -46,15 +41,10 @@ pub(super) struct Params(pub(super) Vec<(String, String)>);
 
 impl Params {
     /// Decode `query` (`None`: empty).
-    pub(super) fn parse(query: Option<&str>) -> Result<Params, String> {
-        let mut out = Vec::new();
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let k = crate::records::selection::percent_decode(k).map_err(|e| e.to_string())?;
-            let v = crate::records::selection::percent_decode(v).map_err(|e| e.to_string())?;
-            out.push((k, v));
-        }
-        Ok(Params(out))
+    pub(super) fn parse(q: Option<&str>) -> Result<Params, String> {
+        query::decode(q.unwrap_or(""))
+            .map(Params)
+            .map_err(|e| e.to_string())
     }
 
     /// The first non-empty value of `key`.
@@ -67,12 +57,12 @@ impl Params {
 
     /// The pairs as a query string, empty values left out.
     pub(super) fn query(&self) -> String {
-        self.0
-            .iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
-            .collect::<Vec<_>>()
-            .join("&")
+        query::encode(
+            self.0
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (k, v)),
+        )
     }
 
     /// Only the pairs whose key is not in `drop`.
@@ -319,10 +309,14 @@ pub(super) async fn with_store<T: Send + 'static>(
     })
 }
 
-/// A `<span>` whose width shows a share (0..=1) as a bar.
+/// A small SVG whose filled width shows a share (0..=1) as a bar. (An
+/// attribute, not an inline style: the pages' policy allows no inline
+/// style.)
 pub(super) fn bar(share: f64) -> String {
     let pct = (share.clamp(0.0, 1.0) * 100.0).max(0.0);
-    format!(r#"<span class="bar"><span style="width:{pct:.1}%"></span></span>"#)
+    format!(
+        r#"<svg class="bar" viewBox="0 0 100 1" preserveAspectRatio="none" aria-hidden="true"><rect width="{pct:.1}" height="1"/></svg>"#
+    )
 }
 
 /// A selection's form fields (service, endpoint, range, percentile, label,
@@ -360,14 +354,7 @@ pub(super) fn selection_fields(params: &Params) -> String {
 /// The selection as a `GET /profile` query (absolute times, every key
 /// explicit): a permanent link to the same records.
 pub(super) fn selection_query(sel: &Selection) -> String {
-    selection_pairs(sel)
-        .iter()
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            format!("{k}={}", enc(v))
-        })
-        .collect::<Vec<_>>()
-        .join("&")
+    sel.to_query()
 }
 
 #[cfg(test)]
@@ -388,8 +375,16 @@ mod tests {
         assert_eq!(p.get("label"), Some("arm=b"));
         assert_eq!(p.get("endpoint"), None);
         assert_eq!(p.get("x"), Some("a b"));
-        assert_eq!(p.query(), "service=A&label=arm%3Db&x=a%20b");
+        assert_eq!(p.query(), "service=A&label=arm%3Db&x=a+b");
         assert!(Params::parse(Some("a=%zz")).is_err());
+    }
+
+    #[test]
+    fn control_characters_never_reach_the_page_raw() {
+        assert_eq!(
+            esc("a\0b\x1bc\x7fd\u{85}e\tf"),
+            "a\u{2400}b\u{241b}c\u{2421}d\u{fffd}e\tf"
+        );
     }
 
     #[test]

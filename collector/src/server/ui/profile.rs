@@ -13,17 +13,20 @@
 
 use std::fmt::Write as _;
 
+use axum::Extension;
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
 
 use super::UiState;
 use super::fold::{Folded, Sample, fold};
-use super::page::{self, PageError, Params, Tab, bar, enc, esc, selection_query};
+use super::page::{self, PageError, Params, Tab, bar, esc, selection_query};
 use crate::format::{fmt_ns, plural};
 use crate::profile::flame::{FlameOptions, flame_svg};
 use crate::profile::report::Report;
+use crate::records::query;
 use crate::records::selection::Selection;
+use crate::server::access::{Reader, Withheld};
 
 /// Stacks in the table unless `top=` says otherwise.
 const TOP: usize = 25;
@@ -36,7 +39,11 @@ pub(super) fn flame_height(depth: usize) -> usize {
     (depth + 1) * 16 + 110
 }
 
-pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) -> Response {
+pub(super) async fn page(
+    State(state): State<UiState>,
+    Extension(reader): Extension<Reader>,
+    RawQuery(q): RawQuery,
+) -> Response {
     let what = "Profile";
     let params = match Params::parse(q.as_deref()) {
         Ok(p) => p,
@@ -45,6 +52,12 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) ->
     let sel = match page::selection(&params, PAGE_KEYS) {
         Ok(s) => s,
         Err(e) => return page::error(StatusCode::BAD_REQUEST, Tab::Profile, what, &e),
+    };
+    let sel = match reader.restrict(sel) {
+        Ok(s) => s,
+        Err(Withheld) => {
+            return page::error(StatusCode::FORBIDDEN, Tab::Profile, what, Withheld::MESSAGE);
+        }
     };
     let top = match params.get("top").map(str::parse::<usize>) {
         None => TOP,
@@ -77,13 +90,13 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) ->
 /// times (so the graph folds exactly what the page did, from the cache)
 /// and the sample.
 pub(super) fn graph_query(sel: &Selection, sample: Sample) -> String {
-    let mut q = selection_query(sel);
+    let mut pairs: Vec<(&str, String)> = sel.pairs();
     match sample.0 {
-        None => q.push_str("&sample=all"),
-        Some(n) if n != super::fold::DEFAULT_SAMPLE => q.push_str(&format!("&sample={n}")),
+        None => pairs.push(("sample", "all".into())),
+        Some(n) if n != super::fold::DEFAULT_SAMPLE => pairs.push(("sample", n.to_string())),
         Some(_) => {}
     }
-    q
+    query::encode(pairs)
 }
 
 fn render(params: &Params, sel: &Selection, f: &Folded, sample: Sample, top: usize) -> String {
@@ -124,7 +137,7 @@ fn render(params: &Params, sel: &Selection, f: &Folded, sample: Sample, top: usi
         b,
         r#"<section class="flame"><h2>Average critical path</h2>
 <p class="note">Width is mean time on the critical path per request; click a frame to zoom, “Search” (or Ctrl-F inside the graph) to highlight frames by name. <a href="/ui/flame.svg?{q}">Open the graph alone</a>.</p>
-<iframe id="flame" title="flame graph" src="/ui/flame.svg?{q}" style="height:{h}px"></iframe>
+<iframe id="flame" title="flame graph" src="/ui/flame.svg?{q}" height="{h}"></iframe>
 </section>"#,
         q = esc(&graph_query(sel, sample)),
         h = flame_height(depth),
@@ -174,24 +187,31 @@ fn render(params: &Params, sel: &Selection, f: &Folded, sample: Sample, top: usi
 <ul class="links">
 <li><a id="pprof" href="/profile?{ex}" download="profile.pb.gz">Download the pprof profile</a> (gzipped <code>profile.proto</code>), then <code>go tool pprof -http=: profile.pb.gz</code></li>
 <li><a href="/ui/profile?{ex}">Link to exactly these records</a> (the time range fixed)</li>
-<li><a href="/ui/diff?test={own_enc}">Compare this selection with another</a></li>
+<li><a href="/ui/diff?{own_enc}">Compare this selection with another</a></li>
 <li>The same from a shell: <code>curl -o profile.pb.gz 'http://HOST:PORT/profile?{ex_text}'</code>, or on the collector's machine <code>cpt profile --store STORE.db{flags} -o profile.pb.gz</code></li>
 </ul>"#,
         ex = esc(&exact),
         ex_text = esc(&exact),
-        own_enc = esc(&enc(&own)),
+        own_enc = esc(&query::encode([("test", own.as_str())])),
         flags = esc(&flags),
     );
     page::html(Tab::Profile, "Profile", "", &b)
 }
 
 /// The flame graph SVG of a selection, or a plain-text reason.
-pub(super) async fn svg(State(state): State<UiState>, RawQuery(q): RawQuery) -> Response {
+pub(super) async fn svg(
+    State(state): State<UiState>,
+    Extension(reader): Extension<Reader>,
+    RawQuery(q): RawQuery,
+) -> Response {
     let parsed = Params::parse(q.as_deref())
         .and_then(|p| Ok((page::selection(&p, PAGE_KEYS)?, Sample::from_params(&p)?)));
     let (sel, sample) = match parsed {
         Ok(s) => s,
         Err(e) => return svg_problem(StatusCode::BAD_REQUEST, &e),
+    };
+    let Ok(sel) = reader.restrict(sel) else {
+        return svg_problem(StatusCode::FORBIDDEN, Withheld::MESSAGE);
     };
     let cache = state.folds.clone();
     let built = page::with_store(&state.store_path, move |store| {
@@ -228,9 +248,11 @@ fn themed(svg: Vec<u8>) -> Vec<u8> {
     out
 }
 
+/// The flame graph themed, under its own policy (its script and style by
+/// hash, framed by this collector's pages only: `server/headers.rs`).
 pub(super) fn svg_response(svg: Vec<u8>) -> Response {
-    let svg = themed(svg);
-    (
+    let (svg, csp) = crate::server::headers::flame_graph(themed(svg));
+    let mut resp = (
         StatusCode::OK,
         [
             (header::CONTENT_TYPE, "image/svg+xml"),
@@ -238,7 +260,14 @@ pub(super) fn svg_response(svg: Vec<u8>) -> Response {
         ],
         svg,
     )
-        .into_response()
+        .into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, csp);
+    h.insert(
+        header::X_FRAME_OPTIONS,
+        http::HeaderValue::from_static(crate::server::headers::FLAME_FRAME_OPTIONS),
+    );
+    resp
 }
 
 /// A small SVG that says why there is no graph (shown in the frame).

@@ -15,17 +15,20 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use cpt_sdk::record::Record;
 use http::StatusCode;
 
 use super::UiState;
-use super::page::{self, PageError, Params, Tab, bar, enc, esc, nanos, now_unix_nanos};
+use super::page::{self, PageError, Params, Tab, bar, esc, nanos, now_unix_nanos};
 use crate::format::fmt_ns;
 use crate::profile::aggregate::Aggregator;
 use crate::profile::tree::{Baseline, Node, collect_leaves, tree};
+use crate::records::query;
 use crate::records::selection::{Selection, format_time};
+use crate::server::access::Reader;
 use crate::server::store::{Store, StoreQuery};
 
 /// Records one id may match (a trace id may have several).
@@ -45,21 +48,21 @@ struct Found {
     baselines: Vec<Option<Baseline>>,
 }
 
-fn find(store: &Store, id: &str) -> Result<Found, PageError> {
-    let by = |q: StoreQuery| -> Result<Vec<Record>, PageError> {
+/// The records of request or trace id `id` this reader may see.
+fn find(store: &Store, reader: Reader, id: &str) -> Result<Found, PageError> {
+    let by = |sel: Selection| -> Result<Vec<Record>, PageError> {
+        // An open collector's reader: sampled records only, so a forced
+        // request's id matches nothing.
+        let sel = reader
+            .restrict(sel)
+            .map_err(|_| PageError::BadQuery(crate::server::access::Withheld::MESSAGE.into()))?;
+        let mut q = StoreQuery::from_selection(&sel);
+        q.limit = Some(MATCHES);
         Ok(store.query(&q)?.collect::<Result<Vec<_>, _>>()?)
     };
-    let mut records = by(StoreQuery {
-        request_id: Some(id.to_owned()),
-        limit: Some(MATCHES),
-        ..StoreQuery::default()
-    })?;
+    let mut records = by(Selection::new().with_request_id(id))?;
     if records.is_empty() && id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        records = by(StoreQuery {
-            trace_id: Some(id.to_ascii_lowercase()),
-            limit: Some(MATCHES),
-            ..StoreQuery::default()
-        })?;
+        records = by(Selection::new().with_trace_id(id))?;
     }
     let baselines = records
         .iter()
@@ -93,7 +96,11 @@ fn baseline(store: &Store, r: &Record) -> Result<Option<Baseline>, PageError> {
     Ok((!sampled.is_empty()).then(|| Baseline::of(&sampled)))
 }
 
-pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) -> Response {
+pub(super) async fn page(
+    State(state): State<UiState>,
+    Extension(reader): Extension<Reader>,
+    RawQuery(q): RawQuery,
+) -> Response {
     let what = "Request";
     let params = match Params::parse(q.as_deref()) {
         Ok(p) => p,
@@ -121,7 +128,7 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) ->
         (None, None) => None,
     };
     let id2 = id.clone();
-    let found = match page::with_store(&state.store_path, move |s| find(s, &id2)).await {
+    let found = match page::with_store(&state.store_path, move |s| find(s, reader, &id2)).await {
         Ok(f) => f,
         Err(e) => return e.respond(Tab::Request, what),
     };
@@ -129,7 +136,10 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) ->
         let now_ms = now_unix_nanos() / 1_000_000;
         return match deadline_ms {
             Some(d) if now_ms < d => {
-                let again = format!("/ui/request?id={}&deadline_ms={d}", enc(&id));
+                let again = format!(
+                    "/ui/request?{}",
+                    query::encode([("id", id.as_str()), ("deadline_ms", &d.to_string())])
+                );
                 let head = format!(
                     r#"<meta http-equiv="refresh" content="1; url={}">"#,
                     esc(&again)
@@ -149,9 +159,9 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(q): RawQuery) ->
                     "(records arrive milliseconds to seconds after the response)"
                 };
                 let body = format!(
-                    r#"<p class="error">No record with request id or trace id <code>{id}</code> {waited}. Was the request traced? A force with a wrong credential is ignored. <a href="/ui/request?id={ide}&amp;wait=30s">Wait 30 s for it</a>.</p>{form}"#,
+                    r#"<p class="error">No record with request id or trace id <code>{id}</code> {waited}. Was the request traced? A force with a wrong credential is ignored. <a href="/ui/request?{ide}">Wait 30 s for it</a>.</p>{form}"#,
                     id = esc(&id),
-                    ide = esc(&enc(&id)),
+                    ide = esc(&query::encode([("id", id.as_str()), ("wait", "30s")])),
                     form = id_form(&id)
                 );
                 page::respond(
@@ -217,10 +227,9 @@ fn render_one(b: &mut String, r: &Record, base: Option<&Baseline>) {
                 .join(" ")
         );
     }
-    let mut q = format!("service={}", enc(&r.service));
-    if let Some(e) = &r.endpoint {
-        let _ = write!(q, "&endpoint={}", enc(e));
-    }
+    let mut pairs = vec![("service", r.service.as_str())];
+    pairs.extend(r.endpoint.as_deref().map(|e| ("endpoint", e)));
+    let q = query::encode(pairs);
     match base {
         Some(bl) => {
             let _ = write!(
@@ -274,8 +283,8 @@ fn render_one(b: &mut String, r: &Record, base: Option<&Baseline>) {
             .unwrap_or(1);
         let _ = writeln!(
             b,
-            r#"<h2>As a flame graph</h2><iframe class="flame" title="flame graph of this request" src="/ui/flame.svg?request_id={}" style="height:{}px"></iframe>"#,
-            esc(&enc(id)),
+            r#"<h2>As a flame graph</h2><iframe class="flame" title="flame graph of this request" src="/ui/flame.svg?{}" height="{}"></iframe>"#,
+            esc(&query::encode([("request_id", id.as_str())])),
             super::profile::flame_height(depth + 1)
         );
     }
@@ -325,9 +334,10 @@ impl Rows<'_> {
                 fmt_ns(delta.unsigned_abs() as u64)
             )
         });
+        let indent = r#"<i class="indent"></i>"#.repeat(depth);
         let _ = writeln!(
             b,
-            r#"<tr{class} data-leaf-ns="{leaf_ns}"><td class="frame" style="--depth:{depth}">{}</td><td>{}</td><td class="num" data-ns="{}">{}</td><td class="num">{:.1}&nbsp;%{}</td><td class="num">{}</td>{}<td>{star}</td></tr>"#,
+            r#"<tr{class} data-leaf-ns="{leaf_ns}"><td class="frame">{indent}{}</td><td>{}</td><td class="num" data-ns="{}">{}</td><td class="num">{:.1}&nbsp;%{}</td><td class="num">{}</td>{}<td>{star}</td></tr>"#,
             esc(&label),
             if n.kind.is_some() {
                 String::new()

@@ -13,8 +13,9 @@ use axum::response::Response;
 use http::StatusCode;
 
 use super::UiState;
-use super::page::{self, Params, Tab, enc, esc};
+use super::page::{self, Params, Tab, esc};
 use crate::format::fmt_ns;
+use crate::records::query;
 use crate::records::selection::format_time;
 use crate::server::store::Store;
 use crate::server::store::rollup::{DAY, HOUR, Trend, TrendQuery};
@@ -103,17 +104,13 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(raw): RawQuery) 
 /// The selection of `q`'s service and endpoint over `[since, until)` (ns),
 /// as a query.
 fn selection_query(q: &TrendQuery, since: u64, until: u64) -> String {
-    let mut s = format!("service={}", enc(&q.service));
+    let mut pairs = vec![("service", q.service.clone())];
     if let Some(e) = &q.endpoint {
-        let _ = write!(s, "&endpoint={}", enc(e));
+        pairs.push(("endpoint", e.clone()));
     }
-    let _ = write!(
-        s,
-        "&since={}&until={}",
-        enc(&format_time(since)),
-        enc(&format_time(until))
-    );
-    s
+    pairs.push(("since", format_time(since)));
+    pairs.push(("until", format_time(until)));
+    query::encode(pairs)
 }
 
 /// `/ui/diff` of the last whole week against the week before, hour-aligned
@@ -122,9 +119,12 @@ fn week_over_week(q: &TrendQuery, now: u64) -> String {
     let week = 7 * DAY * NANOS;
     let end = now / (HOUR * NANOS) * HOUR * NANOS;
     format!(
-        "/ui/diff?base={}&test={}&sample=all",
-        enc(&selection_query(q, end - 2 * week, end - week)),
-        enc(&selection_query(q, end - week, end)),
+        "/ui/diff?{}",
+        query::encode([
+            ("base", selection_query(q, end - 2 * week, end - week)),
+            ("test", selection_query(q, end - week, end)),
+            ("sample", "all".to_owned()),
+        ])
     )
 }
 

@@ -1,0 +1,157 @@
+//! The security headers of every answer of the HTTP port (pages, assets,
+//! API), added by the route guard (`routes.rs`):
+//!
+//! - `Content-Security-Policy` [`PAGE_CSP`]: only this origin's stylesheet
+//!   and frames, no script, forms posting here only, and never framed
+//!   (`frame-ancestors 'none'`);
+//! - `X-Frame-Options: DENY`, for browsers older than `frame-ancestors`;
+//! - `X-Content-Type-Options: nosniff`;
+//! - `Referrer-Policy: no-referrer`: a selection in a page's URL (service
+//!   names, labels) never leaves in a `Referer`.
+//!
+//! The flame graphs (`/ui/flame.svg`, `/ui/diff.svg`) are the one
+//! exception, set by their handler through [`flame_graph`]: inferno's SVG
+//! carries its own script (zoom, search) and stylesheet, allowed by their
+//! SHA-256 hashes and nothing else, and the collector's own pages frame it
+//! (`frame-ancestors 'self'`).
+
+use base64::Engine as _;
+use http::{HeaderMap, HeaderValue, header};
+use sha2::Digest as _;
+
+/// The policy of every page and answer but the flame graphs.
+pub(crate) const PAGE_CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
+    frame-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/// Add the security headers, keeping a policy the handler set.
+pub(crate) fn secure(h: &mut HeaderMap) {
+    if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(PAGE_CSP),
+        );
+        h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    }
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+}
+
+/// inferno's SVG made to run under a strict policy, and that policy.
+///
+/// The root's `onload="init(evt)"` (an inline handler no hash can allow in
+/// every browser) becomes a `load` listener at the end of the script;
+/// the script and the stylesheet are then allowed by their hashes. An SVG
+/// whose script or style cannot be hashed (not the shape inferno writes)
+/// gets `'none'` for it: a static picture, still complete.
+pub(crate) fn flame_graph(svg: Vec<u8>) -> (Vec<u8>, HeaderValue) {
+    let Ok(text) = String::from_utf8(svg) else {
+        return (Vec::new(), HeaderValue::from_static(PAGE_CSP));
+    };
+    let text = text.replacen(r#" onload="init(evt)""#, "", 1);
+    let text = match text.find("</script>") {
+        Some(at) => format!(
+            "{}<![CDATA[\nwindow.addEventListener(\"load\", init);\n]]>{}",
+            &text[..at],
+            &text[at..]
+        ),
+        None => text,
+    };
+    let script = element_text(&text, "script").map_or_else(|| "'none'".to_owned(), |s| hash(&s));
+    let style = element_text(&text, "style").map_or_else(|| "'none'".to_owned(), |s| hash(&s));
+    let csp = format!(
+        "default-src 'none'; script-src {script}; style-src {style}; img-src 'self'; \
+         base-uri 'none'; frame-ancestors 'self'"
+    );
+    let csp = HeaderValue::from_str(&csp).unwrap_or(HeaderValue::from_static(PAGE_CSP));
+    (text.into_bytes(), csp)
+}
+
+/// The `X-Frame-Options` of a flame graph: the collector's pages frame it.
+pub(crate) const FLAME_FRAME_OPTIONS: &str = "SAMEORIGIN";
+
+/// The text content of the first `<name …>…</name>` (CDATA sections
+/// unwrapped), or `None` when it holds markup or entities a hash of the
+/// raw text would get wrong.
+fn element_text(doc: &str, name: &str) -> Option<String> {
+    let open = doc.find(&format!("<{name}"))?;
+    let body_at = open + doc[open..].find('>')? + 1;
+    let close = body_at + doc[body_at..].find(&format!("</{name}>"))?;
+    let mut rest = &doc[body_at..close];
+    let mut out = String::new();
+    while !rest.is_empty() {
+        match rest.find("<![CDATA[") {
+            Some(0) => {
+                let end = rest.find("]]>")?;
+                out.push_str(&rest[9..end]);
+                rest = &rest[end + 3..];
+            }
+            found => {
+                let plain = &rest[..found.unwrap_or(rest.len())];
+                if plain.contains(['<', '&']) {
+                    return None;
+                }
+                out.push_str(plain);
+                rest = &rest[plain.len()..];
+            }
+        }
+    }
+    Some(out)
+}
+
+/// A CSP hash source for `text`.
+fn hash(text: &str) -> String {
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    format!(
+        "'sha256-{}'",
+        base64::engine::general_purpose::STANDARD.encode(digest)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cdata_is_unwrapped_and_markup_refused() {
+        let doc = "<svg><script type=\"x\"><![CDATA[a<b]]>\n<![CDATA[c]]></script><style>s{}</style></svg>";
+        assert_eq!(element_text(doc, "script").as_deref(), Some("a<b\nc"));
+        assert_eq!(element_text(doc, "style").as_deref(), Some("s{}"));
+        assert_eq!(element_text("<style>a &amp; b</style>", "style"), None);
+        assert_eq!(element_text("<svg/>", "script"), None);
+    }
+
+    #[test]
+    fn the_flame_graph_policy_names_its_own_script_and_style_only() {
+        let agg = crate::profile::aggregate::Aggregator::new(Default::default());
+        let mut agg = agg;
+        agg.push_batch(&cpt_sdk::testing::fixtures::table1());
+        let svg = crate::profile::flame::flame_svg(
+            &agg.finish(),
+            &crate::profile::flame::FlameOptions::default(),
+        )
+        .unwrap();
+        assert!(String::from_utf8_lossy(&svg).contains("onload=\"init(evt)\""));
+        let (svg, csp) = flame_graph(svg);
+        let svg = String::from_utf8(svg).unwrap();
+        let csp = csp.to_str().unwrap();
+        assert!(!svg.contains("onload="), "no inline handler is left");
+        let script = element_text(&svg, "script").unwrap();
+        assert!(script.ends_with("window.addEventListener(\"load\", init);\n"));
+        assert!(
+            csp.contains(&format!("script-src {};", hash(&script))),
+            "{csp}"
+        );
+        let style = element_text(&svg, "style").unwrap();
+        assert!(
+            csp.contains(&format!("style-src {};", hash(&style))),
+            "{csp}"
+        );
+        assert!(csp.contains("frame-ancestors 'self'") && !csp.contains("unsafe"));
+    }
+}
