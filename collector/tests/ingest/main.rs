@@ -9,6 +9,7 @@ mod fairness;
 mod hostile;
 mod limits;
 mod malformed;
+mod metrics;
 mod overload;
 mod parquet;
 mod read_access;
