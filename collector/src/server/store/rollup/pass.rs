@@ -281,12 +281,16 @@ impl Store {
             for (key, rows) in &groups {
                 add_rows(&tx, key, rows, pf, frames, &mut added)?;
             }
-            state.rolled_up_through = last;
+            // Read to the end: every id given out is rolled up, those of
+            // records too old to keep raw (rolled up when they came) and
+            // of batches rolled back included.
+            let caught_up = n < max_rows as u64;
             state.last_id = state.last_id.max(last);
+            state.rolled_up_through = if caught_up { state.last_id } else { last };
             state.write(&tx)?;
             Ok::<_, rusqlite::Error>(RollUpStep {
                 records: n,
-                caught_up: n < max_rows as u64,
+                caught_up,
             })
         })();
         match step.and_then(|s| tx.commit().map(|()| s)) {
