@@ -52,7 +52,10 @@
 //! | file | what |
 //! |---|---|
 //! | `admission.rs` | the permit, decoding off the async workers, waiting for the acknowledgement, the counters |
-//! | `writer.rs` | the single writer thread's group commit |
+//! | `writer.rs` | the single writer thread's group commit, and the store's upkeep between groups |
+//! | `retention.rs` | `--retain-for`, `--max-store-bytes`, roll-ups and their retention: what the writer does between groups; the gauges `/metrics` reads |
+//! | `metrics.rs` | `GET /metrics`, the Prometheus text format |
+//! | `trend.rs` | `GET /v1/trend`, an endpoint's trend from the roll-ups |
 //! | `staging.rs` | Parquet files staged until the store commits, settled at start |
 //! | `http_api.rs` | `POST /v1/records`, `GET /v1/records`, `GET /profile`, `GET /v1/stats`, `GET /healthz` |
 //! | `routes.rs` | every route in one table, and the guard in front of them all: query limit, same-origin POSTs, the read policy |

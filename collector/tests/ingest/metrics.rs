@@ -92,7 +92,11 @@ fn metrics_are_prometheus_text_behind_the_read_token_and_count_what_happened() {
         post_records(addr, CONTENT_TYPE_JSON_LINES, &json_lines(&old)).status,
         200
     );
-    assert_eq!(get(addr, None).status, 401, "the read token guards /metrics");
+    assert_eq!(
+        get(addr, None).status,
+        401,
+        "the read token guards /metrics"
+    );
     // The gauges follow the writer's upkeep (at least once a second).
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let resp = get(addr, Some("s3cret"));
@@ -110,7 +114,10 @@ fn metrics_are_prometheus_text_behind_the_read_token_and_count_what_happened() {
     );
     assert_eq!(value(&text, "cpt_records_too_old_total"), 5.0);
     assert_eq!(value(&text, "cpt_ingest_ack_seconds_count"), 2.0);
-    assert_eq!(value(&text, r#"cpt_ingest_ack_seconds_bucket{le="+Inf"}"#), 2.0);
+    assert_eq!(
+        value(&text, r#"cpt_ingest_ack_seconds_bucket{le="+Inf"}"#),
+        2.0
+    );
     assert!(value(&text, "cpt_store_used_bytes") > 0.0);
     assert!(value(&text, "cpt_oldest_raw_record_age_seconds") >= 3_600.0);
     assert!(value(&text, "cpt_open_connections") >= 1.0);
@@ -131,4 +138,56 @@ fn metrics_open_answers_without_the_read_token() {
     // Only /metrics: the records stay behind the token.
     let records = http(c.http(), "GET", "/v1/records?limit=1", "text/plain", b"").unwrap();
     assert_eq!(records.status, 401);
+}
+
+/// The operations page's scrape configuration and alert rules are what
+/// promtool accepts (`docs/src/operations/retention.md`).
+#[test]
+fn the_books_scrape_config_and_alert_rules_pass_promtool() {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/src/operations/retention.md"
+    ))
+    .unwrap();
+    let blocks: Vec<&str> = page
+        .split("```yaml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    assert_eq!(blocks.len(), 2, "a scrape config and the alert rules");
+    if std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CPT_REQUIRE_PROMTOOL").is_none(),
+            "CPT_REQUIRE_PROMTOOL is set but promtool is not installed"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t").unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        blocks[0].replace("/etc/prometheus/cpt-read-token", token.to_str().unwrap()),
+    )
+    .unwrap();
+    let rules = dir.path().join("cpt-alerts.yml");
+    std::fs::write(&rules, blocks[1]).unwrap();
+    for (what, file) in [("config", &config), ("rules", &rules)] {
+        let out = std::process::Command::new("promtool")
+            .args(["check", what])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check {what}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
