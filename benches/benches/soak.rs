@@ -33,7 +33,12 @@
 //!   some 50 MB/s at full speed;
 //! - `CPT_SOAK_REPLAY=1`: send records out of time order (above);
 //! - `CPT_SOAK_MAX_GIB`: the senders stop early, saying so, when the store
-//!   (database and WAL) reaches this size (default 14).
+//!   (database and WAL) reaches this size (default 14);
+//! - `CPT_SOAK_MAX_STORE=4GiB`: run the collector with `--max-store-bytes`
+//!   (raw records otherwise kept forever): the oldest are deleted, once
+//!   rolled up, to keep the store within it. The report then checks
+//!   acknowledged = stored + deleted by retention, against the store and
+//!   `/metrics`, and gives the largest database + WAL sampled.
 
 #[path = "support/records.rs"]
 #[allow(dead_code)] // figure1_path is for paths of 25–35 segments
@@ -323,6 +328,11 @@ fn load_average() -> String {
 }
 
 fn stats(http: SocketAddr) -> String {
+    get(http, "/v1/stats")
+}
+
+/// The body of `GET path` (a message when it cannot be had).
+fn get(http: SocketAddr, path: &str) -> String {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -332,7 +342,7 @@ fn stats(http: SocketAddr) -> String {
         Client::builder(TokioExecutor::new()).build_http()
     };
     rt.block_on(async {
-        let req = http::Request::get(format!("http://{http}/v1/stats"))
+        let req = http::Request::get(format!("http://{http}{path}"))
             .body(Full::new(Bytes::new()))
             .unwrap();
         match client.request(req).await {
@@ -420,11 +430,19 @@ fn main() -> ExitCode {
         .build()
         .unwrap();
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let collector = rt
-        .block_on(Collector::start(
-            ServeConfig::new(&store_path).with_http(loopback),
-        ))
-        .unwrap();
+    let bound = std::env::var("CPT_SOAK_MAX_STORE").ok().map(|s| {
+        cpt_collector::serve::parse_size(&s)
+            .unwrap_or_else(|e| panic!("CPT_SOAK_MAX_STORE: {e}"))
+    });
+    let mut config = ServeConfig::new(&store_path).with_http(loopback);
+    if let Some(b) = bound {
+        println!("store bounded: --max-store-bytes {b} ({:.2} GiB)", b as f64 / (1u64 << 30) as f64);
+        config = config.with_retention(cpt_collector::serve::RetentionConfig {
+            max_store_bytes: Some(b),
+            ..cpt_collector::serve::RetentionConfig::keep_everything()
+        });
+    }
+    let collector = rt.block_on(Collector::start(config)).unwrap();
     let http = collector.http_addr().unwrap();
 
     let t0 = Instant::now();
@@ -455,9 +473,11 @@ fn main() -> ExitCode {
 
     let mut next_tick = t0 + Duration::from_secs(60);
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let mut largest = 0u64;
     while t0.elapsed() < duration {
         thread::sleep(Duration::from_millis(200));
         let store_size = size(&store_path) + size(&wal_path);
+        largest = largest.max(store_size);
         if store_size >= max_store {
             println!(
                 "stopping early at {:.1}s: the store reached {:.1} GiB (CPT_SOAK_MAX_GIB)",
@@ -483,12 +503,32 @@ fn main() -> ExitCode {
     // A profile still running finishes before the collector stops.
     let profiles = reader_thread.join().unwrap();
     let stats_json = stats(http);
+    // The gauges follow the writer's upkeep within a second.
+    thread::sleep(Duration::from_secs(2));
+    let metrics = get(http, "/metrics");
     rt.block_on(collector.shutdown()).unwrap();
     stop_watch.store(true, Ordering::Relaxed);
     let wal = sampler_thread.join().unwrap();
     let stored = Store::open_read_only(&store_path)
         .and_then(|s| s.len())
         .expect("the store opens read-only and counts its records");
+    let state = Store::open_read_only(&store_path)
+        .and_then(|s| s.state())
+        .expect("the store opens read-only and says what retention deleted");
+    let deleted = state.deleted_by_retention + state.too_old;
+    let series = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
+    };
+    let metrics_deleted = series("cpt_records_deleted_by_retention_total")
+        .zip(series("cpt_records_too_old_total"))
+        .map(|(a, b)| a + b);
+    println!(
+        "largest database + WAL sampled: {:.2} GiB; deleted by retention: {deleted} \
+         (/metrics: {metrics_deleted:?})",
+        largest as f64 / (1u64 << 30) as f64
+    );
 
     report(&Report {
         logs: &logs,
@@ -498,6 +538,8 @@ fn main() -> ExitCode {
         load_end: &load_end,
         stats_json: &stats_json,
         stored,
+        deleted,
+        metrics_deleted,
         store_path: &store_path,
     })
 }
@@ -510,6 +552,10 @@ struct Report<'a> {
     load_end: &'a str,
     stats_json: &'a str,
     stored: u64,
+    /// Deleted by retention (or too old to store), as the store says.
+    deleted: u64,
+    /// The same, as `/metrics` says.
+    metrics_deleted: Option<u64>,
     store_path: &'a Path,
 }
 
@@ -720,10 +766,17 @@ fn report(r: &Report<'_>) -> ExitCode {
     }
 
     let mut ok = true;
-    if acked != r.stored {
+    if acked != r.stored + r.deleted {
         println!(
-            "FAIL: {acked} records acknowledged, {} stored in the store",
-            r.stored
+            "FAIL: {acked} records acknowledged, {} stored in the store and {} deleted by retention",
+            r.stored, r.deleted
+        );
+        ok = false;
+    }
+    if r.metrics_deleted.unwrap_or(0) != r.deleted {
+        println!(
+            "FAIL: the store deleted {} records, /metrics says {:?}",
+            r.deleted, r.metrics_deleted
         );
         ok = false;
     }
@@ -734,7 +787,10 @@ fn report(r: &Report<'_>) -> ExitCode {
         ok = false;
     }
     if ok {
-        println!("acknowledged = stored: {acked}");
+        println!(
+            "acknowledged = stored + deleted by retention: {acked} = {} + {}",
+            r.stored, r.deleted
+        );
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
