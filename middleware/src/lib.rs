@@ -78,6 +78,7 @@ mod glue;
 pub mod header;
 #[cfg(feature = "opentelemetry")]
 pub mod otel;
+mod replay;
 mod route;
 pub mod server;
 mod stats;

@@ -166,6 +166,8 @@ pub(super) struct Ingest {
     pub(super) store_path: PathBuf,
     /// Jobs carry their records (for the Parquet writer).
     pub(super) keep_records: bool,
+    /// Labels replayed forced records before they are stored.
+    pub(super) forced_nonces: Arc<super::replays::ForcedNonces>,
 }
 
 impl std::fmt::Debug for Job {
@@ -280,9 +282,11 @@ impl Ingest {
         let cancelled = cancel.0.clone();
         let limits = self.limits;
         let keep_records = self.keep_records;
+        let forced_nonces = self.forced_nonces.clone();
         let result = async {
             let (batch, records) = tokio::task::spawn_blocking(move || {
-                let records = decode(&limits, &cancelled)?;
+                let mut records = decode(&limits, &cancelled)?;
+                forced_nonces.label(&mut records);
                 if cancelled.load(Ordering::Relaxed) {
                     return Err(BatchError::new(
                         "body",

@@ -84,6 +84,7 @@ mod http_api;
 mod listen;
 mod reads;
 mod receiving;
+mod replays;
 mod staging;
 pub mod store;
 mod tls;
@@ -488,6 +489,7 @@ impl Collector {
             None => None,
         };
         let keep_records = parquet.is_some();
+        let forced_nonces = Arc::new(replays::ForcedNonces::load(&store));
         let writer = std::thread::Builder::new()
             .name("cpt-store-writer".into())
             .spawn(move || write_loop(store, rx, max_group, parquet))
@@ -513,6 +515,7 @@ impl Collector {
             counters: Counters::default(),
             store_path,
             keep_records,
+            forced_nonces,
         });
         let (stop, stopped) = watch::channel(false);
         let mut servers = Vec::new();

@@ -12,6 +12,7 @@ mod malformed;
 mod overload;
 mod parquet;
 mod read_access;
+mod replays;
 mod roundtrip;
 mod tls;
 
