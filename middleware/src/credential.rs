@@ -11,8 +11,8 @@
 //! - before it expires (at most [`MAX_TTL_SECS`] ahead; clocks must agree
 //!   to within that much), and
 //! - once: the MACs it accepted are remembered until they expire, in a
-//!   cache of [`REPLAY_CACHE_CAPACITY`] entries per process shared by every
-//!   layer in it. When it is full of unexpired credentials, further ones
+//!   cache of [`REPLAY_CACHE_CAPACITY`](crate::REPLAY_CACHE_CAPACITY)
+//!   entries per process shared by every layer in it. When it is full of unexpired credentials, further ones
 //!   are refused ([`Rejection::ReplayCacheFull`]) rather than forgetting
 //!   one.
 //!
@@ -45,11 +45,7 @@ use std::sync::{Arc, Mutex};
 use cpt_sdk::force::MAX_TTL_SECS;
 use cpt_sdk::force::{FormatError, parse};
 
-use crate::replay::{ReplayCache, journaled_cache, process_cache};
-
-/// MACs of accepted credentials a process remembers, at most (see the
-/// module docs). 32 bytes and an expiry each: about 4 MiB when full.
-pub const REPLAY_CACHE_CAPACITY: usize = 65_536;
+use crate::replay::{Refused, ReplayCache, journaled_cache, process_cache};
 
 /// Why a force credential was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -172,7 +168,7 @@ impl ForceAuth {
 
     /// Remember accepted credentials in a cache of `capacity` entries of
     /// this `ForceAuth` and its clones only, instead of the process-wide
-    /// one of [`REPLAY_CACHE_CAPACITY`].
+    /// one of [`REPLAY_CACHE_CAPACITY`](crate::REPLAY_CACHE_CAPACITY).
     ///
     /// The cache is in memory only: a state directory given before is
     /// dropped.
@@ -186,9 +182,10 @@ impl ForceAuth {
     /// Journal the accepted credentials in `dir` (a directory of this
     /// service's own, made if missing), so that a restart within a
     /// credential's lifetime does not accept it again: the process-wide
-    /// cache of [`REPLAY_CACHE_CAPACITY`] entries for that directory,
-    /// loaded from it when first made (here, not on a request). What
-    /// `CPT_STATE_DIR` sets through `ServerLayer::with_env`.
+    /// cache of [`REPLAY_CACHE_CAPACITY`](crate::REPLAY_CACHE_CAPACITY)
+    /// entries for that directory, loaded from it when first made (here,
+    /// not on a request). What `CPT_STATE_DIR` sets through
+    /// `ServerLayer::with_env`.
     ///
     /// A journal that cannot be read or written is logged once and never
     /// fails or blocks a request: the cache then goes on in memory. Two
@@ -307,7 +304,12 @@ impl ForceAuth {
         let mut cache = cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        cache.insert(*parsed.tag(), expires, now)
+        cache
+            .insert(*parsed.tag(), expires, now)
+            .map_err(|refused| match refused {
+                Refused::Replayed => Rejection::Replayed,
+                Refused::Full => Rejection::ReplayCacheFull,
+            })
     }
 }
 

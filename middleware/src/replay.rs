@@ -33,7 +33,18 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cpt_sdk::force::MAX_TTL_SECS;
 
-use crate::credential::Rejection;
+/// MACs of accepted credentials a process remembers, at most (see the
+/// `ForceAuth` docs). 32 bytes and an expiry each: about 4 MiB when full.
+pub const REPLAY_CACHE_CAPACITY: usize = 65_536;
+
+/// Why the cache refuses a credential.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Accepted once already.
+    Replayed,
+    /// Full of unexpired credentials.
+    Full,
+}
 
 /// The journal's file name in the state directory.
 pub(crate) const JOURNAL_FILE: &str = "force-replay";
@@ -89,19 +100,14 @@ impl ReplayCache {
 
     /// Remember `tag` until `expires`; `Err` when it was seen or there is no
     /// room.
-    pub(crate) fn insert(
-        &mut self,
-        tag: [u8; 32],
-        expires: u64,
-        now: u64,
-    ) -> Result<(), Rejection> {
+    pub(crate) fn insert(&mut self, tag: [u8; 32], expires: u64, now: u64) -> Result<(), Refused> {
         if self.seen.contains_key(&tag) {
-            return Err(Rejection::Replayed);
+            return Err(Refused::Replayed);
         }
         if self.seen.len() >= self.capacity {
             self.seen.retain(|_, e| *e >= now);
             if self.seen.len() >= self.capacity {
-                return Err(Rejection::ReplayCacheFull);
+                return Err(Refused::Full);
             }
         }
         self.seen.insert(tag, expires);
@@ -261,11 +267,7 @@ fn line(tag: &[u8; 32], expires: u64) -> String {
 pub(crate) fn process_cache() -> Arc<Mutex<ReplayCache>> {
     static CACHE: OnceLock<Arc<Mutex<ReplayCache>>> = OnceLock::new();
     CACHE
-        .get_or_init(|| {
-            Arc::new(Mutex::new(ReplayCache::new(
-                crate::credential::REPLAY_CACHE_CAPACITY,
-            )))
-        })
+        .get_or_init(|| Arc::new(Mutex::new(ReplayCache::new(REPLAY_CACHE_CAPACITY))))
         .clone()
 }
 
@@ -283,7 +285,7 @@ pub(crate) fn journaled_cache(dir: &Path) -> Arc<Mutex<ReplayCache>> {
         .or_insert_with(|| {
             Arc::new(Mutex::new(ReplayCache::journaled(
                 dir,
-                crate::credential::REPLAY_CACHE_CAPACITY,
+                REPLAY_CACHE_CAPACITY,
                 cpt_sdk::force::now_unix_secs(),
             )))
         })
@@ -311,7 +313,7 @@ mod tests {
         let mut after = ReplayCache::journaled(dir.path(), 16, NOW + 60);
         assert_eq!(
             after.insert(tag(1), NOW + 300, NOW + 60),
-            Err(Rejection::Replayed)
+            Err(Refused::Replayed)
         );
         // tag(2) expired before the restart: forgotten, and refused anyway
         // by its expiry before it reaches the cache.
@@ -348,7 +350,7 @@ mod tests {
         t[..8].copy_from_slice(&last.to_le_bytes());
         let now = NOW + 10 * last;
         let mut again = ReplayCache::journaled(dir.path(), 16, now);
-        assert_eq!(again.insert(t, now + 60, now), Err(Rejection::Replayed));
+        assert_eq!(again.insert(t, now + 60, now), Err(Refused::Replayed));
     }
 
     #[test]
@@ -361,7 +363,7 @@ mod tests {
         assert_eq!(c.insert(tag(1), NOW + 60, NOW), Ok(()));
         assert_eq!(c.insert(tag(2), NOW + 60, NOW), Ok(()));
         // Still once, in memory.
-        assert_eq!(c.insert(tag(1), NOW + 60, NOW), Err(Rejection::Replayed));
+        assert_eq!(c.insert(tag(1), NOW + 60, NOW), Err(Refused::Replayed));
     }
 
     #[test]

@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+mod late;
+
 /// What role a span plays in an RPC (OpenTelemetry / Zipkin `kind`, Jaeger
 /// `span.kind` tag).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -742,7 +744,7 @@ pub fn build(
         duplicates_dropped,
         duplicates_renamed,
     };
-    crate::traces::import::skew::detach_late_children(&mut trace);
+    late::detach_late_children(&mut trace);
     Ok(trace)
 }
 

@@ -45,16 +45,16 @@
 //! A child that starts once its parent has ended is dropped above only
 //! when a clock offset could explain it. When its clock is known to agree
 //! with the parent's, it is work the parent started and never waited for
-//! (an asynchronous task), and [`detach_late_children`] detaches it while
-//! the trace is built: kept, off the path, counted with the other detached
-//! subtrees. A clock agrees when it is the parent's own, or when another
+//! (an asynchronous task), and the model detaches it while the trace is
+//! built (`model/late.rs`): kept, off the path, counted with the other
+//! detached subtrees. A clock agrees when it is the parent's own, or when another
 //! child of the parent on that clock lies inside the parent as recorded.
 //! A server under a client on another host is left to the repair: there
 //! the clocks are what is in doubt.
 
 use std::collections::HashMap;
 
-use crate::traces::model::{SpanKind, Trace};
+use crate::traces::model::Trace;
 
 /// Repair choices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,56 +153,7 @@ impl Repaired {
 /// True when `parent` (client) and `child` (server) are the two halves of
 /// one RPC recorded on different hosts.
 pub(crate) fn is_rpc_pair(trace: &Trace, child: usize) -> bool {
-    let s = &trace.spans[child];
-    match s.parent {
-        Some(p) => {
-            let p = &trace.spans[p as usize];
-            s.kind == SpanKind::Server && p.kind == SpanKind::Client && p.clock != s.clock
-        }
-        None => false,
-    }
-}
-
-/// Detach the children that start once their parent has ended on a clock
-/// that agrees with the parent's (see the module docs, "Late children are
-/// not skew when the clocks agree").
-pub(crate) fn detach_late_children(trace: &mut Trace) {
-    let mut late: Vec<u32> = Vec::new();
-    // Clocks shown to agree with the current parent's (found lazily).
-    let mut agreeing: Vec<u32> = Vec::new();
-    for p in 0..trace.spans.len() as u32 {
-        let parent = &trace.spans[p as usize];
-        let (ps, pe) = (parent.start_ns, parent.end_ns());
-        let kids = trace.children(p);
-        let starts_late = |c: u32| {
-            let s = &trace.spans[c as usize];
-            let late = if s.duration_ns == 0 {
-                s.start_ns > pe
-            } else {
-                s.start_ns >= pe
-            };
-            late && !s.detached && !is_rpc_pair(trace, c as usize)
-        };
-        if !kids.iter().any(|&c| starts_late(c)) {
-            continue;
-        }
-        agreeing.clear();
-        agreeing.push(parent.clock);
-        for &c in kids {
-            let s = &trace.spans[c as usize];
-            if !s.detached && s.start_ns >= ps && s.end_ns() <= pe && !agreeing.contains(&s.clock) {
-                agreeing.push(s.clock);
-            }
-        }
-        late.extend(
-            kids.iter()
-                .copied()
-                .filter(|&c| starts_late(c) && agreeing.contains(&trace.spans[c as usize].clock)),
-        );
-    }
-    for c in late {
-        trace.spans[c as usize].detached = true;
-    }
+    trace.is_rpc_pair(child)
 }
 
 /// Repair a trace's times (see the module docs).
@@ -362,7 +313,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::traces::model::{BuildOptions, RawSpan, build};
+    use crate::traces::model::{BuildOptions, RawSpan, SpanKind, build};
 
     fn span<'a>(
         id: &'a str,
