@@ -29,8 +29,9 @@
 //! Environment:
 //! - `CPT_SOAK_SECS`: how long the senders send (default 480);
 //! - `CPT_SOAK_DIR`: where the temporary store goes (default the
-//!   target's tmp directory); the store grows by about 3.3 kB a record,
-//!   some 50 MB/s at full speed;
+//!   target's tmp directory); the store grows by about 2.7 kB a record,
+//!   some 65 MB/s at full speed (the runs on the store page,
+//!   `docs/src/operations/store.md`: 29.0 GiB for 11 626 600 records);
 //! - `CPT_SOAK_REPLAY=1`: send records out of time order (above);
 //! - `CPT_SOAK_MAX_GIB`: the senders stop early, saying so, when the store
 //!   (database and WAL) reaches this size (default 14);

@@ -11,28 +11,41 @@
 //! - before it expires (at most [`MAX_TTL_SECS`] ahead; clocks must agree
 //!   to within that much), and
 //! - once: the MACs it accepted are remembered until they expire, in a
-//!   cache of [`REPLAY_CACHE_CAPACITY`] entries per process shared by every
-//!   layer in it. When it is full of unexpired credentials, further ones
+//!   cache of [`REPLAY_CACHE_CAPACITY`](crate::REPLAY_CACHE_CAPACITY)
+//!   entries per process shared by every layer in it. When it is full of unexpired credentials, further ones
 //!   are refused ([`Rejection::ReplayCacheFull`]) rather than forgetting
-//!   one. The cache cannot see other processes: behind a load balancer, a
-//!   credential replayed within its lifetime to another replica of the same
-//!   service forces one more request there (keep the lifetime short).
+//!   one.
+//!
+//! What "once" covers, exactly:
+//!
+//! - **a restart** only with a state directory
+//!   ([`ForceAuth::with_replay_state_dir`], `CPT_STATE_DIR`): the accepted
+//!   credentials are journaled there (`DIR/force-replay`) and read back
+//!   when the service starts. Without one, a
+//!   credential used before a restart forces one more request after it,
+//!   within its lifetime;
+//! - **other processes** never: behind a load balancer, a credential
+//!   replayed within its lifetime to another replica of the same service
+//!   forces one more request there (keep the lifetime short).
+//!
+//! Either way the forced record carries the credential's nonce
+//! ([`cpt_sdk::force::NONCE_LABEL`]) and the collector labels a second
+//! record with the same nonce [`cpt_sdk::force::REPLAYED_LABEL`], so a
+//! replay that got through is visible.
 //!
 //! A force without a valid credential is ignored (the request is sampled as
 //! usual), counted in [`Stats`](crate::Stats) by [`Rejection`], and logged
 //! once per reason per minute with the number since. The default accepts no
 //! credential: forcing is off until configured.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use cpt_sdk::force::MAX_TTL_SECS;
 use cpt_sdk::force::{FormatError, parse};
 
-/// MACs of accepted credentials a process remembers, at most (see the
-/// module docs). 32 bytes and an expiry each: about 4 MiB when full.
-pub const REPLAY_CACHE_CAPACITY: usize = 65_536;
+use crate::replay::{Refused, ReplayCache, journaled_cache, process_cache};
 
 /// Why a force credential was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -107,49 +120,14 @@ impl fmt::Display for Rejection {
     }
 }
 
-/// The MACs accepted and not yet expired (see the module docs).
-#[derive(Debug, Default)]
-struct ReplayCache {
-    seen: HashMap<[u8; 32], u64>,
-    capacity: usize,
-}
-
-impl ReplayCache {
-    /// Remember `tag` until `expires`; `Err` when it was seen or there is no
-    /// room.
-    fn insert(&mut self, tag: [u8; 32], expires: u64, now: u64) -> Result<(), Rejection> {
-        if self.seen.contains_key(&tag) {
-            return Err(Rejection::Replayed);
-        }
-        if self.seen.len() >= self.capacity {
-            self.seen.retain(|_, e| *e >= now);
-            if self.seen.len() >= self.capacity {
-                return Err(Rejection::ReplayCacheFull);
-            }
-        }
-        self.seen.insert(tag, expires);
-        Ok(())
-    }
-}
-
-fn process_cache() -> Arc<Mutex<ReplayCache>> {
-    static CACHE: OnceLock<Arc<Mutex<ReplayCache>>> = OnceLock::new();
-    CACHE
-        .get_or_init(|| {
-            Arc::new(Mutex::new(ReplayCache {
-                seen: HashMap::new(),
-                capacity: REPLAY_CACHE_CAPACITY,
-            }))
-        })
-        .clone()
-}
-
 /// The credentials a service accepts in `x-cpt-force`.
 #[derive(Clone, Default)]
 pub struct ForceAuth {
     keys: Vec<Arc<[u8]>>,
     /// `None`: the process-wide cache.
     cache: Option<Arc<Mutex<ReplayCache>>>,
+    /// The state directory the cache is journaled in, if any.
+    state_dir: Option<Arc<Path>>,
 }
 
 impl ForceAuth {
@@ -190,13 +168,49 @@ impl ForceAuth {
 
     /// Remember accepted credentials in a cache of `capacity` entries of
     /// this `ForceAuth` and its clones only, instead of the process-wide
-    /// one of [`REPLAY_CACHE_CAPACITY`].
+    /// one of [`REPLAY_CACHE_CAPACITY`](crate::REPLAY_CACHE_CAPACITY).
+    ///
+    /// The cache is in memory only: a state directory given before is
+    /// dropped.
     #[must_use]
     pub fn with_replay_cache_capacity(mut self, capacity: usize) -> Self {
-        self.cache = Some(Arc::new(Mutex::new(ReplayCache {
-            seen: HashMap::new(),
-            capacity: capacity.max(1),
-        })));
+        self.cache = Some(Arc::new(Mutex::new(ReplayCache::new(capacity))));
+        self.state_dir = None;
+        self
+    }
+
+    /// Journal the accepted credentials in `dir` (a directory of this
+    /// service's own, made if missing), so that a restart within a
+    /// credential's lifetime does not accept it again: the process-wide
+    /// cache of [`REPLAY_CACHE_CAPACITY`](crate::REPLAY_CACHE_CAPACITY)
+    /// entries for that directory, loaded from it when first made (here,
+    /// not on a request). What `CPT_STATE_DIR` sets through
+    /// `ServerLayer::with_env`.
+    ///
+    /// A journal that cannot be read or written is logged once and never
+    /// fails or blocks a request: the cache then goes on in memory. Two
+    /// processes must not share `dir` (each reads it only when it starts).
+    /// See the module docs for what "once" covers.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use cpt_middleware::ForceAuth;
+    /// # let dir = std::env::temp_dir().join(format!("cpt-doc-{}", std::process::id()));
+    /// let auth = ForceAuth::none()
+    ///     .hmac_key(b"ops-key")
+    ///     .with_replay_state_dir(&dir);
+    /// let cred = ForceAuth::sign(b"ops-key", "req-42", "checkout", 300);
+    /// assert!(auth.verify("checkout", Some("req-42"), cred.as_bytes()).is_ok());
+    /// // `dir/force-replay` now holds it: a restarted service refuses it too.
+    /// assert!(auth.verify("checkout", Some("req-42"), cred.as_bytes()).is_err());
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// ```
+    #[must_use]
+    pub fn with_replay_state_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        let dir = dir.as_ref();
+        self.cache = Some(journaled_cache(dir));
+        self.state_dir = Some(dir.into());
         self
     }
 
@@ -290,7 +304,12 @@ impl ForceAuth {
         let mut cache = cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        cache.insert(*parsed.tag(), expires, now)
+        cache
+            .insert(*parsed.tag(), expires, now)
+            .map_err(|refused| match refused {
+                Refused::Replayed => Rejection::Replayed,
+                Refused::Full => Rejection::ReplayCacheFull,
+            })
     }
 }
 
@@ -299,6 +318,7 @@ impl fmt::Debug for ForceAuth {
         f.debug_struct("ForceAuth")
             .field("hmac_keys", &self.keys.len())
             .field("own_replay_cache", &self.cache.is_some())
+            .field("replay_state_dir", &self.state_dir)
             .finish()
     }
 }

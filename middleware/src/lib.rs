@@ -78,13 +78,15 @@ mod glue;
 pub mod header;
 #[cfg(feature = "opentelemetry")]
 pub mod otel;
+mod replay;
 mod route;
 pub mod server;
 mod stats;
 mod trust;
 
 pub use client::{Client, ClientLayer};
-pub use credential::{ForceAuth, REPLAY_CACHE_CAPACITY, Rejection};
+pub use credential::{ForceAuth, Rejection};
+pub use replay::REPLAY_CACHE_CAPACITY;
 pub use route::Route;
 pub use server::{ROOT_LABEL, Role, Server, ServerLayer, StreamEnd};
 pub use stats::Stats;

@@ -11,6 +11,7 @@
 //! | `CPT_TRUST_SECRET` | the shared caller secret (visible ASCII) | server trust, client caller secret |
 //! | `CPT_FORCE_KEY` | the `x-cpt-force` HMAC key | server force authentication |
 //! | `CPT_FORCE_KEY_FILE` | a file holding the force key (one trailing newline is dropped) | same; keeps the key out of `ps` and `/proc/PID/environ` |
+//! | `CPT_STATE_DIR` | a directory of the service's own | what must outlive a restart: the force credentials accepted and not yet expired (off when unset) |
 //! | `CPT_CLOCK` | `std` (always read `Instant`) or `auto` (the CPU's time-stamp counter where the kernel keeps time with it; the default) | the layer's clock ([`crate::clock::SystemClock`]) |
 //!
 //! An unset or empty variable is not configured (the builder's own setting
@@ -55,9 +56,12 @@ pub const FORCE_KEY: &str = "CPT_FORCE_KEY";
 pub const FORCE_KEY_FILE: &str = "CPT_FORCE_KEY_FILE";
 /// Which clock the layer reads (`std` or `auto`).
 pub const CLOCK: &str = "CPT_CLOCK";
+/// A directory of the service's own for what must outlive a restart (the
+/// force credentials it accepted, so none is accepted twice).
+pub const STATE_DIR: &str = "CPT_STATE_DIR";
 
 /// Every variable [`CptEnv`] reads.
-pub const VARIABLES: [&str; 9] = [
+pub const VARIABLES: [&str; 10] = [
     SAMPLE_RATE,
     SAMPLE_MAX_PER_SECOND,
     COLLECTOR_ENDPOINT,
@@ -67,6 +71,7 @@ pub const VARIABLES: [&str; 9] = [
     FORCE_KEY,
     FORCE_KEY_FILE,
     CLOCK,
+    STATE_DIR,
 ];
 
 /// What `CPT_CLOCK` asks for.
@@ -108,6 +113,8 @@ pub struct CptEnv {
     pub force_key: Option<Vec<u8>>,
     /// `CPT_CLOCK`.
     pub clock: Option<ClockChoice>,
+    /// `CPT_STATE_DIR`.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl fmt::Debug for CptEnv {
@@ -121,6 +128,7 @@ impl fmt::Debug for CptEnv {
             .field("trust_secret", &self.trust_secret.as_ref().map(|_| "…"))
             .field("force_key", &self.force_key.as_ref().map(|_| "…"))
             .field("clock", &self.clock)
+            .field("state_dir", &self.state_dir)
             .finish()
     }
 }
@@ -225,6 +233,7 @@ impl CptEnv {
             })
             .transpose()?;
         let spool_dir = get(SPOOL_DIR).map(PathBuf::from);
+        let state_dir = get(STATE_DIR).map(PathBuf::from);
         let spool_max_bytes = get(SPOOL_MAX_BYTES)
             .map(|v| {
                 parse_bytes(&v).ok_or_else(|| {
@@ -284,6 +293,7 @@ impl CptEnv {
             spool_max_bytes,
             trust_secret,
             force_key,
+            state_dir,
         })
     }
 
@@ -479,6 +489,13 @@ mod tests {
             assert!(e.starts_with("CPT_COLLECTOR_ENDPOINT="), "{e}");
             assert!(e.contains("grpc://HOST:PORT"), "{e}");
         }
+    }
+
+    #[test]
+    fn state_dir_is_a_path_and_unset_when_empty() {
+        let env = parse(&[(STATE_DIR, "/var/lib/checkout/cpt")]).unwrap();
+        assert_eq!(env.state_dir, Some(PathBuf::from("/var/lib/checkout/cpt")));
+        assert_eq!(parse(&[(STATE_DIR, "")]).unwrap().state_dir, None);
     }
 
     #[test]

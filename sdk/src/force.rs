@@ -53,6 +53,14 @@ pub const DEFAULT_TTL_SECS: u64 = 300;
 /// Longest lifetime a service accepts: a credential expiring later than this
 /// from now is refused (it would also outlive what a replay cache holds).
 pub const MAX_TTL_SECS: u64 = 3600;
+/// The label a forced record carries with its credential's nonce, so that
+/// two records forced by one credential can be told (see
+/// [`REPLAYED_LABEL`]).
+pub const NONCE_LABEL: &str = "cpt.force.nonce";
+/// The label the collector adds to a forced record whose credential's nonce
+/// an earlier record of another request already carried: the credential
+/// was replayed (to another replica, or to a service that forgot it).
+pub const REPLAYED_LABEL: &str = "cpt.force.replayed";
 /// Domain separation of the MAC input.
 const MAC_DOMAIN: &[u8] = b"cpt-force-v1";
 
@@ -168,6 +176,11 @@ impl Parsed<'_> {
     /// Unix seconds after which it is refused.
     pub fn expires_unix_secs(&self) -> u64 {
         self.expires
+    }
+
+    /// The random nonce (32 hex digits), unique per minted credential.
+    pub fn nonce(&self) -> &str {
+        self.nonce
     }
 
     /// The service it forces, or [`ANY_SERVICE`].

@@ -216,8 +216,9 @@ pub fn run(args: ForceArgs) -> anyhow::Result<()> {
     let forced = mint(&args)?;
     print!("{}", render(&args, &forced));
     eprintln!(
-        "cpt: valid once, for service {} (`*`: any), for the next {}; send the request with exactly \
-         this x-request-id, then: cpt show --request-id {} --wait 10s …",
+        "cpt: valid for service {} (`*`: any), for the next {}, once per service process (across \
+         its restarts only where it sets CPT_STATE_DIR; another replica accepts it once more); send \
+         the request with exactly this x-request-id, then: cpt show --request-id {} --wait 10s …",
         args.service,
         humantime::format_duration(args.ttl),
         forced.request_id

@@ -43,7 +43,7 @@ pub struct ShowArgs {
     /// Read from this SQLite store (as `cpt serve` / `cpt import` write it).
     #[arg(long, value_name = "PATH", conflicts_with = "inputs")]
     pub store: Option<PathBuf>,
-    /// Ask a running collector (`cpt serve --http`), e.g. http://127.0.0.1:4318.
+    /// Ask a running collector (`cpt serve --http`), e.g. http://127.0.0.1:7071.
     #[arg(long, value_name = "URL", conflicts_with_all = ["inputs", "store"])]
     pub collector: Option<String>,
     /// How to read from the collector (its read token).

@@ -103,7 +103,8 @@ pub struct InputArgs {
     /// Write every rejected trace with its reason to this file.
     #[arg(long, value_name = "FILE")]
     pub errors: Option<PathBuf>,
-    /// No progress bar or summary on stderr.
+    /// No progress bar or summary on stderr (why traces were rejected is
+    /// still shown when none could be analysed).
     #[arg(long, short)]
     pub quiet: bool,
 }
@@ -202,6 +203,10 @@ impl InputArgs {
                 plural(a.overlaps, "overlap"),
                 a.overlap_ns / 1000
             );
+        }
+        // Why traces were rejected; with --quiet only when that is why the
+        // command fails.
+        if !self.quiet || imp.analyzed.is_empty() {
             for e in imp.errors.iter().take(10) {
                 eprintln!("rejected: {e}");
             }

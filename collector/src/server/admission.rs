@@ -221,6 +221,8 @@ pub(super) struct Ingest {
     pub(super) max_store_bytes: Option<u64>,
     /// Connections open on either port.
     pub(super) connections: Arc<AtomicU64>,
+    /// Labels replayed forced records before they are stored.
+    pub(super) forced_nonces: Arc<super::replays::ForcedNonces>,
 }
 
 impl std::fmt::Debug for Job {
@@ -336,9 +338,11 @@ impl Ingest {
         let admitted = std::time::Instant::now();
         let limits = self.limits;
         let keep_records = self.keep_records;
+        let forced_nonces = self.forced_nonces.clone();
         let result = async {
             let (batch, records) = tokio::task::spawn_blocking(move || {
-                let records = decode(&limits, &cancelled)?;
+                let mut records = decode(&limits, &cancelled)?;
+                forced_nonces.label(&mut records);
                 if cancelled.load(Ordering::Relaxed) {
                     return Err(BatchError::new(
                         "body",

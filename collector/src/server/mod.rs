@@ -91,6 +91,7 @@ mod listen;
 mod metrics;
 mod reads;
 mod receiving;
+mod replays;
 mod retention;
 mod routes;
 mod staging;
@@ -548,6 +549,7 @@ impl Collector {
             None => None,
         };
         let keep_records = parquet.is_some();
+        let forced_nonces = Arc::new(replays::ForcedNonces::load(&store));
         let writer = std::thread::Builder::new()
             .name("cpt-store-writer".into())
             .spawn(move || write_loop(store, rx, max_group, parquet, upkeep))
@@ -576,6 +578,7 @@ impl Collector {
             gauges,
             max_store_bytes: config.retention.max_store_bytes,
             connections: Arc::default(),
+            forced_nonces,
         });
         let (stop, stopped) = watch::channel(false);
         let mut servers = Vec::new();

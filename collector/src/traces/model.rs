@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+mod late;
+
 /// What role a span plays in an RPC (OpenTelemetry / Zipkin `kind`, Jaeger
 /// `span.kind` tag).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -82,8 +84,10 @@ pub struct Span {
     /// The span is marked as failed (error tag, HTTP ≥ 400, gRPC status).
     pub error: bool,
     /// The parent does not wait for this span: it follows from the parent
-    /// (Jaeger `FOLLOWS_FROM`) or consumes a message the parent produced
-    /// (a `Consumer` span under a `Producer`). It and its subtree are never
+    /// (Jaeger `FOLLOWS_FROM`), consumes a message the parent produced
+    /// (a `Consumer` span under a `Producer`), or starts once the parent
+    /// has ended on a clock that agrees with the parent's (an asynchronous
+    /// task; see the `skew` module docs). It and its subtree are never
     /// on the parent's critical path, and clock-skew repair does not hold
     /// them inside the parent (a consumer may run long after the producer
     /// ended). See [`Span::is_detached`] and the `traces` module docs.
@@ -731,7 +735,7 @@ pub fn build(
             fill[p as usize] += 1;
         }
     }
-    Ok(Trace {
+    let mut trace = Trace {
         trace_id: trace_id.into(),
         spans,
         child_start,
@@ -739,7 +743,9 @@ pub fn build(
         orphans,
         duplicates_dropped,
         duplicates_renamed,
-    })
+    };
+    late::detach_late_children(&mut trace);
+    Ok(trace)
 }
 
 impl fmt::Display for SpanKind {

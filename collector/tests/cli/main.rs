@@ -224,6 +224,30 @@ fn traces_convert_counts_a_missing_file_as_a_failed_file() {
 }
 
 #[test]
+fn traces_convert_quiet_still_says_why_its_only_trace_was_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    // A start time in nanoseconds where Jaeger wants microseconds: out of
+    // cpt's range.
+    let text = JAEGER.replace("\"startTime\":1000", "\"startTime\":1700000000000000000");
+    let input = write(dir.path(), "ns.json", text.as_bytes());
+    let out = dir.path().join("out.jsonl");
+    for quiet in [&["-q"][..], &["--quiet"], &[]] {
+        let mut args = vec!["traces", "convert", "--from", "jaeger", "-o", s(&out)];
+        args.extend_from_slice(quiet);
+        args.push(s(&input));
+        let (_, stderr) = run(&args, false);
+        assert!(
+            stderr.contains("no trace could be analysed (1 trace read, 1 rejected)"),
+            "{quiet:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains("rejected: ") && stderr.contains("is out of range"),
+            "{quiet:?} must say why the trace was rejected: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn a_store_given_as_an_input_file_says_use_store() {
     let dir = tempfile::tempdir().unwrap();
     let input = write(dir.path(), "r.jsonl", &jsonl(&[entry("a")]));

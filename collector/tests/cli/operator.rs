@@ -52,7 +52,12 @@ fn force_prints_the_request_id_and_its_mac_never_the_key() {
     );
     let cred = credential_of(&out);
     assert_credential(&cred, b"s3cret-ops-key", "req-7", "A", 300);
-    assert!(err.contains("valid once, for service A"), "{err}");
+    assert!(
+        err.contains("valid for service A")
+            && err.contains("once per service process")
+            && err.contains("across its restarts only where it sets CPT_STATE_DIR"),
+        "{err}"
+    );
     let (curl, _) = run(&[&base[..], &["--curl"]].concat(), true);
     assert!(
         curl.starts_with("-H 'x-request-id: req-7' -H 'x-cpt-force: cpt1."),

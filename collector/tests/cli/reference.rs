@@ -36,3 +36,33 @@ fn reference_page_covers_every_subcommand() {
         "each section is that command's help"
     );
 }
+
+#[test]
+fn collector_urls_in_the_help_use_the_port_cpt_serve_listens_on() {
+    // `cpt serve --http` defaults to 127.0.0.1:7071 (gRPC: 7070); an
+    // example URL of a local collector must name that port.
+    let page = cpt_collector::cli::reference::markdown();
+    let serve = page
+        .split("## `cpt serve`")
+        .nth(1)
+        .expect("the reference has cpt serve");
+    assert!(
+        serve.contains("[default: 127.0.0.1:7071]"),
+        "cpt serve's HTTP default moved: update this test"
+    );
+    let mut urls = 0;
+    for (at, _) in page.match_indices("http://127.0.0.1:") {
+        let port: String = page[at + "http://127.0.0.1:".len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        assert_eq!(
+            port,
+            "7071",
+            "an example collector URL names port {port}: {}",
+            &page[at..(at + 60).min(page.len())]
+        );
+        urls += 1;
+    }
+    assert!(urls >= 2, "the help shows collector URLs ({urls} found)");
+}

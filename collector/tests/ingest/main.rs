@@ -13,6 +13,7 @@ mod metrics;
 mod overload;
 mod parquet;
 mod read_access;
+mod replays;
 mod retention;
 mod roundtrip;
 mod tls;

@@ -1,6 +1,8 @@
 //! `cpt import` and reading a store back: bad lines are reported as
 //! FILE:LINE and not stored, good lines are kept, `--strict` stores nothing,
 //! and `cpt profile --store` gives the same profile as the JSON Lines file.
+//! The store page and the soak bench state the size a record their run
+//! measured.
 #![cfg(all(feature = "server", feature = "cli"))]
 
 use std::path::Path;
@@ -128,5 +130,43 @@ fn profile_from_an_imported_store_equals_profile_from_the_file() {
     assert!(
         folded.contains("5000000") && folded.contains("2000000"),
         "{folded}"
+    );
+}
+
+#[test]
+fn the_store_page_and_the_soak_bench_state_the_size_a_record_their_run_measured() {
+    let read = |rel: &str| {
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel))
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let page = read("docs/src/operations/store.md");
+    let soak = read("benches/benches/soak.rs").replace("//! ", "");
+    // The first run of the page's table: records stored and store size.
+    let cell = |row: &str| -> String {
+        let after = page.split_once(row).expect("the soak table row").1;
+        after.split('|').next().unwrap().trim().to_owned()
+    };
+    let records: f64 = cell("| records acknowledged = stored (`/v1/stats` the same) |")
+        .replace(' ', "")
+        .parse()
+        .unwrap();
+    let gib: f64 = cell("| store at the end |")
+        .trim_end_matches(" GiB")
+        .parse()
+        .unwrap();
+    let kb = format!(
+        "{:.1} kB a record",
+        gib * f64::from(1u32 << 30) / records / 1000.0
+    );
+    assert!(
+        page.contains(&format!("grows by about {kb}")),
+        "operations/store.md must say the store grows by about {kb}"
+    );
+    assert!(
+        soak.contains(&format!("grows by about {kb}")),
+        "benches/benches/soak.rs must say the store grows by about {kb}"
     );
 }

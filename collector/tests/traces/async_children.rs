@@ -307,3 +307,86 @@ fn zipkin_lens_messaging_consumer_is_off_its_producers_path() {
     );
     assert_eq!(r.labels.get("async.spans").map(String::as_str), Some("2"));
 }
+
+/// Jaeger UI's `traceWithOverlappingChildrenLongerThanParent` shape, built
+/// from its description: `parent` [100, 140] µs on process p1; `child`
+/// [115, 125] on p2, inside the parent; two "async task" children on p2
+/// starting at 200 and 300 µs, after the parent returned. `late_only`
+/// leaves out `child`, so nothing shows that p2's clock agrees with p1's.
+fn jaeger_async_tasks(late_only: bool) -> String {
+    let span = |id: &str, op: &str, pid: &str, start: i64, dur: i64| {
+        let refs = if id == "a" {
+            "[]".to_owned()
+        } else {
+            r#"[{"refType":"CHILD_OF","traceID":"t","spanID":"a"}]"#.to_owned()
+        };
+        format!(
+            r#"{{"traceID":"t","spanID":"{id}","operationName":"{op}","references":{refs},"startTime":{start},"duration":{dur},"tags":[],"processID":"{pid}"}}"#
+        )
+    };
+    let mut spans = vec![span("a", "parent", "p1", 100, 40)];
+    if !late_only {
+        spans.push(span("b", "child", "p2", 115, 10));
+    }
+    spans.push(span("c", "async task 1", "p2", 200, 60));
+    spans.push(span("d", "async task 2", "p2", 300, 50));
+    format!(
+        r#"{{"data":[{{"traceID":"t","processes":{{"p1":{{"serviceName":"api","tags":[]}},"p2":{{"serviceName":"worker","tags":[]}}}},"spans":[{}]}}]}}"#,
+        spans.join(",")
+    )
+}
+
+#[test]
+fn jaeger_async_tasks_after_their_parent_are_detached_when_a_sibling_shows_the_clocks_agree() {
+    let imp = run(&jaeger_async_tasks(false), Format::Jaeger);
+    assert_eq!(imp.analyzed.len(), 1);
+    let r = &imp.analyzed[0].record;
+    assert_eq!(
+        path_string(r),
+        "api:parent 15|api:parent;worker:child 10|api:parent 15"
+    );
+    // Kept and counted as detached, not dropped as clock skew.
+    assert!(
+        !r.labels.keys().any(|k| k.starts_with("skew.")),
+        "{:?}",
+        r.labels
+    );
+    assert!(r.path.accounting.clock_skew.is_zero(), "{:?}", r.labels);
+    assert_eq!(
+        r.labels.get("async.subtrees").map(String::as_str),
+        Some("2")
+    );
+    assert_eq!(r.labels.get("async.spans").map(String::as_str), Some("2"));
+    assert_eq!(imp.stats.adjustments.dropped_spans, 0);
+}
+
+#[test]
+fn jaeger_late_children_on_a_clock_nothing_vouches_for_are_still_skew() {
+    // The same late children without the sibling inside the parent: p2's
+    // clock may be off, so they are outside their parent (CRISP 9.json).
+    let imp = run(&jaeger_async_tasks(true), Format::Jaeger);
+    let r = &imp.analyzed[0].record;
+    assert_eq!(path_string(r), "api:parent 40");
+    assert_eq!(
+        r.labels.get("skew.dropped_spans").map(String::as_str),
+        Some("2")
+    );
+    assert_eq!(r.labels.get("async.subtrees"), None);
+}
+
+#[test]
+fn jaeger_late_child_on_its_parents_own_clock_is_detached() {
+    // One process: no skew can put a child after its parent's end.
+    let text = jaeger(&[
+        ("a", None, None, "A", 0, 30),
+        ("b", Some(("CHILD_OF", "a")), None, "B", 10, 5),
+        ("c", Some(("CHILD_OF", "a")), None, "C", 40, 10),
+    ]);
+    let r = &run(&text, Format::Jaeger).analyzed[0].record;
+    assert_eq!(path_string(r), "s:A 10|s:A;s:B 5|s:A 15");
+    assert_eq!(r.labels.get("skew.dropped_spans"), None);
+    assert_eq!(
+        r.labels.get("async.subtrees").map(String::as_str),
+        Some("1")
+    );
+}

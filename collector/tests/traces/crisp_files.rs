@@ -217,3 +217,30 @@ fn crisp_all_files_in_one_run_and_error_tags() {
     assert_eq!(r17.labels.get("error").map(String::as_str), Some("true"));
     assert_eq!(imp.analyzed[0].record.labels.get("error"), None);
 }
+
+#[test]
+fn crisp_trace_files_hold_no_upstream_testing_key() {
+    // testdata/crisp/README.md: the upstream expected results under
+    // "testing" were removed from every trace file (not from the goldens).
+    let root = crate::support::testdata("crisp");
+    let mut dirs = vec![root.clone()];
+    let mut files = 0;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if path != root.join("golden") {
+                    dirs.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "json") {
+                let doc: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                assert!(doc.get("testing").is_none(), "{}", path.display());
+                assert!(doc.get("data").is_some(), "{}", path.display());
+                files += 1;
+            }
+        }
+    }
+    // 1–25, err_pattern{1,2,3,4}/err{1,2} and 26.
+    assert_eq!(files, 34, "the traces testdata/crisp/README.md lists");
+}

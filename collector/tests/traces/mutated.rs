@@ -1,6 +1,9 @@
 //! Public trace files, mutated, into every importer and every analysis: no
-//! input may panic, every record made with cpt's accounting has a critical
-//! path that sums to its latency, a parallel read gives the records, errors
+//! input may panic; every input is analysed under both accountings, and
+//! every record made has a critical path that sums to its latency under
+//! cpt's and to at least its latency under CRISP's (which counts overlapping
+//! children twice and zeroes negative exclusive times), with the same
+//! records made either way; a parallel read gives the records, errors
 //! and counts a sequential read gives, and the Mystery Machine's critical
 //! path of every request sums to its latency too (MM §4.4.1). Mann et al.'s
 //! execution flows are trained and evaluated on the same traces. A bounded,
@@ -121,18 +124,42 @@ fn summary(i: &Import) -> (Vec<String>, Vec<String>, String) {
     )
 }
 
-/// Import `text` sequentially and in parallel and check both.
-fn check(text: &str, format: Format, opts: &ImportOptions, what: &str) -> usize {
-    let one = import_text(text, format, opts, false, &|_| {});
-    if opts.accounting == Accounting::Cpt {
-        for a in &one.analyzed {
-            assert_eq!(
-                a.record.path.total(),
-                a.record.latency,
+/// Every record's critical path sums to its latency under cpt's accounting,
+/// and to at least its latency under CRISP's.
+fn check_sums(imp: &Import, accounting: Accounting, text: &str, what: &str) {
+    for a in &imp.analyzed {
+        let (total, latency) = (a.record.path.total(), a.record.latency);
+        match accounting {
+            Accounting::Cpt => assert_eq!(
+                total, latency,
                 "{what}: the critical path sums to the latency\n{text}"
-            );
+            ),
+            Accounting::Crisp => assert!(
+                total >= latency,
+                "{what}: under CRISP's accounting the path ({total:?}) is never shorter than \
+                 the latency ({latency:?})\n{text}"
+            ),
         }
     }
+}
+
+/// Import `text` sequentially and in parallel and check both; check the
+/// other accounting's records too.
+fn check(text: &str, format: Format, opts: &ImportOptions, what: &str) -> usize {
+    let one = import_text(text, format, opts, false, &|_| {});
+    check_sums(&one, opts.accounting, text, what);
+    let mut other = opts.clone();
+    other.accounting = match opts.accounting {
+        Accounting::Cpt => Accounting::Crisp,
+        Accounting::Crisp => Accounting::Cpt,
+    };
+    let two = import_text(text, format, &other, false, &|_| {});
+    check_sums(&two, other.accounting, text, what);
+    assert_eq!(
+        one.analyzed.len(),
+        two.analyzed.len(),
+        "{what}: both accountings make the same records"
+    );
     assert_eq!(one.stats.records, one.analyzed.len() as u64, "{what}");
     assert!(one.stats.rejected <= one.stats.traces, "{what}");
     let many = import_text(text, format, opts, true, &|_| {});

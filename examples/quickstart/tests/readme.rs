@@ -1,7 +1,8 @@
 //! README's "Instrument your service" shows the quickstart's code, so what a
 //! user copies from it compiles and runs: the `install` block is the
 //! quickstart's `install` region to the letter, and every line of the
-//! layers block is a line of the quickstart.
+//! layers block is a line of the quickstart. Every other page sets the SDK
+//! up the same way, and the book says truly which examples set TCP nodelay.
 
 const README: &str = include_str!("../../../README.md");
 const MAIN: &str = include_str!("../src/main.rs");
@@ -53,5 +54,80 @@ fn readme_layers_block_is_made_of_the_quickstarts_lines() {
             main_lines.contains(&line),
             "README shows `{line}`, which the quickstart does not have"
         );
+    }
+}
+
+#[test]
+fn the_book_says_which_examples_set_tcp_nodelay() {
+    const PROFILES: &str = include_str!("../../../docs/src/guide/profiles.md");
+    const SYSTEM: &str = include_str!("../../src/system.rs");
+    let calls = [
+        ".with_nodelay(Some(true))",
+        ".tcp_nodelay(true)",
+        ".set_nodelay(true)",
+    ];
+    assert!(
+        PROFILES.contains("(`examples/src/system.rs`) does all three")
+            && PROFILES.contains("the quickstart, whose calls are\nall unary, sets none"),
+        "guide/profiles.md must say which examples set TCP nodelay"
+    );
+    for call in calls {
+        assert!(SYSTEM.contains(call), "examples/src/system.rs lacks {call}");
+        assert!(
+            !MAIN.contains(call),
+            "the quickstart sets {call}: guide/profiles.md says it sets none"
+        );
+    }
+}
+
+/// The ```rust blocks of README and every book page, with where they are.
+fn book_rust_blocks() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut pages = vec![root.join("README.md")];
+    let mut dirs = vec![root.join("docs/src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    let mut blocks = Vec::new();
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (i, piece) in text.split("```rust\n").enumerate().skip(1) {
+            let code = piece.split_once("\n```").map_or(piece, |(c, _)| c);
+            blocks.push((format!("{} block {i}", page.display()), code.to_owned()));
+        }
+    }
+    blocks
+}
+
+#[test]
+fn every_page_sets_up_the_sdk_as_the_quickstart_does() {
+    // The quickstart: `CptEnv::from_env()?` once and `with_env(&env)` on the
+    // layer builder and the collector client; `Exporter::builder().build(
+    // JsonLines::append(..)?)` for a file.
+    let blocks = book_rust_blocks();
+    assert!(blocks.len() > 10, "found {} blocks", blocks.len());
+    for (at, code) in &blocks {
+        assert!(
+            !code.contains("json_lines_file("),
+            "{at}: use Exporter::builder().build(JsonLines::append(path)?), as the quickstart does"
+        );
+        for builder in ["CriticalPathLayer::builder()", "CollectorClient::builder("] {
+            for (start, _) in code.match_indices(builder) {
+                let chain = &code[start..];
+                let chain = chain.split_once(';').map_or(chain, |(c, _)| c);
+                assert!(
+                    !chain.contains("with_default_env()"),
+                    "{at}: `{builder}…with_default_env()`; parse CptEnv::from_env()? once and \
+                     pass it to with_env(&env), as the quickstart does"
+                );
+            }
+        }
     }
 }

@@ -302,7 +302,9 @@ impl ServerLayer {
     /// ([`cpt_sdk::env`]): `CPT_SAMPLE_RATE` / `CPT_SAMPLE_MAX_PER_SECOND`
     /// set the sampler, `CPT_TRUST_SECRET` the trust policy (a
     /// [`SharedSecret`]), `CPT_FORCE_KEY` / `CPT_FORCE_KEY_FILE` add an
-    /// accepted force key. Unset variables leave the layer as it is;
+    /// accepted force key, `CPT_STATE_DIR` journals the force credentials
+    /// accepted there ([`ForceAuth::with_replay_state_dir`]) so that a
+    /// restart accepts none of them again. Unset variables leave the layer as it is;
     /// settings made after this call win.
     ///
     /// # Panics
@@ -339,6 +341,10 @@ impl ServerLayer {
         }
         if let Some(key) = &env.force_key {
             let force = self.config.force.clone().hmac_key(key);
+            self = self.with_force_auth(force);
+        }
+        if let Some(dir) = &env.state_dir {
+            let force = self.config.force.clone().with_replay_state_dir(dir);
             self = self.with_force_auth(force);
         }
         self
@@ -460,6 +466,9 @@ where
             };
             labels.insert(ROOT_LABEL.to_owned(), root.as_str().to_owned());
         }
+        if let Some(nonce) = decision.force_nonce {
+            labels.insert(cpt_sdk::force::NONCE_LABEL.to_owned(), nonce);
+        }
         // A hop that returns its path emits no record, so nothing reads its
         // request id: generate one only for a request that is recorded here.
         let request_id = (!decision.return_path).then(|| {
@@ -507,6 +516,9 @@ struct Decision {
     /// This service started the trace (its sampler or a force), rather than
     /// continuing a trusted caller's.
     started_here: bool,
+    /// The nonce of the credential that forced it, for the record's
+    /// [`cpt_sdk::force::NONCE_LABEL`].
+    force_nonce: Option<String>,
 }
 
 fn caller_of<B>(req: &Request<B>) -> Caller<'_> {
@@ -533,6 +545,7 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
                     return_path: want.is_some(),
                     path_version: glue::answer_version(want),
                     started_here: false,
+                    force_nonce: None,
                 });
             }
             if trigger.is_some() {
@@ -575,6 +588,9 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
                         return_path: false,
                         path_version: codec_single(),
                         started_here: true,
+                        force_nonce: cpt_sdk::force::parse(credential.as_bytes())
+                            .ok()
+                            .map(|p| p.nonce().to_owned()),
                     });
                 }
                 Err(why) => config.counters.force_rejected(&config.service, why),
@@ -589,6 +605,7 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
         return_path: false,
         path_version: codec_single(),
         started_here: true,
+        force_nonce: None,
     })
 }
 

@@ -406,3 +406,99 @@ fn a_client_layer_takes_the_caller_secret_from_the_environment() {
         assert_eq!(seen[0][header::CALLER_AUTH], "s3cret");
     });
 }
+
+// === 7: a force credential across a restart ===
+
+/// What the child process of the restart test is told, by environment.
+const RESTART_DIR: &str = "CPT_TEST_RESTART_STATE_DIR";
+const RESTART_CREDENTIAL: &str = "CPT_TEST_RESTART_CREDENTIAL";
+
+/// One start of a service (`S`, force key `ops-key`, `CPT_STATE_DIR` from
+/// the parent when given) that receives one forced request and prints what
+/// became of it. Run by `a_force_credential_used_before_a_restart_is_refused_after_it`.
+#[test]
+#[ignore = "the child process of a_force_credential_used_before_a_restart_is_refused_after_it"]
+fn restart_child_serves_one_forced_request() {
+    let Ok(credential) = std::env::var(RESTART_CREDENTIAL) else {
+        return;
+    };
+    let dir = std::env::var(RESTART_DIR).unwrap_or_default();
+    with_cpt(|sink, handle| async move {
+        let layer = ServerLayer::grpc("S").with_env(&env(&[
+            ("CPT_FORCE_KEY", "ops-key"),
+            ("CPT_STATE_DIR", &dir),
+        ]));
+        serve(
+            &layer,
+            grpc(&[(header::REQUEST_ID, "req-7"), (header::FORCE, &credential)]),
+        )
+        .await;
+        let recs = records(&sink, &handle);
+        let nonce = recs[0].labels.get(cpt_sdk::force::NONCE_LABEL);
+        println!(
+            "outcome: trigger={} replayed={} nonce={}",
+            recs[0].trigger.as_str(),
+            layer.stats().force_replayed,
+            nonce.map_or("none", String::as_str)
+        );
+    });
+}
+
+/// Start the child service once; its outcome line.
+fn start_service(credential: &str, state_dir: Option<&std::path::Path>) -> String {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "restart_child_serves_one_forced_request",
+        "--ignored",
+        "--nocapture",
+    ])
+    .env(RESTART_CREDENTIAL, credential)
+    .env_remove("CPT_STATE_DIR");
+    match state_dir {
+        Some(d) => cmd.env(RESTART_DIR, d),
+        None => cmd.env_remove(RESTART_DIR),
+    };
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("outcome: "))
+        .unwrap_or_else(|| panic!("no outcome in {stdout}"))
+        .to_owned()
+}
+
+#[test]
+fn a_force_credential_used_before_a_restart_is_refused_after_it() {
+    let credential = ForceAuth::sign("ops-key", "req-7", "S", 300);
+    let nonce = cpt_sdk::force::parse(&credential)
+        .unwrap()
+        .nonce()
+        .to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    // With CPT_STATE_DIR: forced once, then refused by the restarted
+    // service (its request sampled as usual).
+    assert_eq!(
+        start_service(&credential, Some(dir.path())),
+        format!("trigger=forced replayed=0 nonce={nonce}")
+    );
+    assert_eq!(
+        start_service(&credential, Some(dir.path())),
+        "trigger=sampled replayed=1 nonce=none"
+    );
+    // Without one, what the docs say: a restart forgets, and the second
+    // forced record carries the same nonce for the collector to label.
+    let again = ForceAuth::sign("ops-key", "req-7", "S", 300);
+    let nonce = cpt_sdk::force::parse(&again).unwrap().nonce().to_owned();
+    for _ in 0..2 {
+        assert_eq!(
+            start_service(&again, None),
+            format!("trigger=forced replayed=0 nonce={nonce}")
+        );
+    }
+}

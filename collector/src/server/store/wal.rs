@@ -262,3 +262,38 @@ impl Drop for Wal {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `docs/src/operations/store.md` states the cut in pages and in MiB at
+    /// a new store's page size: both must be this module's.
+    #[test]
+    fn the_store_page_states_the_cut_the_writer_makes() {
+        let page = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/src/operations/store.md"
+        ))
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+        let pages = CUT_WITHIN_FRAMES.to_string();
+        let pages = format!(
+            "{} {}",
+            &pages[..pages.len() - 3],
+            &pages[pages.len() - 3..]
+        );
+        let mib = |page_size: i64| (CUT_WITHIN_FRAMES * page_size) >> 20;
+        let said = format!(
+            "at most {pages} pages uncopied ({} MiB with the {} KiB pages of a new store; {} MiB \
+             in a store created with 4 KiB pages) of a WAL longer than {} MiB",
+            mib(super::super::PAGE_SIZE),
+            super::super::PAGE_SIZE >> 10,
+            mib(4096),
+            JOURNAL_SIZE_LIMIT >> 20,
+        );
+        assert!(page.contains(&said), "operations/store.md must say: {said}");
+    }
+}

@@ -39,10 +39,22 @@
 //! child) and their subtrees: their parent does not wait for them, so
 //! running after it ended is no skew, and no walk from above enters them (a
 //! span selected as a root inside one is repaired as usual).
+//!
+//! # Late children are not skew when the clocks agree
+//!
+//! A child that starts once its parent has ended is dropped above only
+//! when a clock offset could explain it. When its clock is known to agree
+//! with the parent's, it is work the parent started and never waited for
+//! (an asynchronous task), and the model detaches it while the trace is
+//! built (`model/late.rs`): kept, off the path, counted with the other
+//! detached subtrees. A clock agrees when it is the parent's own, or when another
+//! child of the parent on that clock lies inside the parent as recorded.
+//! A server under a client on another host is left to the repair: there
+//! the clocks are what is in doubt.
 
 use std::collections::HashMap;
 
-use crate::traces::model::{SpanKind, Trace};
+use crate::traces::model::Trace;
 
 /// Repair choices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,14 +153,7 @@ impl Repaired {
 /// True when `parent` (client) and `child` (server) are the two halves of
 /// one RPC recorded on different hosts.
 pub(crate) fn is_rpc_pair(trace: &Trace, child: usize) -> bool {
-    let s = &trace.spans[child];
-    match s.parent {
-        Some(p) => {
-            let p = &trace.spans[p as usize];
-            s.kind == SpanKind::Server && p.kind == SpanKind::Client && p.clock != s.clock
-        }
-        None => false,
-    }
+    trace.is_rpc_pair(child)
 }
 
 /// Repair a trace's times (see the module docs).
@@ -308,7 +313,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::traces::model::{BuildOptions, RawSpan, build};
+    use crate::traces::model::{BuildOptions, RawSpan, SpanKind, build};
 
     fn span<'a>(
         id: &'a str,
