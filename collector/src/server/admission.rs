@@ -27,7 +27,34 @@ pub(super) struct Counters {
     /// Rejected batches by [`Reject`] reason.
     pub(super) rejected_by: [AtomicU64; Reject::ALL.len()],
     /// From admission to acknowledgement, of every batch that was written.
-    pub(super) ack_seconds: super::metrics::Histogram,
+    pub(super) ack_seconds: Histogram,
+}
+
+/// The upper bounds of [`Histogram`]'s buckets, seconds: an
+/// acknowledgement is normally tens of milliseconds, a second is trouble.
+pub(super) const BOUNDS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A histogram of durations for `/metrics`: cumulative buckets at [`BOUNDS`].
+#[derive(Debug, Default)]
+pub(super) struct Histogram {
+    /// Observations per bucket (not cumulative), the last one `+Inf`.
+    pub(super) counts: [AtomicU64; BOUNDS.len() + 1],
+    pub(super) sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    /// Count one duration.
+    pub(super) fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = BOUNDS.iter().position(|&b| s <= b).unwrap_or(BOUNDS.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
 }
 
 /// Why a batch was rejected (the `reason` label of `/metrics`).

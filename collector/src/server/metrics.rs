@@ -11,7 +11,6 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -19,47 +18,22 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{StatusCode, header};
 
-use super::admission::{Counters, Ingest, Reject};
+use super::admission::{BOUNDS, Counters, Histogram, Ingest, Reject};
 use super::retention::StoreGauges;
 
-/// The upper bounds of [`Histogram`]'s buckets, seconds: an
-/// acknowledgement is normally tens of milliseconds, a second is trouble.
-const BOUNDS: [f64; 12] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-/// A Prometheus histogram of durations: cumulative buckets at [`BOUNDS`].
-#[derive(Debug, Default)]
-pub(super) struct Histogram {
-    /// Observations per bucket (not cumulative), the last one `+Inf`.
-    counts: [AtomicU64; BOUNDS.len() + 1],
-    sum_nanos: AtomicU64,
-}
-
-impl Histogram {
-    /// Count one duration.
-    pub(super) fn observe(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        let i = BOUNDS.iter().position(|&b| s <= b).unwrap_or(BOUNDS.len());
-        self.counts[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_nanos.fetch_add(
-            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
+/// Write `h` as the Prometheus histogram `name`: cumulative buckets at
+/// [`BOUNDS`], `+Inf`, the sum in seconds and the count.
+fn write_histogram(h: &Histogram, out: &mut Exposition, name: &str, help: &str) {
+    out.head(name, "histogram", help);
+    let mut cumulative = 0;
+    for (i, c) in h.counts.iter().enumerate() {
+        cumulative += c.load(Ordering::Relaxed);
+        let le = BOUNDS.get(i).map_or("+Inf".to_owned(), |b| b.to_string());
+        let _ = writeln!(out.text, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
     }
-
-    fn write(&self, out: &mut Exposition, name: &str, help: &str) {
-        out.head(name, "histogram", help);
-        let mut cumulative = 0;
-        for (i, c) in self.counts.iter().enumerate() {
-            cumulative += c.load(Ordering::Relaxed);
-            let le = BOUNDS.get(i).map_or("+Inf".to_owned(), |b| b.to_string());
-            let _ = writeln!(out.text, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
-        }
-        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(out.text, "{name}_sum {sum}");
-        let _ = writeln!(out.text, "{name}_count {cumulative}");
-    }
+    let sum = h.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+    let _ = writeln!(out.text, "{name}_sum {sum}");
+    let _ = writeln!(out.text, "{name}_count {cumulative}");
 }
 
 /// The text being written.
@@ -136,7 +110,8 @@ pub(super) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String {
         "Records that arrived older than the raw window: rolled up, not stored raw.",
         load(&g.too_old),
     );
-    c.ack_seconds.write(
+    write_histogram(
+        &c.ack_seconds,
         &mut out,
         "cpt_ingest_ack_seconds",
         "From admission to acknowledgement of each batch written (decode, queue, commit).",
