@@ -15,11 +15,7 @@ mod read_access;
 mod roundtrip;
 mod tls;
 
-#[cfg(feature = "client")]
 mod client;
-#[cfg(feature = "client")]
 mod client_log;
-#[cfg(feature = "client")]
 mod shutdown;
-#[cfg(feature = "client")]
 mod spool;
