@@ -156,6 +156,7 @@ fn serve_pricing(listener: std::net::TcpListener, stock: SocketAddr, secret: Str
                 let channel = tower::ServiceBuilder::new()
                     .layer(ClientLayer::grpc("stock").with_caller_secret(&secret))
                     .service(channel);
+                // ANCHOR: actix_server
                 actix_web::App::new()
                     .app_data(actix_web::web::Data::new(StockClient::new(channel)))
                     // Internal: follows front's trigger, returns its path.
@@ -165,6 +166,7 @@ fn serve_pricing(listener: std::net::TcpListener, stock: SocketAddr, secret: Str
                             .with_trust(cpt_middleware::SharedSecret::new(&secret)),
                     ))
                     .route("/price/{item}", actix_web::web::get().to(price))
+                // ANCHOR_END: actix_server
             })
             .workers(1)
             .listen(listener)?
@@ -207,11 +209,13 @@ async fn serve_front(
     pricing: SocketAddr,
     secret: String,
 ) -> anyhow::Result<()> {
+    // ANCHOR: reqwest_client
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(ReqwestMiddleware::from(
             ClientLayer::http("pricing").with_caller_secret(&secret),
         ))
         .build();
+    // ANCHOR_END: reqwest_client
     let app = axum::Router::new()
         .route("/quote/{item}", axum::routing::get(quote))
         .with_state((client, pricing))
