@@ -74,7 +74,11 @@ fn generate(endpoints: u64, per_hour: u64, per_day: u64, mut day: impl FnMut(Vec
             let (service, ep) = endpoint(e);
             let count = if d < 14 { per_hour * 24 } else { per_day };
             for i in 0..count {
-                let mut r = Record::new(service.clone(), Trigger::Sampled, short_path(&mut rng, &stacks));
+                let mut r = Record::new(
+                    service.clone(),
+                    Trigger::Sampled,
+                    short_path(&mut rng, &stacks),
+                );
                 r.endpoint = Some(ep.clone());
                 r.start_unix_nanos = Some(start + i * (DAY / count) + rng.below(DAY / count));
                 batch.push(r);
@@ -124,7 +128,11 @@ fn main() {
     let inserted = t.elapsed();
     let t = Instant::now();
     let hourly = Duration::from_secs(14 * 86_400);
-    while !store.roll_up(20_000, SystemTime::now(), hourly).unwrap().caught_up {}
+    while !store
+        .roll_up(20_000, SystemTime::now(), hourly)
+        .unwrap()
+        .caught_up
+    {}
     while store
         .compact_rollups(SystemTime::now(), hourly, None, 5_000)
         .unwrap()
@@ -166,8 +174,14 @@ fn main() {
     drop(store);
     let (roll_one, roll_one_agg) = time(&path, rolled_up(&one));
     let (roll_svc, roll_svc_agg) = time(&path, rolled_up(&svc));
-    assert_eq!(roll_one_agg, raw_one_agg, "the roll-ups answer what the raw records did");
-    assert_eq!(roll_svc_agg, raw_svc_agg, "the roll-ups answer what the raw records did");
+    assert_eq!(
+        roll_one_agg, raw_one_agg,
+        "the roll-ups answer what the raw records did"
+    );
+    assert_eq!(
+        roll_svc_agg, raw_svc_agg,
+        "the roll-ups answer what the raw records did"
+    );
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch("VACUUM").unwrap();
     drop(conn);

@@ -432,12 +432,14 @@ fn main() -> ExitCode {
         .unwrap();
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let bound = std::env::var("CPT_SOAK_MAX_STORE").ok().map(|s| {
-        cpt_collector::serve::parse_size(&s)
-            .unwrap_or_else(|e| panic!("CPT_SOAK_MAX_STORE: {e}"))
+        cpt_collector::serve::parse_size(&s).unwrap_or_else(|e| panic!("CPT_SOAK_MAX_STORE: {e}"))
     });
     let mut config = ServeConfig::new(&store_path).with_http(loopback);
     if let Some(b) = bound {
-        println!("store bounded: --max-store-bytes {b} ({:.2} GiB)", b as f64 / (1u64 << 30) as f64);
+        println!(
+            "store bounded: --max-store-bytes {b} ({:.2} GiB)",
+            b as f64 / (1u64 << 30) as f64
+        );
         config = config.with_retention(cpt_collector::serve::RetentionConfig {
             max_store_bytes: Some(b),
             ..cpt_collector::serve::RetentionConfig::keep_everything()

@@ -8,9 +8,8 @@
 //! | `profile` (feature `profile`) | records folded into profiles: aggregate, pprof, histograms, diff, flame graphs |
 //! | `server` (feature `server`) | `cpt serve`: admission, HTTP and gRPC ingest, the writer, the SQLite store |
 //! | [`format`](mod@format) | how numbers, counts and CSV fields are written for people (every report uses it) |
-//! | [`ingest`] | the wire contract of ingest, shared by the server and the client |
-//! | `client` (feature `client`) | the exporter services use to ship records to a collector |
-//! | `spool` (feature `client`) | the client's bounded on-disk queue of batches the collector could not take |
+//! | [`ingest`] | decoding and checking received batches; the wire messages come from `cpt_exporter::proto` |
+//! | `client`, `spool` (feature `client`, deprecated) | re-exports of the exporter, now the `cpt-exporter` crate |
 //! | `traces` (feature `traces`) | Jaeger / Zipkin / OTLP / Nezha import (`traces::import`) and the analyses over them (`traces::analysis`) |
 //! | `cli` (feature `cli`) | the `cpt` command |
 //!
@@ -47,8 +46,6 @@
 //! ```
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "client")]
-pub mod client;
 pub mod format;
 pub mod ingest;
 #[cfg(feature = "profile")]
@@ -57,13 +54,30 @@ pub mod profile;
 pub mod records;
 #[cfg(feature = "server")]
 pub mod server;
-#[cfg(feature = "client")]
-pub mod spool;
 #[cfg(feature = "traces")]
 pub mod traces;
 
 #[cfg(feature = "cli")]
 pub mod cli;
+
+/// The exporter, moved to its own crate so that a service links no
+/// collector: use [`cpt_exporter::client`] (`cpt-exporter = "0.1"`).
+#[cfg(feature = "client")]
+#[deprecated(
+    note = "the exporter is its own crate: depend on `cpt-exporter` and use `cpt_exporter::client`"
+)]
+pub mod client {
+    pub use cpt_exporter::client::*;
+}
+
+/// The exporter's spool, moved with it: use [`cpt_exporter::spool`].
+#[cfg(feature = "client")]
+#[deprecated(
+    note = "the exporter is its own crate: depend on `cpt-exporter` and use `cpt_exporter::spool`"
+)]
+pub mod spool {
+    pub use cpt_exporter::spool::*;
+}
 
 // The paths these modules had before the collector was laid out in rooms
 // (README, Changelog). Kept so code written against them still builds.

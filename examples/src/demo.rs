@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use cpt_collector::client::{CollectorClient, Endpoint};
 use cpt_collector::serve::{Collector, ServeConfig};
+use cpt_exporter::{CollectorClient, Endpoint};
 use cpt_middleware::{ForceAuth, header};
 use cpt_sdk::export::{ExportHandle, Exporter};
 use cpt_sdk::layer::CriticalPathLayer;
@@ -297,7 +297,7 @@ pub fn run(config: &DemoConfig) -> anyhow::Result<DemoReport> {
                 .with_request_timeout(Duration::from_secs(5))
                 .try_with_default_env()?;
             let client = match &config.spool {
-                Some(dir) => client.with_spool(dir, cpt_collector::client::DEFAULT_SPOOL_MAX_BYTES),
+                Some(dir) => client.with_spool(dir, cpt_exporter::DEFAULT_SPOOL_MAX_BYTES),
                 None => client,
             };
             let spooling = config.spool.is_some() || std::env::var_os("CPT_SPOOL_DIR").is_some();

@@ -35,11 +35,17 @@ pub const FORCE: HeaderName = HeaderName::from_static("x-cpt-force");
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// `x-cpt-path-bin`: the callee's critical path (codec wire form, base64).
-pub const PATH: HeaderName = HeaderName::from_static("x-cpt-path-bin");
+pub const PATH: HeaderName = HeaderName::from_static(PATH_NAME);
+
+/// [`PATH`]'s name, for header maps of other `http` versions.
+pub(crate) const PATH_NAME: &str = "x-cpt-path-bin";
 
 /// `x-cpt-frames-bin`: the frame dictionary of the path in [`PATH`] (codec
 /// version 2, base64), when the caller reads version 2.
-pub const FRAMES: HeaderName = HeaderName::from_static("x-cpt-frames-bin");
+pub const FRAMES: HeaderName = HeaderName::from_static(FRAMES_NAME);
+
+/// [`FRAMES`]'s name, for header maps of other `http` versions.
+pub(crate) const FRAMES_NAME: &str = "x-cpt-frames-bin";
 
 /// `traceparent`: W3C trace context.
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");

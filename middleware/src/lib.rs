@@ -67,11 +67,15 @@
 //! | `tonic` | yes | peer address from tonic's `TcpConnectInfo` for [`PeerAllowList`] |
 //! | `axum` | no | peer address from axum's `ConnectInfo`, root nodes named after `MatchedPath` (else a [`Route`] extension, else `METHOD /first-segment/*`) |
 //! | `opentelemetry` | no | `otel::TriggerPropagator` and `HeaderMap` carriers |
+//! | `reqwest` | no | `ReqwestMiddleware`: a `reqwest_middleware::Middleware` doing what [`ClientLayer`] does, for reqwest calls |
+//! | `actix-web` | no | `ActixServer`: actix-web middleware doing what [`ServerLayer::http`] does, root nodes named after the matched route pattern |
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::borrow::Cow;
 
+#[cfg(feature = "actix-web")]
+pub mod actix;
 pub mod client;
 mod credential;
 mod glue;
@@ -79,14 +83,20 @@ pub mod header;
 #[cfg(feature = "opentelemetry")]
 pub mod otel;
 mod replay;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 mod route;
 pub mod server;
 mod stats;
 mod trust;
 
+#[cfg(feature = "actix-web")]
+pub use actix::ActixServer;
 pub use client::{Client, ClientLayer};
 pub use credential::{ForceAuth, Rejection};
 pub use replay::REPLAY_CACHE_CAPACITY;
+#[cfg(feature = "reqwest")]
+pub use reqwest::ReqwestMiddleware;
 pub use route::Route;
 pub use server::{ROOT_LABEL, Role, Server, ServerLayer, StreamEnd};
 pub use stats::Stats;

@@ -57,13 +57,22 @@ pub(crate) fn http_name(
     uri: &http::Uri,
     extensions: &http::Extensions,
 ) -> String {
+    http_name_of_path(method, uri.path(), extensions.get::<Route>())
+}
+
+/// [`http_name`] from the path alone and the route, if known.
+pub(crate) fn http_name_of_path(
+    method: &http::Method,
+    path: &str,
+    route: Option<&Route>,
+) -> String {
     // Assembled in one `String` of the exact size (no formatting machinery,
     // no intermediate string for the bounded path).
     let method = method.as_str();
-    if let Some(route) = extensions.get::<Route>() {
+    if let Some(route) = route {
         return concat(&[method, " ", route.as_str()]);
     }
-    let [slash, first, tail] = bounded_parts(uri.path());
+    let [slash, first, tail] = bounded_parts(path);
     concat(&[method, " ", slash, first, tail])
 }
 

@@ -19,25 +19,16 @@ pub mod proto;
 
 pub use limits::IngestLimits;
 
-#[cfg(any(feature = "server", feature = "client"))]
+#[cfg(feature = "server")]
 pub(crate) mod codec;
 
-/// The gRPC service name.
-pub const GRPC_SERVICE: &str = "cpt.collector.v1.Collector";
-/// The gRPC method path of `Export`.
-pub const GRPC_EXPORT_PATH: &str = "/cpt.collector.v1.Collector/Export";
-/// The HTTP ingest route.
-pub const HTTP_RECORDS_PATH: &str = "/v1/records";
 /// Content type of a JSON Lines body.
 pub const CONTENT_TYPE_JSON_LINES: &str = "application/x-ndjson";
-/// Content type of a protobuf [`proto::RecordBatch`] body.
-pub const CONTENT_TYPE_PROTOBUF: &str = "application/x-protobuf";
-/// The HTTP header and gRPC metadata key that carries a batch's id: 1 to
-/// 64 characters of `[0-9A-Za-z_-]`, the same on every resend of the batch.
-/// `cpt serve` stores the first batch with a given id and acknowledges
-/// later ones without storing them again. Optional: a batch without it is
-/// stored every time it arrives.
-pub const BATCH_ID_HEADER: &str = "cpt-batch-id";
+// The routes, the protobuf content type and the batch id header are the
+// exporter's wire contract, defined once for both sides.
+pub use cpt_exporter::proto::{
+    BATCH_ID_HEADER, CONTENT_TYPE_PROTOBUF, GRPC_EXPORT_PATH, GRPC_SERVICE, HTTP_RECORDS_PATH,
+};
 /// At most this many problems are listed in a [`BatchError`]; the rest are
 /// counted.
 pub const MAX_PROBLEMS: usize = 20;
@@ -287,7 +278,7 @@ pub fn from_proto_with(
         if cancelled.load(Ordering::Relaxed) {
             return Err(cancelled_error());
         }
-        match r.into_record_with(limits) {
+        match proto::IntoRecord::into_record_with(r, limits) {
             Ok((r, bytes)) => {
                 stored += bytes;
                 if let Err(o) = limits.batch_bytes(stored) {

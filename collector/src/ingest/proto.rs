@@ -1,7 +1,9 @@
-//! The ingest API's protobuf messages (`cpt.collector.v1`), generated at
-//! build time from `collector/proto/cpt/collector/v1/collector.proto` by
-//! `build.rs` with `protox` and `prost-build` (no `protoc`), and their
-//! conversions to and from the [`cpt_sdk`] model.
+//! The ingest API's protobuf messages (`cpt.collector.v1`), from the
+//! exporter's wire contract ([`cpt_exporter::proto`], generated from
+//! `exporter/proto/cpt/collector/v1/collector.proto`: one schema for the
+//! sender and the receiver), and what the collector adds to them: a
+//! received [`Record`] checked against [`IngestLimits`] and turned into the
+//! [`cpt_sdk`] model ([`IntoRecord`]).
 //!
 //! The unit tests below pin every field number by decoding hand-assembled
 //! bytes, so a renumbering in the .proto cannot go unnoticed.
@@ -12,58 +14,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cpt_sdk::path::{
-    Accounting as SdkAccounting, Cause, CriticalPath, Frame as SdkFrame, Location,
-};
+use cpt_sdk::path::{CriticalPath, Frame as SdkFrame, Location};
 use cpt_sdk::{Record as SdkRecord, SegmentKind as SdkKind, Trigger as SdkTrigger};
 
 use super::limits::{Header, IngestLimits, Over};
 
-include!(concat!(env!("OUT_DIR"), "/cpt.collector.v1.rs"));
-
-// === impl Accounting ===
-
-impl Accounting {
-    /// The field of `cause`. The one place that names the generated fields:
-    /// prost generates a plain struct (no per-field accessor by number), so
-    /// this exhaustive match maps [`Cause`] to it; every conversion loops over
-    /// [`Cause::ALL`]. A new cause is a compile error here until it has its
-    /// field in collector.proto and its arm below.
-    pub fn nanos_mut(&mut self, cause: Cause) -> &mut u64 {
-        match cause {
-            Cause::Network => &mut self.network_nanos,
-            Cause::Overcount => &mut self.overcount_nanos,
-            Cause::BlindSpot => &mut self.blind_spot_nanos,
-            Cause::Unattributed => &mut self.unattributed_nanos,
-            Cause::Queueing => &mut self.queueing_nanos,
-            Cause::Truncated => &mut self.truncated_nanos,
-            Cause::ClockSkew => &mut self.clock_skew_nanos,
-        }
-    }
-
-    /// The field of `cause`.
-    pub fn nanos(mut self, cause: Cause) -> u64 {
-        *self.nanos_mut(cause)
-    }
-}
-
-impl From<&SdkAccounting> for Accounting {
-    fn from(a: &SdkAccounting) -> Accounting {
-        let mut pb = Accounting::default();
-        for (cause, d) in a.iter() {
-            *pb.nanos_mut(cause) = nanos(d);
-        }
-        pb
-    }
-}
-
-impl From<Accounting> for SdkAccounting {
-    fn from(pb: Accounting) -> SdkAccounting {
-        SdkAccounting::from_causes(
-            Cause::ALL.map(|cause| (cause, Duration::from_nanos(pb.nanos(cause)))),
-        )
-    }
-}
+pub use cpt_exporter::proto::*;
 
 /// What is wrong with a protobuf record, naming the field.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -82,65 +38,9 @@ fn field_err(field: impl Into<String>, reason: impl Into<String>) -> FieldError 
     }
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-// === impl Record ===
-
-impl From<&SdkRecord> for Record {
-    fn from(r: &SdkRecord) -> Record {
-        let path = &r.path;
-        let a = &path.accounting;
-        Record {
-            service: r.service.clone(),
-            endpoint: r.endpoint.clone(),
-            trigger: match r.trigger {
-                SdkTrigger::Sampled => Trigger::Sampled,
-                SdkTrigger::Forced => Trigger::Forced,
-            } as i32,
-            latency_nanos: nanos(r.latency),
-            start_unix_nanos: r.start_unix_nanos,
-            request_id: r.request_id.clone(),
-            trace_id: r.trace_id.clone(),
-            labels: r.labels.clone(),
-            frames: path
-                .frames()
-                .iter()
-                .map(|f| Frame {
-                    name: f.name.to_string(),
-                    service: f.service.to_string(),
-                    file: f.location.as_ref().map(|l| l.file.to_string()),
-                    line: f.location.as_ref().map_or(0, |l| l.line),
-                })
-                .collect(),
-            segments: path
-                .segments()
-                .iter()
-                .map(|s| Segment {
-                    stack: s.stack.iter().map(|id| id.0).collect(),
-                    duration_nanos: nanos(s.duration),
-                    kind: SegmentKind::from(s.kind) as i32,
-                })
-                .collect(),
-            accounting: (!a.is_zero()).then(|| Accounting::from(a)),
-        }
-    }
-}
-
-impl From<SdkKind> for SegmentKind {
-    fn from(k: SdkKind) -> SegmentKind {
-        match k {
-            SdkKind::Busy => SegmentKind::Busy,
-            SdkKind::Queueing => SegmentKind::Queueing,
-            SdkKind::Unattributed => SegmentKind::Unattributed,
-            SdkKind::Network => SegmentKind::Network,
-            SdkKind::BlindSpot => SegmentKind::BlindSpot,
-        }
-    }
-}
-
-impl Record {
+/// A received record checked and turned into the model: the collector's
+/// side of the wire contract (the exporter's is `From<&cpt_sdk::Record>`).
+pub trait IntoRecord: Sized {
     /// Check the record and turn it into the model.
     ///
     /// # Errors
@@ -149,26 +49,41 @@ impl Record {
     /// unspecified, a frame has an empty name or service, a segment's stack
     /// is empty or names a frame the table lacks, or the segments do not sum
     /// to `latency_nanos`.
-    pub fn into_record(self) -> Result<SdkRecord, FieldError> {
+    fn into_record(self) -> Result<SdkRecord, FieldError>;
+
+    /// [`into_record`](IntoRecord::into_record) under `limits`, which are
+    /// all checked before anything is built (the expanded size from the
+    /// frame table and the segments' indices); also returns the record's
+    /// stored size bound.
+    ///
+    /// # Errors
+    ///
+    /// As `into_record`, and when the record is over a limit, has no
+    /// segment, or has a zero-length segment.
+    fn into_record_with(self, limits: &IngestLimits) -> Result<(SdkRecord, usize), FieldError>;
+}
+
+impl IntoRecord for Record {
+    fn into_record(self) -> Result<SdkRecord, FieldError> {
         self.into_record_with(&IngestLimits::default())
             .map(|(r, _)| r)
     }
 
-    /// [`Record::into_record`] under `limits`, which are all checked before
-    /// anything is built (the expanded size from the frame table and the
-    /// segments' indices); also returns the record's stored size bound.
-    ///
-    /// # Errors
-    ///
-    /// As [`Record::into_record`], and when the record is over a limit, has
-    /// no segment, or has a zero-length segment.
-    pub fn into_record_with(self, limits: &IngestLimits) -> Result<(SdkRecord, usize), FieldError> {
+    fn into_record_with(self, limits: &IngestLimits) -> Result<(SdkRecord, usize), FieldError> {
         let bytes = self
             .check(limits)
             .map_err(|o| field_err(o.field, o.reason))?;
         self.build().map(|r| (r, bytes))
     }
+}
 
+/// The two steps of [`IntoRecord`].
+trait Check: Sized {
+    fn check(&self, limits: &IngestLimits) -> Result<usize, Over>;
+    fn build(self) -> Result<SdkRecord, FieldError>;
+}
+
+impl Check for Record {
     /// Every limit, without building anything; returns the stored size.
     fn check(&self, limits: &IngestLimits) -> Result<usize, Over> {
         let mut bytes = limits.header(&Header {
@@ -318,20 +233,10 @@ impl Record {
     }
 }
 
-// === impl RecordBatch ===
-
-impl RecordBatch {
-    /// The wire form of `records`.
-    pub fn from_records<'a>(records: impl IntoIterator<Item = &'a SdkRecord>) -> RecordBatch {
-        RecordBatch {
-            records: records.into_iter().map(Record::from).collect(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cpt_sdk::path::{Accounting as SdkAccounting, Cause};
     use prost::Message;
 
     /// CPT Figure 2a with everything a record carries, forced.

@@ -9,8 +9,8 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use cpt_collector::client::{CollectorClient, Endpoint, SendError};
 use cpt_collector::ingest::decode_protobuf;
+use cpt_exporter::client::{CollectorClient, Endpoint, SendError};
 use cpt_sdk::RecordSink;
 use cpt_sdk::export::Exporter;
 

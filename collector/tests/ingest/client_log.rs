@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use cpt_collector::client::{CollectorClient, Endpoint, SendError};
+use cpt_exporter::client::{CollectorClient, Endpoint, SendError};
 use cpt_sdk::testing::log::LogBuffer;
 
 use crate::client::start_scripted;
@@ -104,4 +104,26 @@ fn client_stats_debug_prints_the_counters_plainly() {
         !shown.contains("Mutex") && !shown.contains("Arc"),
         "{shown}"
     );
+}
+
+#[test]
+fn a_grpc_endpoint_at_the_collectors_http_port_says_so_and_names_both_ports() {
+    let c = crate::support::TestCollector::start(|c| c);
+    let url = format!("grpc://{}", c.http());
+    let mut client = CollectorClient::builder(Endpoint::parse(&url).unwrap()).build();
+    let log = logged(|| {
+        let e = client.send(&records("wrong-port", 2)).unwrap_err();
+        assert!(matches!(e, SendError::Rejected { .. }), "{e}");
+    });
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    let w = warnings[0];
+    assert!(w.contains(&c.http().to_string()), "names the address: {w}");
+    assert!(w.contains("HTTP port"), "says it is the HTTP port: {w}");
+    assert!(
+        w.contains("--grpc port (127.0.0.1:7070") && w.contains("--http port (127.0.0.1:7071"),
+        "names both ports: {w}"
+    );
+    assert!(w.contains(&format!("http://{}", c.http())), "{w}");
+    assert!(c.stored().is_empty());
 }

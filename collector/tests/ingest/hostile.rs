@@ -462,10 +462,9 @@ fn hostile_ingest_token_is_required_when_configured() {
     assert_eq!(c.stats().rejected_batches, 6);
 }
 
-#[cfg(feature = "client")]
 #[test]
 fn hostile_client_sends_the_ingest_token_over_http_and_grpc() {
-    use cpt_collector::client::{CollectorClient, Endpoint};
+    use cpt_exporter::client::{CollectorClient, Endpoint};
     let c = TestCollector::start(|c| c.with_ingest_token("s3cret"));
     for url in [
         format!("http://{}", c.http()),

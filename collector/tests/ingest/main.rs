@@ -18,11 +18,7 @@ mod retention;
 mod roundtrip;
 mod tls;
 
-#[cfg(feature = "client")]
 mod client;
-#[cfg(feature = "client")]
 mod client_log;
-#[cfg(feature = "client")]
 mod shutdown;
-#[cfg(feature = "client")]
 mod spool;

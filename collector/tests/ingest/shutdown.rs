@@ -6,7 +6,7 @@
 use std::ffi::OsStr;
 use std::time::{Duration, Instant};
 
-use cpt_collector::client::{CollectorClient, Endpoint};
+use cpt_exporter::client::{CollectorClient, Endpoint};
 
 use crate::support::*;
 

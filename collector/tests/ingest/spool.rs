@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use cpt_collector::client::{ClientStats, CollectorClient, Endpoint, SendError};
 use cpt_collector::ingest::{BATCH_ID_HEADER, proto};
+use cpt_exporter::client::{ClientStats, CollectorClient, Endpoint, SendError};
 use cpt_sdk::RecordSink;
 use cpt_sdk::export::{ExportHandle, Exporter};
 
@@ -43,7 +43,7 @@ fn copies(c: &TestCollector) -> HashMap<String, usize> {
     m
 }
 
-fn quick_client(endpoint: &str) -> cpt_collector::client::CollectorClientBuilder {
+fn quick_client(endpoint: &str) -> cpt_exporter::client::CollectorClientBuilder {
     CollectorClient::builder(Endpoint::parse(endpoint).unwrap())
         .with_max_attempts(2)
         .with_initial_backoff(Duration::from_millis(5))

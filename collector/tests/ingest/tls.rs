@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cpt_collector::client::{CollectorClient, Endpoint};
+use cpt_exporter::client::{CollectorClient, Endpoint};
 use cpt_sdk::Trigger;
 
 use crate::support::{TestCollector, http_with_headers, record, records};

@@ -18,7 +18,7 @@ use anyhow::Context as _;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use bytes::Bytes;
-use cpt_collector::client::{CollectorClient, Endpoint};
+use cpt_exporter::{CollectorClient, Endpoint};
 use cpt_middleware::{ClientLayer, ServerLayer};
 use cpt_sdk::env::CptEnv;
 use cpt_sdk::export::{ExportHandle, Exporter, JsonLines};

@@ -119,16 +119,30 @@ fn a_malformed_variable_stops_it_with_the_variable_named() {
 }
 
 #[test]
-fn with_cpt_collector_endpoint_the_records_reach_the_collector() {
-    use cpt_collector::serve::{Collector, ServeConfig};
+fn with_cpt_collector_endpoint_the_records_reach_that_endpoint() {
+    use cpt_exporter::proto;
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let collector = rt
-        .block_on(Collector::start(
-            ServeConfig::new(dir.path().join("store.db")).with_grpc("127.0.0.1:0".parse().unwrap()),
-        ))
+    // The HTTP ingest route as `cpt serve` answers it: a protobuf
+    // `RecordBatch` in, 200 once it is taken.
+    let (batches, received) = std::sync::mpsc::channel::<proto::RecordBatch>();
+    let ingest = axum::Router::new().route(
+        proto::HTTP_RECORDS_PATH,
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let batches = batches.clone();
+            async move {
+                let batch = <proto::RecordBatch as prost::Message>::decode(body)
+                    .expect("the exporter sends a RecordBatch");
+                batches.send(batch).unwrap();
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
-    let endpoint = format!("grpc://{}", collector.grpc_addr().unwrap());
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    rt.spawn(async move { axum::serve(listener, ingest).await });
     let out = run(
         dir.path(),
         &[
@@ -143,7 +157,8 @@ fn with_cpt_collector_endpoint_the_records_reach_the_collector() {
         "{}",
         stdout(&out)
     );
-    assert_eq!(collector.stats().accepted_records, 5);
+    let records: Vec<proto::Record> = received.try_iter().flat_map(|b| b.records).collect();
+    assert_eq!(records.len(), 5);
+    assert!(records.iter().all(|r| r.service == "shop"), "{records:?}");
     assert!(!dir.path().join("records.jsonl").exists());
-    rt.block_on(collector.shutdown()).unwrap();
 }

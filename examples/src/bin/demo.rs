@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
-use cpt_collector::client::{CollectorClient, Endpoint};
 use cpt_examples::demo::{self, CollectorMode, DemoConfig, FanOut};
 use cpt_examples::system::{self, Config};
+use cpt_exporter::{CollectorClient, Endpoint};
 use cpt_sdk::export::{ExportHandle, Exporter};
 use cpt_sdk::layer::CriticalPathLayer;
 use cpt_sdk::sink::JsonLines;
@@ -148,7 +148,7 @@ fn run_one(only: Only, args: &Args) -> anyhow::Result<()> {
     if let Some(url) = &args.collector {
         let mut client = CollectorClient::builder(Endpoint::parse(url)?).try_with_default_env()?;
         if let Some(dir) = &args.spool {
-            client = client.with_spool(dir, cpt_collector::client::DEFAULT_SPOOL_MAX_BYTES);
+            client = client.with_spool(dir, cpt_exporter::DEFAULT_SPOOL_MAX_BYTES);
         }
         let client = client.try_build()?;
         let (s, h) = Exporter::builder().build(client);

@@ -9,11 +9,13 @@ use pin_project_lite::pin_project;
 
 use super::PendingCallee;
 
-/// Resolves the RPC node when the body ends, fails or is dropped.
-pub(super) struct Resolver(Option<Box<PendingCallee>>);
+/// Resolves the RPC node when the body ends, fails or is dropped (and a
+/// call whose future is dropped before its response, as a timeout does: a
+/// blind spot, its time on the path).
+pub(crate) struct Resolver(pub(crate) Option<Box<PendingCallee>>);
 
 impl Resolver {
-    fn resolve(&mut self, trailer_path: Option<crate::glue::PathHeaders>) {
+    pub(crate) fn resolve(&mut self, trailer_path: Option<crate::glue::PathHeaders>) {
         if let Some(pending) = self.0.take() {
             pending.resolve(trailer_path);
         }
@@ -41,11 +43,8 @@ pin_project! {
 }
 
 impl<B> ResponseBody<B> {
-    pub(super) fn new(inner: B, pending: Option<Box<PendingCallee>>) -> Self {
-        ResponseBody {
-            inner,
-            pending: Resolver(pending),
-        }
+    pub(crate) fn new(inner: B, pending: Resolver) -> Self {
+        ResponseBody { inner, pending }
     }
 }
 

@@ -7,6 +7,7 @@ use std::task::{Context, Poll, ready};
 use http::Response;
 use pin_project_lite::pin_project;
 
+use super::body::Resolver;
 use super::{PendingCallee, ResponseBody};
 
 pin_project! {
@@ -17,7 +18,7 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
-        pending: Option<Box<PendingCallee>>,
+        pending: Resolver,
     }
 }
 
@@ -25,14 +26,14 @@ impl<F> ResponseFuture<F> {
     pub(super) fn untraced(inner: F) -> Self {
         ResponseFuture {
             inner,
-            pending: None,
+            pending: Resolver(None),
         }
     }
 
     pub(super) fn traced(inner: F, pending: Box<PendingCallee>) -> Self {
         ResponseFuture {
             inner,
-            pending: Some(pending),
+            pending: Resolver(Some(pending)),
         }
     }
 }
@@ -40,7 +41,7 @@ impl<F> ResponseFuture<F> {
 impl<F> std::fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseFuture")
-            .field("traced", &self.pending.is_some())
+            .field("traced", &self.pending.0.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -54,19 +55,19 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let res = {
-            let _entered = this.pending.as_ref().map(|p| p.span().enter());
+            let _entered = this.pending.0.as_ref().map(|p| p.span().enter());
             ready!(this.inner.poll(cx))
         };
-        let Some(mut pending) = this.pending.take() else {
-            return Poll::Ready(res.map(|r| r.map(|b| ResponseBody::new(b, None))));
+        let Some(mut pending) = this.pending.0.take() else {
+            return Poll::Ready(res.map(|r| r.map(|b| ResponseBody::new(b, Resolver(None)))));
         };
         match res {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
-                pending.header_path = crate::glue::PathHeaders::take_from(&mut parts.headers);
+                pending.take_header_path(&mut parts.headers);
                 Poll::Ready(Ok(Response::from_parts(
                     parts,
-                    ResponseBody::new(body, Some(pending)),
+                    ResponseBody::new(body, Resolver(Some(pending))),
                 )))
             }
             Err(err) => {

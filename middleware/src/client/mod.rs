@@ -31,6 +31,8 @@ use http::{HeaderValue, Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 
+#[cfg(feature = "reqwest")]
+pub(crate) use body::Resolver;
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
 
@@ -50,6 +52,37 @@ pub(crate) struct ClientConfig {
 }
 
 impl ClientConfig {
+    /// Warn, once per layer, that calls send no caller secret.
+    pub(crate) fn check(&self) {
+        if self.caller_secret.is_none() && !self.counters.checked_config.swap(true, Relaxed) {
+            tracing::warn!(
+                target: "cpt_middleware",
+                callee = %self.callee,
+                "cpt: calls to {} send no caller secret (CPT_TRUST_SECRET is not set and \
+                 ClientLayer::with_caller_secret was not called): {} returns its critical path \
+                 only if its trust policy admits this process by address, else each call is a \
+                 [blind spot] in this service's records",
+                self.callee,
+                self.callee,
+            );
+        }
+    }
+
+    /// Ask the callee for its path: the trigger, the codec version this side
+    /// reads, the caller secret, and (HTTP) that trailers are accepted.
+    pub(crate) fn insert_headers(&self, trigger: cpt_sdk::Trigger, headers: &mut http::HeaderMap) {
+        headers.insert(header::TRIGGER, HeaderValue::from_static(trigger.as_str()));
+        headers.insert(header::WANT_PATH, glue::codec_version_header());
+        if let Some(secret) = &self.caller_secret {
+            headers.insert(header::CALLER_AUTH, secret.clone());
+        }
+        if self.protocol == Protocol::Http {
+            // HTTP/1.1 servers send trailers (a streamed path) only to
+            // clients that accept them.
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
+    }
+
     /// A copy to configure on its own: the same settings, fresh counters (a
     /// layer configured after cloning is a layer of its own).
     fn detached(&self) -> ClientConfig {
@@ -207,6 +240,12 @@ impl ClientLayer {
     pub fn stats(&self) -> Stats {
         self.config.counters.snapshot()
     }
+
+    /// The configuration, shared with what is made from this layer.
+    #[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
+    pub(crate) fn config(&self) -> &Arc<ClientConfig> {
+        &self.config
+    }
 }
 
 impl fmt::Debug for ClientLayer {
@@ -223,19 +262,7 @@ impl<S> Layer<S> for ClientLayer {
     type Service = Client<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let config = &self.config;
-        if config.caller_secret.is_none() && !config.counters.checked_config.swap(true, Relaxed) {
-            tracing::warn!(
-                target: "cpt_middleware",
-                callee = %config.callee,
-                "cpt: calls to {} send no caller secret (CPT_TRUST_SECRET is not set and \
-                 ClientLayer::with_caller_secret was not called): {} returns its critical path \
-                 only if its trust policy admits this process by address, else each call is a \
-                 [blind spot] in this service's records",
-                config.callee,
-                config.callee,
-            );
-        }
+        self.config.check();
         Client {
             inner,
             config: self.config.clone(),
@@ -295,17 +322,7 @@ where
             return ResponseFuture::untraced(self.inner.call(req));
         };
         let config = &self.config;
-        let headers = req.headers_mut();
-        headers.insert(header::TRIGGER, HeaderValue::from_static(trigger.as_str()));
-        headers.insert(header::WANT_PATH, glue::codec_version_header());
-        if let Some(secret) = &config.caller_secret {
-            headers.insert(header::CALLER_AUTH, secret.clone());
-        }
-        if config.protocol == Protocol::Http {
-            // HTTP/1.1 servers send trailers (a streamed path) only to
-            // clients that accept them.
-            headers.insert(header::TE, HeaderValue::from_static("trailers"));
-        }
+        config.insert_headers(trigger, req.headers_mut());
         let rpc = match (&config.name, config.protocol) {
             (Some(f), _) => glue::begin_rpc(&config.callee, &f(req.method(), req.uri())),
             // The gRPC method path, borrowed: no copy of it before the name.
@@ -319,14 +336,7 @@ where
             let _entered = rpc.enter();
             self.inner.call(req)
         };
-        ResponseFuture::traced(
-            fut,
-            Box::new(PendingCallee {
-                rpc,
-                config: config.clone(),
-                header_path: None,
-            }),
-        )
+        ResponseFuture::traced(fut, PendingCallee::new(rpc, config.clone()))
     }
 }
 
@@ -338,13 +348,27 @@ pub(crate) struct PendingCallee {
 }
 
 impl PendingCallee {
+    pub(crate) fn new(rpc: tracing::Span, config: Arc<ClientConfig>) -> Box<Self> {
+        Box::new(PendingCallee {
+            rpc,
+            config,
+            header_path: None,
+        })
+    }
+
     fn span(&self) -> &tracing::Span {
         &self.rpc
     }
 
+    /// Take the path out of the response headers (the application does not
+    /// see it); the trailers' path, if any, wins over it.
+    pub(crate) fn take_header_path(&mut self, headers: &mut http::HeaderMap) {
+        self.header_path = glue::PathHeaders::take_from(headers);
+    }
+
     /// Attach what the callee returned (the trailer's path, else the
     /// header's, else a blind spot) and end the RPC node.
-    fn resolve(self, trailer_path: Option<glue::PathHeaders>) {
+    pub(crate) fn resolve(self, trailer_path: Option<glue::PathHeaders>) {
         let config = &self.config;
         let value = trailer_path.or(self.header_path);
         let outcome = match value {

@@ -132,6 +132,24 @@ pub(crate) struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// Warn, once per layer, that an internal service trusts no caller.
+    pub(crate) fn check(&self) {
+        if self.role == Role::Internal
+            && !self.trust_given
+            && !self.counters.checked_config.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                target: "cpt_middleware",
+                service = %self.service,
+                "cpt: internal service {} trusts no caller (CPT_TRUST_SECRET is not set and \
+                 ServerLayer::with_trust was not called): it never follows its callers' traces \
+                 nor returns its critical path, so its callers' records show it as \
+                 [blind spot]; it is traced only when an operator forces a request",
+                self.service,
+            );
+        }
+    }
+
     /// A copy to configure on its own: the same settings, fresh counters (a
     /// layer configured after cloning is a layer of its own).
     fn detached(&self) -> ServerConfig {
@@ -354,6 +372,12 @@ impl ServerLayer {
     pub fn stats(&self) -> Stats {
         self.config.counters.snapshot()
     }
+
+    /// The configuration, shared with what is made from this layer.
+    #[cfg_attr(not(feature = "actix-web"), allow(dead_code))]
+    pub(crate) fn config(&self) -> &Arc<ServerConfig> {
+        &self.config
+    }
 }
 
 impl fmt::Debug for ServerLayer {
@@ -372,21 +396,7 @@ impl<S> Layer<S> for ServerLayer {
     type Service = Server<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let config = &self.config;
-        if config.role == Role::Internal
-            && !config.trust_given
-            && !config.counters.checked_config.swap(true, Ordering::Relaxed)
-        {
-            tracing::warn!(
-                target: "cpt_middleware",
-                service = %config.service,
-                "cpt: internal service {} trusts no caller (CPT_TRUST_SECRET is not set and \
-                 ServerLayer::with_trust was not called): it never follows its callers' traces \
-                 nor returns its critical path, so its callers' records show it as \
-                 [blind spot]; it is traced only when an operator forces a request",
-                config.service,
-            );
-        }
+        self.config.check();
         Server {
             inner,
             config: self.config.clone(),
@@ -443,72 +453,82 @@ where
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let config = &self.config;
-        let decision = decide(config, &req);
-        let Some(decision) = decision else {
+        let caller = caller_of(&req);
+        let Some(decision) = decide(config, &caller) else {
             return ResponseFuture::untraced(self.inner.call(req));
         };
-        let caller = caller_of(&req);
         // Borrowed from the request when it is the gRPC method path.
         let endpoint = match &config.endpoint {
             Some(f) => Cow::Owned(f(&caller)),
             None => config.protocol.endpoint(&caller),
         };
-        let mut labels = config
-            .labels
-            .as_ref()
-            .map(|f| f(&caller))
-            .unwrap_or_default();
-        if !decision.return_path {
-            let root = if decision.started_here && config.role == Role::Entry {
-                Role::Entry
-            } else {
-                Role::Internal
-            };
-            labels.insert(ROOT_LABEL.to_owned(), root.as_str().to_owned());
-        }
-        if let Some(nonce) = decision.force_nonce {
-            labels.insert(cpt_sdk::force::NONCE_LABEL.to_owned(), nonce);
-        }
-        // A hop that returns its path emits no record, so nothing reads its
-        // request id: generate one only for a request that is recorded here.
-        let request_id = (!decision.return_path).then(|| {
-            req.headers()
-                .get(header::REQUEST_ID)
-                .and_then(|v| v.to_str().ok())
-                .map_or_else(glue::new_request_id, str::to_owned)
-        });
-        let trace_id = req
-            .headers()
-            .get(header::TRACEPARENT)
-            .and_then(|v| v.to_str().ok())
-            .and_then(header::trace_id_from_traceparent)
-            .map(str::to_owned);
-        let root = glue::begin_root(glue::RootOptions {
-            service: config.service.clone(),
-            endpoint: &endpoint,
-            trigger: decision.trigger,
-            request_id,
-            trace_id,
-            labels,
-            emit_record: !decision.return_path,
-        });
+        let ending = begin(config, decision, &caller, &endpoint);
         let fut = {
-            let _entered = root.enter();
+            let _entered = ending.span().enter();
             self.inner.call(req)
         };
-        ResponseFuture::traced(
-            fut,
-            Box::new(Ending {
-                root,
-                config: config.clone(),
-                return_path: decision.return_path,
-                path_version: decision.path_version,
-            }),
-        )
+        ResponseFuture::traced(fut, ending)
     }
 }
 
-struct Decision {
+/// Make a traced request's root node (its labels, request id and trace id
+/// from the caller's request), named `endpoint`.
+pub(crate) fn begin(
+    config: &Arc<ServerConfig>,
+    decision: Decision,
+    caller: &Caller<'_>,
+    endpoint: &str,
+) -> Box<Ending> {
+    let mut labels = config
+        .labels
+        .as_ref()
+        .map(|f| f(caller))
+        .unwrap_or_default();
+    if !decision.return_path {
+        let root = if decision.started_here && config.role == Role::Entry {
+            Role::Entry
+        } else {
+            Role::Internal
+        };
+        labels.insert(ROOT_LABEL.to_owned(), root.as_str().to_owned());
+    }
+    if let Some(nonce) = decision.force_nonce {
+        labels.insert(cpt_sdk::force::NONCE_LABEL.to_owned(), nonce);
+    }
+    // A hop that returns its path emits no record, so nothing reads its
+    // request id: generate one only for a request that is recorded here.
+    let request_id = (!decision.return_path).then(|| {
+        caller
+            .headers
+            .get(header::REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .map_or_else(glue::new_request_id, str::to_owned)
+    });
+    let trace_id = caller
+        .headers
+        .get(header::TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(header::trace_id_from_traceparent)
+        .map(str::to_owned);
+    let root = glue::begin_root(glue::RootOptions {
+        service: config.service.clone(),
+        endpoint,
+        trigger: decision.trigger,
+        request_id,
+        trace_id,
+        labels,
+        emit_record: !decision.return_path,
+    });
+    Box::new(Ending {
+        root,
+        config: config.clone(),
+        return_path: decision.return_path,
+        path_version: decision.path_version,
+    })
+}
+
+/// Whether and how a request is traced.
+pub(crate) struct Decision {
     trigger: Trigger,
     return_path: bool,
     /// The codec version to return the path in.
@@ -530,15 +550,38 @@ fn caller_of<B>(req: &Request<B>) -> Caller<'_> {
     }
 }
 
+impl Decision {
+    /// This service's own sampler said so.
+    fn sampled_here(trigger: Trigger) -> Decision {
+        Decision {
+            trigger,
+            return_path: false,
+            path_version: codec_single(),
+            started_here: true,
+            force_nonce: None,
+        }
+    }
+}
+
+/// The decision for a request that carries neither a trigger nor a force
+/// header: an entry service's sampler, else untraced. What [`decide`]
+/// comes to for such a request, without a [`Caller`] to look at.
+pub(crate) fn decide_unmarked(config: &ServerConfig, path: &str) -> Option<Decision> {
+    if config.role == Role::Internal {
+        return None;
+    }
+    glue::sample(&config.sampler, path).map(Decision::sampled_here)
+}
+
 /// The trigger decision (see the module docs); `None` is untraced.
-fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
-    let headers = req.headers();
+pub(crate) fn decide(config: &ServerConfig, caller: &Caller<'_>) -> Option<Decision> {
+    let headers = caller.headers;
     let propagated = headers.get(header::TRIGGER);
     let force = headers.get(header::FORCE);
     if propagated.is_some() || force.is_some() {
         if let Some(value) = propagated {
             let trigger = value.to_str().ok().and_then(Trigger::parse);
-            if trigger.is_some() && config.trust.is_trusted(&caller_of(req)) {
+            if trigger.is_some() && config.trust.is_trusted(caller) {
                 let want = headers.get(header::WANT_PATH);
                 return trigger.map(|trigger| Decision {
                     trigger,
@@ -597,16 +640,7 @@ fn decide<B>(config: &ServerConfig, req: &Request<B>) -> Option<Decision> {
             }
         }
     }
-    if config.role == Role::Internal {
-        return None;
-    }
-    glue::sample(&config.sampler, req.uri().path()).map(|trigger| Decision {
-        trigger,
-        return_path: false,
-        path_version: codec_single(),
-        started_here: true,
-        force_nonce: None,
-    })
+    decide_unmarked(config, caller.uri.path())
 }
 
 /// The open root node of a traced request, until its path is computed.
@@ -627,7 +661,7 @@ impl Ending {
         self.config.stream_end == StreamEnd::FirstMessage
     }
 
-    fn span(&self) -> &tracing::Span {
+    pub(crate) fn span(&self) -> &tracing::Span {
         &self.root
     }
 
@@ -636,7 +670,7 @@ impl Ending {
     /// When no path is returned (this service is the entry point), the path
     /// is computed and the record emitted in the background: the response
     /// does not wait for either.
-    fn finish(self) -> Option<glue::PathHeaders> {
+    pub(crate) fn finish(self) -> Option<glue::PathHeaders> {
         if !self.return_path {
             cpt_sdk::request::finish_detached(&self.root);
             return None;

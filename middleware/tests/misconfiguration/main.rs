@@ -199,3 +199,40 @@ fn a_refused_force_credential_is_logged_with_its_reason_once_per_reason() {
     );
     assert!(w[1].contains("not a force credential"), "{w:?}");
 }
+
+#[cfg(feature = "reqwest")]
+#[test]
+fn a_reqwest_middleware_without_a_caller_secret_says_so_once() {
+    let log = logged(|| async {
+        let layer = ClientLayer::http("pricing");
+        let _a = cpt_middleware::ReqwestMiddleware::from(layer.clone());
+        let _b = cpt_middleware::ReqwestMiddleware::from(layer);
+        let _signed = cpt_middleware::ReqwestMiddleware::from(
+            ClientLayer::http("stock").with_caller_secret("s"),
+        );
+    });
+    let w = log.lines_with("WARN");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("calls to pricing send no caller secret"),
+        "{w:?}"
+    );
+    assert!(w[0].contains("[blind spot]"), "{w:?}");
+}
+
+#[cfg(feature = "actix-web")]
+#[test]
+fn an_actix_internal_service_that_trusts_no_caller_says_so_once() {
+    let log = logged(|| async {
+        let layer = ServerLayer::http("pricing").internal();
+        let _a = cpt_middleware::ActixServer::from(layer.clone());
+        let _b = cpt_middleware::ActixServer::from(layer);
+        let _entry = cpt_middleware::ActixServer::from(ServerLayer::http("shop"));
+    });
+    let w = log.lines_with("WARN");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("internal service pricing trusts no caller"),
+        "{w:?}"
+    );
+}

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use clap::Parser as _;
 use cpt_collector::cli::{self, Cli, Command};
-use cpt_collector::client::{CollectorClient, Endpoint};
 use cpt_collector::serve::{Collector, ServeConfig};
 use cpt_collector::store::{Store, StoreQuery};
 use cpt_examples::proto::RunRequest;
 use cpt_examples::proto::service_a_client::ServiceAClient;
 use cpt_examples::system::{self, Config};
+use cpt_exporter::{CollectorClient, Endpoint};
 use cpt_sdk::Trigger;
 use cpt_sdk::export::Exporter;
 use cpt_sdk::layer::CriticalPathLayer;

@@ -22,7 +22,7 @@
 //!   takes the batch (below).
 //!
 //! Every batch carries a **batch id** (the `cpt-batch-id` header or gRPC
-//! metadata, [`ingest::BATCH_ID_HEADER`](crate::ingest::BATCH_ID_HEADER)): 32 hex digits, a random prefix per
+//! metadata, [`proto::BATCH_ID_HEADER`]): 32 hex digits, a random prefix per
 //! client and a counter, the same on every retry and replay of the batch.
 //! `cpt serve` stores a batch id once, so a batch resent because its
 //! acknowledgement was lost (the collector committed, then the connection
@@ -55,7 +55,7 @@
 //! and requests never wait.
 //!
 //! ```no_run
-//! use cpt_collector::client::{CollectorClient, Endpoint};
+//! use cpt_exporter::client::{CollectorClient, Endpoint};
 //! use cpt_sdk::export::Exporter;
 //!
 //! let client = CollectorClient::builder(Endpoint::parse("grpc://127.0.0.1:7070")?).build();
@@ -80,7 +80,7 @@ use cpt_sdk::Record;
 use cpt_sdk::export::{Export, ExportError};
 use prost::Message;
 
-use crate::ingest::proto;
+use crate::proto;
 use crate::spool::{AppendError, Spool, SpoolError};
 
 mod health;
@@ -448,10 +448,12 @@ pub enum SendError {
         reason: String,
     },
     /// Every attempt failed.
-    #[error("batch dropped after {attempts} attempts: {reason}")]
+    #[error("batch dropped after {attempts} attempts to the collector at {endpoint}: {reason}")]
     GaveUp {
         /// Attempts made.
         attempts: u32,
+        /// The collector's endpoint.
+        endpoint: String,
         /// The last failure.
         reason: String,
     },
@@ -739,6 +741,7 @@ impl CollectorClient {
                         if attempt >= max_attempts {
                             return Err(SendError::GaveUp {
                                 attempts: attempt,
+                                endpoint: config.endpoint.to_string(),
                                 reason,
                             });
                         }

@@ -16,8 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use prost::Message;
 use tonic::Code;
 
-use crate::ingest::codec::WireCodec;
-use crate::ingest::{self, proto};
+use crate::proto;
 
 /// The certificate authorities a client trusts: a PEM file's
 /// (`with_ca_file`), else the system's.
@@ -139,7 +138,7 @@ impl Endpoint {
         if s.starts_with("http://") || s.starts_with("https://") {
             let uri: Uri = s.parse().map_err(|_| err("not a URI"))?;
             let uri = if uri.path() == "/" && !s.ends_with('/') {
-                format!("{s}{}", ingest::HTTP_RECORDS_PATH)
+                format!("{s}{}", proto::HTTP_RECORDS_PATH)
                     .parse()
                     .map_err(|_| err("not a URI"))?
             } else {
@@ -157,6 +156,58 @@ impl Endpoint {
         let (Endpoint::Grpc(u) | Endpoint::Http(u)) = self;
         u.scheme_str() == Some("https")
     }
+
+    /// `HOST:PORT`, as `cpt serve --grpc` / `--http` take it.
+    pub fn address(&self) -> &str {
+        let (Endpoint::Grpc(u) | Endpoint::Http(u)) = self;
+        u.authority().map_or("", |a| a.as_str())
+    }
+
+    /// `"gRPC"` or `"HTTP"`: which of `cpt serve`'s ports the endpoint must
+    /// name.
+    pub fn protocol(&self) -> &'static str {
+        match self {
+            Endpoint::Grpc(_) => "gRPC",
+            Endpoint::Http(_) => "HTTP",
+        }
+    }
+}
+
+/// The hint for a gRPC endpoint that answered as a plain HTTP server: a
+/// gRPC server always sends `grpc-status`, `cpt serve`'s HTTP port does
+/// not (it answers the gRPC method's path with 404).
+fn http_port_hint(uri: &Uri, message: &str) -> Option<String> {
+    if !message.starts_with("grpc-status header missing") {
+        return None;
+    }
+    let address = uri.authority().map_or("", |a| a.as_str());
+    let https = if uri.scheme_str() == Some("https") {
+        "s"
+    } else {
+        ""
+    };
+    Some(format!(
+        "{address} answered as an HTTP server, not as a gRPC one ({message}): it looks like the \
+         collector's HTTP port. `cpt serve` takes gRPC on its --grpc port (127.0.0.1:7070 by \
+         default) and HTTP on its --http port (127.0.0.1:7071 by default): point grpc{https}:// \
+         at the gRPC port, or send over HTTP with http{https}://{address}"
+    ))
+}
+
+/// An error and its sources, `a: b: c` (tonic's and hyper's errors say
+/// "transport error" and keep the cause, "Connection refused", in a source).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
 }
 
 impl fmt::Display for Endpoint {
@@ -201,6 +252,7 @@ enum TransportKind {
     },
     Grpc {
         grpc: tonic::client::Grpc<tonic::transport::Channel>,
+        uri: Uri,
     },
 }
 
@@ -262,6 +314,7 @@ impl TransportKind {
                 let channel = endpoint.connect_lazy();
                 TransportKind::Grpc {
                     grpc: tonic::client::Grpc::new(channel),
+                    uri: uri.clone(),
                 }
             }
         }
@@ -276,15 +329,15 @@ impl TransportKind {
         match self {
             TransportKind::Http { client, uri } => {
                 let mut req = http::Request::post(uri.clone())
-                    .header(header::CONTENT_TYPE, ingest::CONTENT_TYPE_PROTOBUF)
-                    .header(ingest::BATCH_ID_HEADER, batch_id.clone())
+                    .header(header::CONTENT_TYPE, proto::CONTENT_TYPE_PROTOBUF)
+                    .header(proto::BATCH_ID_HEADER, batch_id.clone())
                     .body(Full::new(Bytes::from(batch.encode_to_vec())))
                     .expect("a POST with a valid URI always builds; this is a bug");
                 if let Some(t) = token {
                     req.headers_mut().insert(header::AUTHORIZATION, t.0.clone());
                 }
                 let resp = client.request(req).await.map_err(|e| Attempt::Retry {
-                    reason: format!("cannot reach the collector: {e}"),
+                    reason: format!("cannot reach the collector: {}", with_sources(&e)),
                     after: None,
                 })?;
                 let status = resp.status();
@@ -314,16 +367,17 @@ impl TransportKind {
                     Err(Attempt::Refused { reason })
                 }
             }
-            TransportKind::Grpc { grpc } => {
+            TransportKind::Grpc { grpc, uri } => {
                 grpc.ready().await.map_err(|e| Attempt::Retry {
-                    reason: format!("cannot reach the collector: {e}"),
+                    reason: format!("cannot reach the collector: {}", with_sources(&e)),
                     after: None,
                 })?;
-                let path = http::uri::PathAndQuery::from_static(ingest::GRPC_EXPORT_PATH);
-                let codec = WireCodec::<proto::RecordBatch, proto::ExportResponse>::default();
+                let path = http::uri::PathAndQuery::from_static(proto::GRPC_EXPORT_PATH);
+                let codec =
+                    tonic_prost::ProstCodec::<proto::RecordBatch, proto::ExportResponse>::default();
                 let mut req = tonic::Request::new(batch.clone());
                 req.metadata_mut().insert(
-                    ingest::BATCH_ID_HEADER,
+                    proto::BATCH_ID_HEADER,
                     tonic::metadata::MetadataValue::try_from(batch_id.as_bytes())
                         .expect("a batch id is valid ASCII metadata; this is a bug"),
                 );
@@ -335,7 +389,10 @@ impl TransportKind {
                 match grpc.unary(req, path, codec).await {
                     Ok(_) => Ok(()),
                     Err(status) => {
-                        let reason = format!("gRPC {:?}: {}", status.code(), status.message());
+                        if let Some(reason) = http_port_hint(uri, status.message()) {
+                            return Err(Attempt::Refused { reason });
+                        }
+                        let reason = format!("gRPC {:?}: {}", status.code(), with_sources(&status));
                         match status.code() {
                             Code::ResourceExhausted
                             | Code::Unavailable
