@@ -390,6 +390,33 @@ mod tests {
     }
 
     #[test]
+    fn force_auths_given_one_state_dir_share_one_cache_whatever_its_spelling() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Spelled with `..`, and missing until the first one is made.
+        let dir = tmp.path().join("a/../state");
+        let now = cpt_sdk::force::now_unix_secs();
+        let first = ForceAuth::none().hmac_key(b"k").with_replay_state_dir(&dir);
+        let one = mint(b"k", "r1", "A", 60, now);
+        assert_eq!(
+            first.verify_at("A", Some("r1"), one.as_bytes(), now),
+            Ok(())
+        );
+        let second = ForceAuth::none()
+            .hmac_key(b"k")
+            .with_replay_state_dir(tmp.path().join("state"));
+        // A `*` credential: once for the process, whichever layer sees it.
+        let any = mint(b"k", "r2", "*", 60, now);
+        assert_eq!(
+            first.verify_at("A", Some("r2"), any.as_bytes(), now),
+            Ok(())
+        );
+        assert_eq!(
+            second.verify_at("B", Some("r2"), any.as_bytes(), now),
+            Err(Rejection::Replayed)
+        );
+    }
+
+    #[test]
     fn a_full_replay_cache_refuses_until_entries_expire() {
         let a = ForceAuth::none()
             .hmac_key(b"k")

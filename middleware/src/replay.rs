@@ -275,6 +275,9 @@ pub(crate) fn process_cache() -> Arc<Mutex<ReplayCache>> {
 pub(crate) fn journaled_cache(dir: &Path) -> Arc<Mutex<ReplayCache>> {
     type Registry = Mutex<HashMap<PathBuf, Arc<Mutex<ReplayCache>>>>;
     static CACHES: OnceLock<Registry> = OnceLock::new();
+    // Made first, so that the directory has one name whether or not it
+    // existed (a failure shows, and is logged, at the journal's first use).
+    let _ = std::fs::create_dir_all(dir);
     let key = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let mut caches = CACHES
         .get_or_init(Default::default)
