@@ -74,15 +74,17 @@
 //! checkpoints on commit (`wal_autocheckpoint = 0`, so a commit never waits
 //! for a checkpoint of a long WAL); a background thread with its own
 //! connection runs passive checkpoints (which never block the writer or
-//! readers), back to back while there is a backlog. Once one has copied all
-//! but a few MiB of a WAL longer than `journal_size_limit` (64 MiB), the
-//! writer cuts the WAL back between two of its transactions: it copies
-//! those few MiB and resets the file, waiting at most 100 ms for readers
-//! still in a snapshot. Since profile reads take short snapshots, no reader
-//! holds the WAL for long. When the disk cannot keep up with the writes
-//! and the checkpoints together, a WAL of 768 MiB is cut whatever is left
-//! to copy: the writes wait for that copy, which slows the senders instead
-//! of letting the WAL grow.
+//! readers), back to back while there is a backlog. Once one has left at
+//! most 4 096 pages uncopied (64 MiB with a new store's 16 KiB pages) of a
+//! WAL longer than `journal_size_limit` (64 MiB), the writer cuts the WAL
+//! back between two of its transactions: it copies what is left and resets
+//! the file, waiting at most 100 ms for readers still in a snapshot. Since
+//! profile reads take short snapshots, no reader holds the WAL for long.
+//! When the disk cannot keep up with the writes and the checkpoints
+//! together, a WAL of 768 MiB is cut whatever is left to copy: the writes
+//! wait for that copy, which slows the senders instead of letting the WAL
+//! grow. A store bounded by `--max-store-bytes` ([`Store::open_bounded`])
+//! scales all three down with the bound, so the WAL stays a sixteenth of it.
 //!
 //! # Reading
 //!
