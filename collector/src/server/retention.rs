@@ -498,3 +498,73 @@ pub(super) fn remove_partitions_before(
     }
     Ok(removed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parquet_partitions_past_retention_go_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for p in [
+            "date=2026-11-20/hour=05",
+            "date=2026-11-20/hour=23",
+            "date=2026-11-21/hour=00",
+            "date=2026-11-21/hour=01",
+            ".staging",
+            "notes",
+        ] {
+            std::fs::create_dir_all(root.join(p)).unwrap();
+            std::fs::write(root.join(p).join("part-x.parquet"), b"x").unwrap();
+        }
+        // 2026-11-21T01:00:00Z: the hours that ended by then go.
+        let cutoff = 1795222800_u64 * 1_000_000_000;
+        assert_eq!(remove_partitions_before(root, cutoff).unwrap(), 3);
+        let mut left: Vec<String> = walk(root);
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".staging/part-x.parquet",
+                "date=2026-11-21/hour=01/part-x.parquet",
+                "notes/part-x.parquet"
+            ]
+        );
+        assert_eq!(remove_partitions_before(&root.join("missing"), cutoff).unwrap(), 0);
+    }
+
+    fn walk(root: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut dirs = vec![root.to_path_buf()];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else {
+                    out.push(p.strip_prefix(root).unwrap().to_string_lossy().into_owned());
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn sizes_and_durations_parse_as_the_flags_say_or_are_refused() {
+        assert_eq!(parse_size("300MiB"), Ok(300 << 20));
+        assert_eq!(parse_size("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_size("1.5 GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size("512"), Ok(512));
+        for bad in ["", "MiB", "0", "-1GiB", "3 furlongs"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Keep::parse("forever"), Ok(Keep::Forever));
+        assert_eq!(Keep::parse("7d"), Ok(Keep::For(Duration::from_secs(7 * 86_400))));
+        assert!(Keep::parse("0s").is_err());
+        assert!(Keep::parse("7x").is_err());
+        assert_eq!(format_duration(Duration::from_secs(14 * 86_400)), "14d");
+        assert_eq!(format_duration(Duration::from_secs(90 * 60)), "90m");
+    }
+}

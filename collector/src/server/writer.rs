@@ -48,40 +48,36 @@ pub(super) fn write_loop(
     mut upkeep: Upkeep,
 ) {
     // Waits for the next batch with a timeout, so that upkeep also runs
-    // while no batch comes.
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+    // while no batch comes. Without a timer (the runtime cannot start),
+    // upkeep runs only between batches.
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
-    else {
-        super::errlog::error("the store writer cannot start its timer", || {
-            "upkeep (retention, roll-ups) runs only between batches".to_owned()
-        });
-        while let Some(first) = jobs.blocking_recv() {
-            commit_group(
-                &mut store,
-                &mut jobs,
-                first,
-                max_group_records,
-                &mut parquet,
-            );
-            upkeep.step(&mut store);
-        }
-        return;
-    };
+        .inspect_err(|e| {
+            super::errlog::error("the store writer cannot start its timer", || {
+                format!("{e}; upkeep (retention, roll-ups) runs only between batches")
+            });
+        })
+        .ok();
     loop {
         let wait = upkeep.idle_for();
-        let next = if wait.is_zero() {
-            match jobs.try_recv() {
+        let next = match &rt {
+            _ if wait.is_zero() => match jobs.try_recv() {
                 Ok(job) => Some(job),
                 Err(mpsc::error::TryRecvError::Empty) => None,
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
+            },
+            Some(rt) => {
+                match rt.block_on(async { tokio::time::timeout(wait, jobs.recv()).await }) {
+                    Ok(Some(job)) => Some(job),
+                    Ok(None) => break,
+                    Err(_) => None,
+                }
             }
-        } else {
-            match rt.block_on(async { tokio::time::timeout(wait, jobs.recv()).await }) {
-                Ok(Some(job)) => Some(job),
-                Ok(None) => break,
-                Err(_) => None,
-            }
+            None => match jobs.blocking_recv() {
+                Some(job) => Some(job),
+                None => break,
+            },
         };
         if let Some(first) = next {
             commit_group(

@@ -440,3 +440,33 @@ mod parquet;
 mod reference;
 mod show;
 mod sources;
+
+/// A malformed retention flag, or a size bound too small for one batch, is
+/// refused at start with the flag named (and nothing is created).
+#[test]
+fn serve_refuses_malformed_retention_flags_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    let store = store.to_str().unwrap();
+    for (flag, value, says) in [
+        ("--retain-for", "7x", "--retain-for"),
+        ("--retain-for", "0s", "--retain-for"),
+        ("--retention-interval", "soon", "--retention-interval"),
+        ("--max-store-bytes", "12 parsecs", "--max-store-bytes"),
+        ("--max-store-bytes", "1MiB", "--max-store-bytes"),
+        ("--hourly-rollups-for", "1 fortnight", "--hourly-rollups-for"),
+        ("--rollups-retain-for", "a year", "--rollups-retain-for"),
+    ] {
+        let (_, err) = run(
+            &[
+                "serve", "--store", store, "--grpc", "off", "--http", "127.0.0.1:0", flag, value,
+            ],
+            false,
+        );
+        assert!(err.contains(says), "{flag} {value}: {err}");
+    }
+    assert!(
+        !dir.path().join("s.db").exists(),
+        "a refused start creates no store"
+    );
+}
