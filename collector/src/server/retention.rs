@@ -531,7 +531,10 @@ mod tests {
                 "notes/part-x.parquet"
             ]
         );
-        assert_eq!(remove_partitions_before(&root.join("missing"), cutoff).unwrap(), 0);
+        assert_eq!(
+            remove_partitions_before(&root.join("missing"), cutoff).unwrap(),
+            0
+        );
     }
 
     fn walk(root: &Path) -> Vec<String> {
@@ -561,7 +564,10 @@ mod tests {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
         assert_eq!(Keep::parse("forever"), Ok(Keep::Forever));
-        assert_eq!(Keep::parse("7d"), Ok(Keep::For(Duration::from_secs(7 * 86_400))));
+        assert_eq!(
+            Keep::parse("7d"),
+            Ok(Keep::For(Duration::from_secs(7 * 86_400)))
+        );
         assert!(Keep::parse("0s").is_err());
         assert!(Keep::parse("7x").is_err());
         assert_eq!(format_duration(Duration::from_secs(14 * 86_400)), "14d");

@@ -454,12 +454,24 @@ fn serve_refuses_malformed_retention_flags_naming_them() {
         ("--retention-interval", "soon", "--retention-interval"),
         ("--max-store-bytes", "12 parsecs", "--max-store-bytes"),
         ("--max-store-bytes", "1MiB", "--max-store-bytes"),
-        ("--hourly-rollups-for", "1 fortnight", "--hourly-rollups-for"),
+        (
+            "--hourly-rollups-for",
+            "1 fortnight",
+            "--hourly-rollups-for",
+        ),
         ("--rollups-retain-for", "a year", "--rollups-retain-for"),
     ] {
         let (_, err) = run(
             &[
-                "serve", "--store", store, "--grpc", "off", "--http", "127.0.0.1:0", flag, value,
+                "serve",
+                "--store",
+                store,
+                "--grpc",
+                "off",
+                "--http",
+                "127.0.0.1:0",
+                flag,
+                value,
             ],
             false,
         );

@@ -156,13 +156,13 @@ fn past_the_raw_window_records_go_and_rollups_answer_for_every_request() {
 fn a_store_at_its_size_bound_stays_there_and_loses_no_acknowledged_request() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store.db");
-    let bound: u64 = 40 << 20;
+    let bound: u64 = 64 << 20;
     let served = serve_child(
         &store,
         false,
         &[
             "--max-store-bytes",
-            "40MiB",
+            "64MiB",
             "--max-batch-bytes",
             "1048576",
             "--retain-for",

@@ -175,9 +175,13 @@ impl Endpoint {
 
 /// The hint for a gRPC endpoint that answered as a plain HTTP server: a
 /// gRPC server always sends `grpc-status`, `cpt serve`'s HTTP port does
-/// not (it answers the gRPC method's path with 404).
+/// not (it answers the gRPC method's path with 404, which tonic reports as
+/// a missing `grpc-status` when the answer has no body, and as a body it
+/// cannot read "while receiving response with status: 404" when it has one).
 fn http_port_hint(uri: &Uri, message: &str) -> Option<String> {
-    if !message.starts_with("grpc-status header missing") {
+    if !(message.starts_with("grpc-status header missing")
+        || message.contains("while receiving response with status:"))
+    {
         return None;
     }
     let address = uri.authority().map_or("", |a| a.as_str());

@@ -84,7 +84,8 @@
 //! together, a WAL of 768 MiB is cut whatever is left to copy: the writes
 //! wait for that copy, which slows the senders instead of letting the WAL
 //! grow. A store bounded by `--max-store-bytes` ([`Store::open_bounded`])
-//! scales all three down with the bound, so the WAL stays a sixteenth of it.
+//! scales all three down with the bound, so the WAL stays within a
+//! sixteenth of it.
 //!
 //! # Reading
 //!
@@ -244,9 +245,10 @@ impl Store {
     }
 
     /// [`Store::open_with`] for a store bounded to `max_bytes` (pages in
-    /// use plus the WAL, `cpt serve --max-store-bytes`): the WAL is kept to
-    /// a sixteenth of that (at most its usual 64 MiB), so that it does not
-    /// take the room of the records.
+    /// use plus the WAL, `cpt serve --max-store-bytes`): the WAL is cut back
+    /// past a thirty-second of that, and at a sixteenth whatever is left to
+    /// copy (at most its usual 64 and 768 MiB), so that it does not take the
+    /// room of the records.
     ///
     /// # Errors
     ///
@@ -257,8 +259,8 @@ impl Store {
         max_bytes: u64,
     ) -> Result<Store, StoreError> {
         let mut limits = wal::Limits::default();
-        limits.journal_size_limit = limits.journal_size_limit.min(max_bytes / 16).max(1 << 20);
-        limits.hard_limit = limits.hard_limit.min(max_bytes / 8).max(4 << 20);
+        limits.journal_size_limit = limits.journal_size_limit.min(max_bytes / 32).max(1 << 20);
+        limits.hard_limit = limits.hard_limit.min(max_bytes / 16).max(4 << 20);
         limits.cut_within_frames = limits
             .cut_within_frames
             .min(i64::try_from(limits.journal_size_limit / PAGE_SIZE as u64).unwrap_or(i64::MAX))
