@@ -50,8 +50,10 @@ pub(crate) fn secure(h: &mut HeaderMap) {
 /// whose script or style cannot be hashed (not the shape inferno writes)
 /// gets `'none'` for it: a static picture, still complete.
 pub(crate) fn flame_graph(svg: Vec<u8>) -> (Vec<u8>, HeaderValue) {
-    let Ok(text) = String::from_utf8(svg) else {
-        return (Vec::new(), HeaderValue::from_static(PAGE_CSP));
+    let text = match String::from_utf8(svg) {
+        Ok(text) => text,
+        // Not inferno's output: served as it is, without its script.
+        Err(e) => return (e.into_bytes(), HeaderValue::from_static(PAGE_CSP)),
     };
     let text = text.replacen(r#" onload="init(evt)""#, "", 1);
     let text = match text.find("</script>") {
