@@ -32,12 +32,17 @@ mod records;
 
 use records::{figure1_path, stack_pool};
 
+/// The collector's read token: its pages show the forced request only to a
+/// reader holding it.
+const READ_TOKEN: &str = "bench-read-token";
+
 fn get(addr: SocketAddr, target: &str) -> (u16, usize) {
     let mut c = TcpStream::connect(addr).expect("connect");
     c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     write!(
         c,
-        "GET {target} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+        "GET {target} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {READ_TOKEN}\r\n\
+         Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut raw = Vec::new();
@@ -138,7 +143,9 @@ fn main() {
         .expect("runtime");
     let collector = rt
         .block_on(Collector::start(
-            ServeConfig::new(&path).with_http("127.0.0.1:0".parse().unwrap()),
+            ServeConfig::new(&path)
+                .with_http("127.0.0.1:0".parse().unwrap())
+                .with_read_token(READ_TOKEN),
         ))
         .expect("collector");
     let addr = collector.http_addr().unwrap();

@@ -45,11 +45,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+# A minute ago: within `cpt serve`'s retention.
+START_NS = time.time_ns() - 60_000_000_000
+
+
 def record(service, endpoint, request_id, trigger="sampled", labels=None, callee="B"):
     """A record of 9 ms: the entry frame 3 ms, a call to `callee` 6 ms."""
     return {
         "service": service, "endpoint": endpoint, "trigger": trigger,
-        "latency_ns": 9_000_000, "start_unix_nanos": 1_700_000_000_000_000_000,
+        "latency_ns": 9_000_000, "start_unix_nanos": START_NS,
         "request_id": request_id, "labels": labels or {},
         "path": [{"stack": ["handle"], "ns": 3_000_000},
                  {"stack": ["handle", {"name": "work", "service": callee}], "ns": 6_000_000}],
@@ -308,24 +312,50 @@ def test_6_a_service_with_a_space_links_to_its_own_profile(open_collector):
 
 # 7. Force credential replay ----------------------------------------------------------------
 
-# The label a forced record carries with its credential's nonce, and the
-# label the collector adds to a second forced record with the same nonce.
-# None until the force credential's replay fix lands: set both, and the
-# test below runs.
-REPLAY_NONCE_LABEL = None
+# The label a forced record carries with its credential's nonce (set by the
+# service that accepted the credential), and the label the collector adds
+# to a forced record whose nonce an earlier forced request carried
+# (cpt_sdk::force::{NONCE_LABEL, REPLAYED_LABEL}).
+NONCE_LABEL = "cpt.force.nonce"
 REPLAYED_LABEL = "cpt.force.replayed"
 
 
-@pytest.mark.skipif(REPLAY_NONCE_LABEL is None, reason="hook for the force credential replay check: set REPLAY_NONCE_LABEL")
-def test_7_a_second_forced_record_with_the_same_nonce_is_labelled_replayed(token_collector):
-    auth = {"Authorization": f"Bearer {TOKEN}"}
-    first = record("gateway", "GET /x", "replay-1", "forced", {REPLAY_NONCE_LABEL: "n-42"})
-    again = record("gateway", "GET /x", "replay-2", "forced", {REPLAY_NONCE_LABEL: "n-42"})
-    for r in (first, again):
-        status, _, body = token_collector.request("POST", "/v1/records", json.dumps(r) + "\n",
-                                                  {"Content-Type": "application/x-ndjson"})
-        assert status == 200, body
-    _, _, body = token_collector.get("/v1/records?request_id=replay-1", auth)
-    assert REPLAYED_LABEL not in json.loads(body)["labels"]
-    _, _, body = token_collector.get("/v1/records?request_id=replay-2", auth)
-    assert REPLAYED_LABEL in json.loads(body)["labels"]
+def forced_with_nonce(request_id, nonce, start_ns):
+    r = record("gateway", "GET /x", request_id, "forced", {NONCE_LABEL: nonce})
+    r["start_unix_nanos"] = start_ns
+    return r
+
+
+def post_one(c, r):
+    status, _, body = c.request("POST", "/v1/records", json.dumps(r) + "\n",
+                                {"Content-Type": "application/x-ndjson"})
+    assert status == 200, body
+
+
+def labels_of(c, request_id):
+    _, _, body = c.get(f"/v1/records?request_id={request_id}", {"Authorization": f"Bearer {TOKEN}"})
+    return json.loads(body)["labels"]
+
+
+def test_7_a_second_forced_request_with_the_same_nonce_is_labelled_replayed_across_a_restart():
+    """The same credential forcing a second request, before and after the
+    collector restarts (within the credential's lifetime), is labelled so an
+    operator sees the replay; the first use is not."""
+    work = Path(tempfile.mkdtemp(prefix="cpt-security-replay-"))
+    now = time.time_ns()
+    try:
+        c = Collector(work, TOKEN)
+        post_one(c, forced_with_nonce("replay-1", "n-42", now))
+        post_one(c, forced_with_nonce("replay-2", "n-42", now + 1_000_000))
+        assert REPLAYED_LABEL not in labels_of(c, "replay-1")
+        assert labels_of(c, "replay-2").get(REPLAYED_LABEL) == "true"
+        c.stop()
+        # The same store after a restart still knows the nonce.
+        c = Collector(work, TOKEN)
+        post_one(c, forced_with_nonce("replay-3", "n-42", now + 2_000_000))
+        assert labels_of(c, "replay-3").get(REPLAYED_LABEL) == "true"
+        post_one(c, forced_with_nonce("fresh-1", "n-43", now + 3_000_000))
+        assert REPLAYED_LABEL not in labels_of(c, "fresh-1")
+        c.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -140,8 +140,9 @@ impl Reader {
             return Ok(sel);
         }
         match sel.triggers() {
-            TriggerFilter::Sampled => Ok(sel.with_triggers(TriggerFilter::Sampled)),
-            TriggerFilter::All => Ok(sel.with_triggers(TriggerFilter::Sampled)),
+            TriggerFilter::Sampled | TriggerFilter::All => {
+                Ok(sel.with_triggers(TriggerFilter::Sampled))
+            }
             TriggerFilter::Forced => Err(Withheld),
         }
     }

@@ -50,8 +50,10 @@ pub(crate) fn secure(h: &mut HeaderMap) {
 /// whose script or style cannot be hashed (not the shape inferno writes)
 /// gets `'none'` for it: a static picture, still complete.
 pub(crate) fn flame_graph(svg: Vec<u8>) -> (Vec<u8>, HeaderValue) {
-    let Ok(text) = String::from_utf8(svg) else {
-        return (Vec::new(), HeaderValue::from_static(PAGE_CSP));
+    let text = match String::from_utf8(svg) {
+        Ok(text) => text,
+        // Not inferno's output: served as it is, without its script.
+        Err(e) => return (e.into_bytes(), HeaderValue::from_static(PAGE_CSP)),
     };
     let text = text.replacen(r#" onload="init(evt)""#, "", 1);
     let text = match text.find("</script>") {
@@ -72,8 +74,23 @@ pub(crate) fn flame_graph(svg: Vec<u8>) -> (Vec<u8>, HeaderValue) {
     (text.into_bytes(), csp)
 }
 
-/// The `X-Frame-Options` of a flame graph: the collector's pages frame it.
-pub(crate) const FLAME_FRAME_OPTIONS: &str = "SAMEORIGIN";
+/// The policy of what only the collector's own pages frame and that runs
+/// no script: a flame graph's "no graph, because…" picture.
+const FRAMED_CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
+    base-uri 'none'; frame-ancestors 'self'";
+
+/// Mark an answer as framed by the collector's own pages only: its policy
+/// (`csp`, or [`FRAMED_CSP`]) and `X-Frame-Options: SAMEORIGIN`.
+pub(crate) fn framed_by_own_pages(h: &mut HeaderMap, csp: Option<HeaderValue>) {
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        csp.unwrap_or(HeaderValue::from_static(FRAMED_CSP)),
+    );
+    h.insert(
+        header::X_FRAME_OPTIONS,
+        HeaderValue::from_static("SAMEORIGIN"),
+    );
+}
 
 /// The text content of the first `<name …>…</name>` (CDATA sections
 /// unwrapped), or `None` when it holds markup or entities a hash of the

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::response::{IntoResponse, Response};
-use http::{HeaderValue, StatusCode, header};
+use http::{StatusCode, header};
 
 use crate::records::query;
 use crate::records::selection::{Selection, format_time};
@@ -252,11 +252,7 @@ pub(super) fn error(status: StatusCode, tab: Tab, title: &str, msg: &str) -> Res
 
 /// A 303 to `to` (a local path).
 pub(super) fn redirect(to: &str) -> Response {
-    let mut r = StatusCode::SEE_OTHER.into_response();
-    if let Ok(v) = HeaderValue::from_str(to) {
-        r.headers_mut().insert(header::LOCATION, v);
-    }
-    r
+    crate::server::routes::see_other(to)
 }
 
 /// Why a page could not be built.

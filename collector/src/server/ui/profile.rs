@@ -261,12 +261,7 @@ pub(super) fn svg_response(svg: Vec<u8>) -> Response {
         svg,
     )
         .into_response();
-    let h = resp.headers_mut();
-    h.insert(header::CONTENT_SECURITY_POLICY, csp);
-    h.insert(
-        header::X_FRAME_OPTIONS,
-        http::HeaderValue::from_static(crate::server::headers::FLAME_FRAME_OPTIONS),
-    );
+    crate::server::headers::framed_by_own_pages(resp.headers_mut(), Some(csp));
     resp
 }
 
@@ -278,7 +273,7 @@ pub(super) fn svg_problem(status: StatusCode, msg: &str) -> Response {
 "##,
         esc(msg)
     );
-    (
+    let mut resp = (
         status,
         [
             (header::CONTENT_TYPE, "image/svg+xml"),
@@ -286,5 +281,8 @@ pub(super) fn svg_problem(status: StatusCode, msg: &str) -> Response {
         ],
         body,
     )
-        .into_response()
+        .into_response();
+    // Shown in the page's frame, as the graph would have been.
+    crate::server::headers::framed_by_own_pages(resp.headers_mut(), None);
+    resp
 }

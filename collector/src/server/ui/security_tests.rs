@@ -106,6 +106,15 @@ fn every_answer_forbids_framing_sniffing_and_referrers() {
         "{csp}"
     );
     assert!(!svg.body.contains("onload="));
+    // A graph that cannot be drawn says why in the same frame.
+    let none = get(&s, "/ui/flame.svg?service=Nobody", &[]);
+    assert_eq!(none.status, 404, "{}", none.body);
+    assert_eq!(none.header("x-frame-options"), Some("SAMEORIGIN"));
+    let csp = none.header("content-security-policy").unwrap();
+    assert!(
+        csp.contains("frame-ancestors 'self'") && !csp.contains("script-src"),
+        "{csp}"
+    );
 }
 
 #[test]
