@@ -55,8 +55,10 @@ impl Middleware for Canned {
     }
 }
 
-/// A callee's path in its response headers (version 1, as a callee
-/// answers `x-cpt-want-path: 1`): two frames, three segments.
+/// A callee's path in its response headers as a callee answers this
+/// middleware's `x-cpt-want-path: 2`: the frame dictionary (the same bytes
+/// call after call, decoded once per thread) and the segments. Two frames,
+/// three segments.
 fn callee_path() -> http::HeaderMap {
     let mut path = CriticalPath::new();
     for (names, micros) in [(&["B"][..], 20), (&["B", "B1"][..], 300), (&["B"][..], 10)] {
@@ -66,13 +68,16 @@ fn callee_path() -> http::HeaderMap {
             SegmentKind::Busy,
         );
     }
-    let bytes = cpt_sdk::codec::encode(&path, &Default::default());
+    let split = cpt_sdk::codec::encode_split(&path, &Default::default());
+    let base64 = |bytes: &[u8]| {
+        base64::engine::general_purpose::STANDARD_NO_PAD
+            .encode(bytes)
+            .parse::<http::HeaderValue>()
+            .expect("base64 is a header value")
+    };
     let mut headers = http::HeaderMap::new();
-    let value = base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes);
-    headers.insert(
-        header::PATH,
-        value.parse().expect("base64 is a header value"),
-    );
+    headers.insert(header::FRAMES, base64(&split.frames));
+    headers.insert(header::PATH, base64(&split.segments));
     headers
 }
 
