@@ -3,6 +3,7 @@
 //! installed globally. A wrong collector address must still reach the
 //! service's log, at the first failed attempt, with the endpoint and what
 //! to check. (A test binary of its own: it sets the global subscriber.)
+#![cfg(feature = "client")]
 
 use std::time::{Duration, Instant};
 
