@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from test_web_pages import BIN, TOKEN, By, WebDriverWait, browser, free_port, post, shot, signed_in, with_slower_c1  # noqa: F401 (browser: the fixture)
+from test_web_pages import BIN, TOKEN, By, WebDriverWait, browser, post, shot, signed_in, start_serve, with_slower_c1  # noqa: F401 (browser: the fixture)
 
 ENDPOINT = "/cpt.example.ServiceA/Run"
 SLOWER_NS = 10_000_000
@@ -43,25 +43,7 @@ class TrendCollector:
         )
         sampled = [json.loads(line) for line in (demo_out / "records.jsonl").open()
                    if line.strip() and json.loads(line)["trigger"] == "sampled"]
-        (work / "token").write_text(TOKEN + "\n")
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = (work / "serve.log").open("w")
-        self.proc = subprocess.Popen(
-            [BIN / "cpt", "serve", "--store", work / "store.db", "--grpc", "off",
-             "--http", f"127.0.0.1:{self.port}", "--read-token-file", work / "token",
-             "--durability", "normal", "--retain-for", "2d", "--retention-interval", "1s"],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(self.base + "/healthz", timeout=2)
-                break
-            except OSError:
-                if time.time() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError("cpt serve did not start: " + (work / "serve.log").read_text())
-                time.sleep(0.2)
+        start_serve(self, work, "--retain-for", "2d", "--retention-interval", "1s")
         now = time.time_ns()
         self.sent = 0
         for day in range(21):

@@ -101,6 +101,31 @@ def post(base, records):
         assert resp.status == 200, resp.read()
 
 
+def start_serve(c, work, *extra):
+    """Start `cpt serve` on a free port with the read token and `extra`
+    flags, its store and log in `work`; set `c.port`, `c.base`, `c.log` and
+    `c.proc`, and return once it answers."""
+    (work / "token").write_text(TOKEN + "\n")
+    c.port = free_port()
+    c.base = f"http://127.0.0.1:{c.port}"
+    c.log = (work / "serve.log").open("w")
+    c.proc = subprocess.Popen(
+        [BIN / "cpt", "serve", "--store", work / "store.db", "--grpc", "off",
+         "--http", f"127.0.0.1:{c.port}", "--read-token-file", work / "token",
+         "--durability", "normal", *extra],
+        stdout=c.log, stderr=subprocess.STDOUT,
+    )
+    deadline = time.time() + 60
+    while True:
+        try:
+            urllib.request.urlopen(c.base + "/healthz", timeout=2)
+            return
+        except OSError:
+            if time.time() > deadline or c.proc.poll() is not None:
+                raise RuntimeError("cpt serve did not start: " + (work / "serve.log").read_text())
+            time.sleep(0.2)
+
+
 class Collector:
     def __init__(self, work):
         self.work = work
@@ -113,25 +138,7 @@ class Collector:
         self.records = [json.loads(line) for line in (demo_out / "records.jsonl").open() if line.strip()]
         self.forced_ids = [r["request_id"] for r in self.records if r["trigger"] == "forced"]
         assert len(self.forced_ids) == 4
-        (work / "token").write_text(TOKEN + "\n")
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = (work / "serve.log").open("w")
-        self.proc = subprocess.Popen(
-            [BIN / "cpt", "serve", "--store", work / "store.db", "--grpc", "off",
-             "--http", f"127.0.0.1:{self.port}", "--read-token-file", work / "token",
-             "--durability", "normal"],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(self.base + "/healthz", timeout=2)
-                break
-            except OSError:
-                if time.time() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError("cpt serve did not start: " + (work / "serve.log").read_text())
-                time.sleep(0.2)
+        start_serve(self, work)
         arms = []
         for r in self.records:
             if r["trigger"] != "sampled":
