@@ -33,6 +33,7 @@ mod writer;
 
 pub use batch::{from_batch, from_batch_parallel, from_batch_parallel_in, to_batch};
 pub use files::{ParquetRecords, is_parquet_file};
+#[cfg(feature = "server")]
 pub(crate) use scan::partition_hours;
 pub use scan::{ScanColumns, ScanPlan, ScanUnit, UNIT_ROWS};
 pub use writer::{PartitionedWriter, partition_of, writer_properties};
