@@ -40,6 +40,7 @@ use crate::records::{EntryServices, InputError, Warning, WarningKind, is_parquet
 /// Bad lines shown before the rest are only counted.
 const SHOWN_BAD_LINES: u64 = 10;
 /// Lines parsed per parallel batch.
+#[cfg(feature = "server")]
 const LINES_PER_BATCH: usize = 8 * 1024;
 
 /// Which records to aggregate (all filters combine with AND).

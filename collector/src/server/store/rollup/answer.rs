@@ -159,7 +159,8 @@ impl Store {
 
     /// Fold the records `agg`'s selection keeps into it, from the roll-ups
     /// where they answer exactly (merged when `agg` finishes) and from the
-    /// raw records for the rest (see the [module docs](self)); selected
+    /// raw records for the rest (the roll-ups module's docs, "When a record
+    /// is rolled up", and [`ProfileSource`]); selected
     /// records are shown to `mix` when given (which then reads raw records
     /// only), each batch's size to `progress`. Returns the raw records read
     /// and where the answer comes from.

@@ -133,7 +133,10 @@ impl StackSums {
 }
 
 /// The sums of one period's sampled requests of one (service, endpoint), or
-/// of several merged. Stacks are frame references (see [`Rollup::absorb`]).
+/// of several merged. Stacks are frame references: a stored frame's id in
+/// the `frames` table plus 8, or below 8 one of the synthetic leaves
+/// (`[no frames]`, `[queueing]`, `[unattributed]`, `[network]`,
+/// `[blind spot]`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rollup {
     /// Requests rolled up.
