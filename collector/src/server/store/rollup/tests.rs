@@ -133,6 +133,30 @@ fn splitting(records: &[Record], from: u64) -> u64 {
     }
 }
 
+/// The last start of a roll-up of two or more sampled requests, in the
+/// first hour from `from` on that has one.
+fn last_of_a_rollup(records: &[Record], from: u64) -> u64 {
+    let mut h = hour_floor(from);
+    loop {
+        let mut rows: std::collections::BTreeMap<(&str, Option<&str>), Vec<u64>> =
+            Default::default();
+        for r in records.iter().filter(|r| r.trigger == Trigger::Sampled) {
+            if let Some(s) = r
+                .start_unix_nanos
+                .filter(|&s| s >= h && s < h + HOUR * NANOS)
+            {
+                rows.entry((&r.service, r.endpoint.as_deref()))
+                    .or_default()
+                    .push(s);
+            }
+        }
+        if let Some(starts) = rows.values().find(|s| s.len() >= 2) {
+            return *starts.iter().max().unwrap();
+        }
+        h += HOUR * NANOS;
+    }
+}
+
 fn hour_floor(t: u64) -> u64 {
     t / (HOUR * NANOS) * HOUR * NANOS
 }
@@ -216,12 +240,19 @@ fn rollups_answer_byte_identical_to_the_fold_of_the_raw_records_hourly_and_daily
         // requests fall inside it.
         assert_ne!(source, ProfileSource::Raw, "{what}");
     }
-    // A range that splits an hour's requests: that hour comes raw.
-    let since = splitting(&records, now_nanos() - 30 * HOUR * NANOS);
-    let sel = Selection::new().with_since(since);
-    let (got, source) = answer(&store, &sel).unwrap();
-    assert_eq!(got, raw_fold(&store, &sel));
-    assert_eq!(source, ProfileSource::RollupsAndRaw);
+    // A range that splits an hour's requests: that hour comes raw. Both
+    // ends are checked: `until` is exclusive, so a range ending exactly at
+    // a roll-up's last start leaves that request out.
+    let cut = splitting(&records, now_nanos() - 30 * HOUR * NANOS);
+    for sel in [
+        Selection::new().with_since(cut),
+        Selection::new().with_until(cut),
+        Selection::new().with_until(last_of_a_rollup(&records, now_nanos() - 30 * HOUR * NANOS)),
+    ] {
+        let (got, source) = answer(&store, &sel).unwrap();
+        assert_eq!(got, raw_fold(&store, &sel), "{sel}");
+        assert_eq!(source, ProfileSource::RollupsAndRaw, "{sel}");
+    }
     // Filters roll-ups do not keep: raw records answer.
     for sel in [
         Selection::new().with_label("arm", "a"),
