@@ -98,9 +98,7 @@ fn from_store(path: &std::path::Path, pairs: &[(&str, String)], csv: bool) -> an
     use crate::server::store::Store;
     use crate::server::store::rollup::TrendQuery;
     crate::records::check_store(path)?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let now = crate::server::store::unix_nanos(std::time::SystemTime::now());
     let q = TrendQuery::from_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str())), now)
         .map_err(|e| anyhow::anyhow!(e))?;
     let store = Store::open_read_only(path).map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -233,9 +233,7 @@ pub(super) fn router(ingest: Arc<Ingest>) -> Router {
 /// Behind the route guard (`routes.rs`, `Access::Metrics`): the read
 /// policy, unless `--metrics-open`.
 async fn get_metrics(State(ingest): State<Arc<Ingest>>) -> Response {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let now = super::store::unix_nanos(std::time::SystemTime::now());
     (
         StatusCode::OK,
         [(

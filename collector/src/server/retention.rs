@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::errlog;
-use super::store::{Retention, Store, StoreError};
+use super::store::{Retention, Store, StoreError, unix_nanos};
 
 /// How long something is kept: `forever`, or a duration (`7d`, `36h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,12 +116,6 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         return Err(format!("{s:?}: must be at least one byte and fit 64 bits"));
     }
     Ok(bytes as u64)
-}
-
-/// `t` as ns since the Unix epoch (0 before it).
-fn unix_nanos_of(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// What the collector keeps, and for how long.
@@ -363,7 +357,7 @@ impl Upkeep {
             Some(Stage::DeleteOld) => {
                 let more = match self.config.retain_for.duration() {
                     Some(keep) => {
-                        let cutoff = sys.checked_sub(keep).map_or(0, unix_nanos_of);
+                        let cutoff = sys.checked_sub(keep).map_or(0, unix_nanos);
                         store.delete_started_before(cutoff, CHUNK)? == CHUNK as u64
                     }
                     None => false,
@@ -411,7 +405,7 @@ impl Upkeep {
                     .unwrap_or(self.config.retain_for)
                     .duration();
                 if let (Some(root), Some(keep)) = (&self.parquet_root, keep) {
-                    let cutoff = sys.checked_sub(keep).map_or(0, unix_nanos_of);
+                    let cutoff = sys.checked_sub(keep).map_or(0, unix_nanos);
                     if let Err(e) = remove_partitions_before(root, cutoff) {
                         errlog::error("removing Parquet partitions past retention failed", || {
                             format!("{}: {e}", root.display())

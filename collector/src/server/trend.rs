@@ -33,12 +33,6 @@ fn text(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
-fn now_unix_nanos() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
 /// Behind the route guard (`routes.rs`): a read. Roll-ups hold sampled
 /// requests only, so no reader is shown a forced one here.
 async fn get_trend(State(ingest): State<Arc<Ingest>>, RawQuery(raw): RawQuery) -> Response {
@@ -49,7 +43,7 @@ async fn get_trend(State(ingest): State<Arc<Ingest>>, RawQuery(raw): RawQuery) -
             let csv = !p.iter().any(|(k, v)| k == "format" && v == "text");
             TrendQuery::from_pairs(
                 p.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-                now_unix_nanos(),
+                super::store::unix_nanos(std::time::SystemTime::now()),
             )
             .map(|q| (q, csv))
         });

@@ -113,6 +113,7 @@ pub use insert::EncodedBatch;
 use paths::FrameIds;
 use query::{IdIndex, read_rows};
 pub use query::{Records, StoreQuery};
+pub(crate) use retention::unix_nanos;
 pub use retention::{Retention, StoreSize};
 pub use rollup::answer::RetentionGap;
 pub use rollup::{ProfileSource, State};

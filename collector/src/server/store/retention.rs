@@ -50,7 +50,7 @@ impl Default for Retention {
 }
 
 /// `SystemTime` as ns since the Unix epoch.
-pub(super) fn unix_nanos(t: std::time::SystemTime) -> u64 {
+pub(crate) fn unix_nanos(t: std::time::SystemTime) -> u64 {
     t.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }

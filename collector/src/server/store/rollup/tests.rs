@@ -105,10 +105,10 @@ fn answer(store: &Store, sel: &Selection) -> Result<(Aggregate, ProfileSource), 
     store.profile(Aggregator::new(sel.clone()), 256)
 }
 
-/// A start time that splits one roll-up: the sampled requests of one
-/// (service, endpoint) in the first hour from `from` on that has two, one
-/// before it and the rest at or after it.
-fn splitting(records: &[Record], from: u64) -> u64 {
+/// The sorted starts of one hourly roll-up of sampled requests with at
+/// least two different starts: one (service, endpoint) in the first hour
+/// from `from` on that has such a roll-up.
+fn starts_of_a_rollup(records: &[Record], from: u64) -> Vec<u64> {
     let mut h = hour_floor(from);
     loop {
         let mut rows: std::collections::BTreeMap<(&str, Option<&str>), Vec<u64>> =
@@ -123,38 +123,25 @@ fn splitting(records: &[Record], from: u64) -> u64 {
                     .push(s);
             }
         }
-        for starts in rows.values_mut() {
+        for mut starts in rows.into_values() {
             starts.sort_unstable();
             if starts.len() >= 2 && starts[0] < starts[1] {
-                return starts[1];
+                return starts;
             }
         }
         h += HOUR * NANOS;
     }
 }
 
-/// The last start of a roll-up of two or more sampled requests, in the
-/// first hour from `from` on that has one.
+/// A start time that splits one roll-up: one of its requests before it,
+/// the rest at or after it.
+fn splitting(records: &[Record], from: u64) -> u64 {
+    starts_of_a_rollup(records, from)[1]
+}
+
+/// The last start of a roll-up of two or more requests.
 fn last_of_a_rollup(records: &[Record], from: u64) -> u64 {
-    let mut h = hour_floor(from);
-    loop {
-        let mut rows: std::collections::BTreeMap<(&str, Option<&str>), Vec<u64>> =
-            Default::default();
-        for r in records.iter().filter(|r| r.trigger == Trigger::Sampled) {
-            if let Some(s) = r
-                .start_unix_nanos
-                .filter(|&s| s >= h && s < h + HOUR * NANOS)
-            {
-                rows.entry((&r.service, r.endpoint.as_deref()))
-                    .or_default()
-                    .push(s);
-            }
-        }
-        if let Some(starts) = rows.values().find(|s| s.len() >= 2) {
-            return *starts.iter().max().unwrap();
-        }
-        h += HOUR * NANOS;
-    }
+    *starts_of_a_rollup(records, from).last().unwrap()
 }
 
 fn hour_floor(t: u64) -> u64 {
