@@ -136,7 +136,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION|forever", default_value = "7d", value_parser = Keep::parse)]
     pub retain_for: Keep,
     /// When the store (its pages in use plus the WAL) passes this size (B, KiB, MiB, GiB, TiB),
-    /// delete the oldest raw records until it is back under 90 % of it. Off by default.
+    /// delete the raw records stored first (the oldest, but for stragglers) until it is back
+    /// under 90 % of it. Off by default.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_store_bytes: Option<u64>,
     /// How often the retention pass runs (it also runs at start).

@@ -6,7 +6,9 @@
 //! transaction at a time ([`Upkeep::step`]): ingest waits for at most one
 //! such step, never for a whole pass. In order of urgency:
 //! 1. over `max_store_bytes` (pages in use plus the WAL): roll up, then
-//!    delete the oldest records until back under 90 % of it;
+//!    delete the records stored first until back under 90 % of it, at
+//!    least as many a step as arrived since the last, in transactions
+//!    sized to the WAL's share of the bound;
 //! 2. roll up what was committed since the last roll-up, at least every
 //!    second (and at once when 20 000 records wait);
 //! 3. every `interval` (and at start), a pass: delete raw records older
@@ -125,8 +127,8 @@ pub struct RetentionConfig {
     /// being rolled up); records arriving that old are rolled up and not
     /// kept raw (`too_old`).
     pub retain_for: Keep,
-    /// When the store (pages in use plus the WAL) passes this, the oldest
-    /// records are deleted until it is back under 90 % of it.
+    /// When the store (pages in use plus the WAL) passes this, the records
+    /// stored first are deleted until it is back under 90 % of it.
     pub max_store_bytes: Option<u64>,
     /// How often the retention pass runs (it also runs at start).
     pub interval: Duration,
@@ -200,15 +202,34 @@ pub(crate) struct StoreGauges {
 
 /// Rows per upkeep transaction.
 const CHUNK: usize = 5_000;
-/// Records per transaction while over the size bound: small, so that the
-/// WAL between two cuts stays a small part of the bound.
-const SIZE_CHUNK: usize = 1_000;
+/// The most records per transaction while over the size bound (fewer when
+/// the WAL is short: see [`Upkeep::try_step`]).
+const SIZE_CHUNK: u64 = 1_000;
+/// The fewest records per transaction while over the size bound.
+const MIN_SIZE_CHUNK: u64 = 16;
+/// The records of the first transaction over the size bound, before the
+/// WAL it appends is known.
+const FIRST_SIZE_CHUNK: u64 = 64;
 /// Records waiting that make the writer roll up at once.
 const ROLL_UP_AT: i64 = 20_000;
 /// Roll up at least this often while records wait.
 const ROLL_UP_EVERY: Duration = Duration::from_secs(1);
 /// Refresh the gauges at least this often.
 const GAUGES_EVERY: Duration = Duration::from_secs(1);
+
+/// The records per transaction while over the size bound, after one that
+/// deleted `deleted` records and appended `wal_bytes` to the WAL: what
+/// appends a quarter of `wal_cut_bytes` (the WAL then stays within its
+/// share of the bound: see [`super::store::Store::wal_cut_bytes`]), growing
+/// at most twofold a step.
+fn next_size_chunk(chunk: u64, deleted: u64, wal_bytes: Option<u64>, wal_cut_bytes: u64) -> u64 {
+    let fits = match wal_bytes {
+        Some(bytes) if deleted > 0 => wal_cut_bytes / 4 / (bytes / deleted).max(1),
+        Some(_) => return chunk,
+        None => MIN_SIZE_CHUNK,
+    };
+    fits.clamp(MIN_SIZE_CHUNK, SIZE_CHUNK.min(2 * chunk))
+}
 
 /// Stages of the periodic pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,6 +252,10 @@ pub(super) struct Upkeep {
     over_size: bool,
     /// Records still to delete to get back under the size bound.
     to_delete: u64,
+    /// Records per transaction while over the size bound.
+    size_chunk: u64,
+    /// The highest record id seen at the last step.
+    seen_id: i64,
     pending: i64,
     gauges: Arc<StoreGauges>,
 }
@@ -251,6 +276,8 @@ impl Upkeep {
             last_gauges: now - GAUGES_EVERY,
             over_size: false,
             to_delete: 0,
+            size_chunk: FIRST_SIZE_CHUNK,
+            seen_id: i64::MAX,
             pending: i64::MAX,
             gauges,
         }
@@ -304,6 +331,12 @@ impl Upkeep {
         // deletions: delete what brings it to 90 % at the average record
         // size, then measure again.
         if let Some(bound) = self.config.max_store_bytes {
+            // Records committed since the last step: while over the bound,
+            // as many as arrived are deleted besides, so that deleting keeps
+            // pace with ingest.
+            let last_id = store.state()?.last_id;
+            let arrived = u64::try_from(last_id - self.seen_id).unwrap_or(0);
+            self.seen_id = last_id;
             if self.to_delete == 0 {
                 // The WAL is kept to a sixteenth of the bound
                 // (`Store::open_bounded`); the pages get the rest, less an
@@ -319,17 +352,35 @@ impl Upkeep {
                     let per_record = (size.used_bytes / raw).max(1);
                     self.to_delete = (size.used_bytes - pages_bound / 10 * 9).div_ceil(per_record);
                 }
+            } else {
+                self.to_delete += arrived;
             }
             if self.to_delete > 0 {
-                let deleted = store.delete_oldest(SIZE_CHUNK.min(self.to_delete as usize))?;
-                self.to_delete = self.to_delete.saturating_sub(deleted);
-                if deleted == 0 {
-                    let step = store.roll_up(ROLL_UP_AT as usize, sys, hourly)?;
-                    self.last_roll_up = now;
-                    if step.records == 0 {
-                        // Nothing left to delete: only the WAL or the
-                        // roll-ups hold the room.
-                        self.to_delete = 0;
+                // At least one transaction, and as many as it takes to
+                // delete what arrived meanwhile; each is its own
+                // transaction, the WAL cut back before each.
+                let mut goal = arrived.max(self.size_chunk).min(self.to_delete);
+                while goal > 0 {
+                    let deleted = store.delete_oldest(self.size_chunk.min(goal) as usize)?;
+                    self.to_delete = self.to_delete.saturating_sub(deleted);
+                    goal = goal.saturating_sub(deleted);
+                    self.size_chunk = next_size_chunk(
+                        self.size_chunk,
+                        deleted,
+                        store.last_commit_wal_bytes(),
+                        store.wal_cut_bytes(),
+                    );
+                    if deleted == 0 {
+                        // The oldest records are not rolled up yet: roll up
+                        // (the next step deletes them).
+                        let step = store.roll_up(ROLL_UP_AT as usize, sys, hourly)?;
+                        self.last_roll_up = now;
+                        if step.records == 0 {
+                            // Nothing left to delete: only the WAL or the
+                            // roll-ups hold the room.
+                            self.to_delete = 0;
+                        }
+                        break;
                     }
                 }
                 self.over_size = self.to_delete > 0;
@@ -358,7 +409,22 @@ impl Upkeep {
                 let more = match self.config.retain_for.duration() {
                     Some(keep) => {
                         let cutoff = sys.checked_sub(keep).map_or(0, unix_nanos);
-                        store.delete_started_before(cutoff, CHUNK)? == CHUNK as u64
+                        // Under a size bound, as small as the WAL's share
+                        // of it needs.
+                        let chunk = match self.config.max_store_bytes {
+                            Some(_) => self.size_chunk,
+                            None => CHUNK as u64,
+                        };
+                        let deleted = store.delete_started_before(cutoff, chunk as usize)?;
+                        if self.config.max_store_bytes.is_some() {
+                            self.size_chunk = next_size_chunk(
+                                chunk,
+                                deleted,
+                                store.last_commit_wal_bytes(),
+                                store.wal_cut_bytes(),
+                            );
+                        }
+                        deleted == chunk
                     }
                     None => false,
                 };
@@ -496,6 +562,25 @@ pub(super) fn remove_partitions_before(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn size_transactions_append_a_quarter_of_the_wal_cut_and_grow_slowly() {
+        let cut = 4 << 20;
+        // 8 KiB of WAL a record: a quarter of 4 MiB is 128 records.
+        assert_eq!(next_size_chunk(64, 64, Some(64 * 8192), cut), 128);
+        // Cheaper records: the chunk at most doubles a step, up to 1 000.
+        assert_eq!(next_size_chunk(64, 64, Some(64 * 100), cut), 128);
+        assert_eq!(next_size_chunk(800, 800, Some(800 * 100), cut), SIZE_CHUNK);
+        // Dearer ones: it shrinks at once, to no fewer than 16.
+        assert_eq!(next_size_chunk(512, 512, Some(512 * 65_536), cut), 16);
+        assert_eq!(
+            next_size_chunk(512, 512, Some(512 << 20), cut),
+            MIN_SIZE_CHUNK
+        );
+        // Nothing deleted says nothing; an unknown WAL, the fewest.
+        assert_eq!(next_size_chunk(300, 0, Some(1 << 20), cut), 300);
+        assert_eq!(next_size_chunk(300, 300, None, cut), MIN_SIZE_CHUNK);
+    }
 
     #[test]
     fn parquet_partitions_past_retention_go_and_nothing_else() {

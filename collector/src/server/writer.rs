@@ -102,12 +102,19 @@ fn commit_group(
     parquet: &mut Option<ParquetOut>,
 ) {
     {
+        // A group is one transaction, and the WAL holds all of it until
+        // the next cut: its bytes are kept to an eighth of the length at
+        // which the WAL is cut, so that a size-bounded store's WAL stays
+        // within its share of the bound (one batch is always taken).
+        let max_group_bytes = usize::try_from(store.wal_cut_bytes() / 8).unwrap_or(usize::MAX);
         let mut records = first.batch.len();
+        let mut bytes = first.batch.bytes();
         let mut group = vec![first];
-        while records < max_group_records {
+        while records < max_group_records && bytes < max_group_bytes {
             match jobs.try_recv() {
                 Ok(job) => {
                     records += job.batch.len();
+                    bytes += job.batch.bytes();
                     group.push(job);
                 }
                 Err(_) => break,

@@ -37,34 +37,52 @@ struct Row {
     path: PackedPath,
 }
 
+impl Row {
+    fn bytes(&self) -> usize {
+        self.service.len()
+            + self.endpoint.as_ref().map_or(0, String::len)
+            + self.labels.len()
+            + self.record.len()
+            + self.request_id.as_ref().map_or(0, String::len)
+            + self.trace_id.as_ref().map_or(0, String::len)
+            + self.path.packed.len()
+            + 64
+    }
+}
+
 /// A batch serialized for the store, so the (single) writer only runs SQL.
 #[derive(Clone, Debug, Default)]
 pub struct EncodedBatch {
     rows: Vec<Row>,
     batch_id: Option<String>,
+    /// What the rows' columns hold, about what the batch adds to the pages.
+    bytes: usize,
 }
 
 impl EncodedBatch {
     /// Serialize `records`.
     pub fn new(records: &[Record]) -> EncodedBatch {
+        let rows: Vec<Row> = records
+            .iter()
+            .map(|r| Row {
+                service: r.service.clone(),
+                endpoint: r.endpoint.clone(),
+                start_unix_nanos: r.start_unix_nanos.map(to_i64),
+                latency_ns: to_i64(u64::try_from(r.latency.as_nanos()).unwrap_or(u64::MAX)),
+                trigger: r.trigger.as_str(),
+                labels: serde_json::to_string(&r.labels)
+                    .expect("string labels always serialize; this is a bug"),
+                record: r.to_json(),
+                request_id: r.request_id.clone(),
+                trace_id: r.trace_id.as_deref().map(str::to_ascii_lowercase),
+                path: PackedPath::new(&r.path),
+            })
+            .collect();
+        let bytes = rows.iter().map(Row::bytes).sum();
         EncodedBatch {
-            rows: records
-                .iter()
-                .map(|r| Row {
-                    service: r.service.clone(),
-                    endpoint: r.endpoint.clone(),
-                    start_unix_nanos: r.start_unix_nanos.map(to_i64),
-                    latency_ns: to_i64(u64::try_from(r.latency.as_nanos()).unwrap_or(u64::MAX)),
-                    trigger: r.trigger.as_str(),
-                    labels: serde_json::to_string(&r.labels)
-                        .expect("string labels always serialize; this is a bug"),
-                    record: r.to_json(),
-                    request_id: r.request_id.clone(),
-                    trace_id: r.trace_id.as_deref().map(str::to_ascii_lowercase),
-                    path: PackedPath::new(&r.path),
-                })
-                .collect(),
+            rows,
             batch_id: None,
+            bytes,
         }
     }
 
@@ -90,6 +108,12 @@ impl EncodedBatch {
     /// True when the batch has no records.
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
+    }
+
+    /// About how many bytes the batch adds to the store (and to the WAL
+    /// when it commits): what its columns hold.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 

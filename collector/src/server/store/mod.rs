@@ -316,7 +316,7 @@ impl Store {
             retention: Retention::default(),
         };
         store.check_schema(true)?;
-        store.wal = Some(wal::Wal::start(&store.path, limits));
+        store.wal = Some(wal::Wal::start(&store.path, &mut store.conn, limits));
         Ok(store)
     }
 
@@ -344,6 +344,23 @@ impl Store {
         };
         store.check_schema(false)?;
         Ok(store)
+    }
+
+    /// The WAL length at which the writer cuts it back whatever is left to
+    /// copy: a WAL reaches at most this plus one write transaction (more
+    /// only while readers hold it), so the writer keeps its transactions
+    /// a small part of it ([`Store::open_bounded`]).
+    pub fn wal_cut_bytes(&self) -> u64 {
+        self.wal
+            .as_ref()
+            .map_or(wal::WAL_HARD_LIMIT, wal::Wal::hard_limit)
+    }
+
+    /// The bytes the writer's last transaction appended to the WAL: what
+    /// the retention sizes its transactions by (`None` for a read-only
+    /// store, or when SQLite does not report them).
+    pub fn last_commit_wal_bytes(&self) -> Option<u64> {
+        self.wal.as_ref().and_then(wal::Wal::last_commit_bytes)
     }
 
     /// Cut the WAL back when it is long (see the module docs, "The WAL"):

@@ -90,6 +90,10 @@ struct Shared {
     cut_wanted: AtomicBool,
     /// Cuts done by the writer (for tests and statistics).
     cuts: AtomicU64,
+    /// Frames in the WAL after the writer's last commit (0 after a cut).
+    frames: AtomicU64,
+    /// Frames the writer's last commit appended to the WAL.
+    last_commit_frames: AtomicU64,
     stop: Mutex<bool>,
     wake: Condvar,
 }
@@ -101,6 +105,8 @@ pub(super) struct Wal {
     shared: Arc<Shared>,
     wal_path: PathBuf,
     limits: Limits,
+    /// A WAL frame's length: the page size and the frame header.
+    frame_bytes: u64,
     thread: Option<thread::JoinHandle<()>>,
 }
 
@@ -119,9 +125,29 @@ impl Wal {
     /// Start checkpointing the store at `path`. When the thread cannot open
     /// its connection it ends, and the WAL is then cut by the writer at
     /// [`WAL_HARD_LIMIT`] only.
-    pub(super) fn start(path: &Path, limits: Limits) -> Wal {
+    pub(super) fn start(path: &Path, writer: &mut Connection, limits: Limits) -> Wal {
         let shared = Arc::new(Shared::default());
         let wal_path = wal_path(path);
+        // Count what each of the writer's commits appends: SQLite reports
+        // the frames in the WAL after each commit. A count lower than the
+        // last one means the WAL started over (after a checkpoint copied
+        // all of it), and this commit wrote all of them.
+        let counts = shared.clone();
+        let watched = writer.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages| {
+            let now = u64::try_from(pages).unwrap_or(0);
+            let before = counts.frames.swap(now, Ordering::Relaxed);
+            let appended = if now >= before { now - before } else { now };
+            counts.last_commit_frames.store(appended, Ordering::Relaxed);
+            Ok(())
+        }));
+        if watched.is_err() {
+            // Unknown: transactions are then sized as if each frame of them
+            // were new.
+            shared.last_commit_frames.store(u64::MAX, Ordering::Relaxed);
+        }
+        let page = writer
+            .query_row("PRAGMA page_size", [], |r| r.get::<_, u32>(0))
+            .map_or(64 << 10, u64::from);
         let thread = {
             let shared = shared.clone();
             let path = path.to_path_buf();
@@ -135,7 +161,17 @@ impl Wal {
             shared,
             wal_path,
             limits,
+            frame_bytes: page + 24,
             thread,
+        }
+    }
+
+    /// The bytes the writer's last commit appended to the WAL (`None` when
+    /// SQLite does not report them).
+    pub(super) fn last_commit_bytes(&self) -> Option<u64> {
+        match self.shared.last_commit_frames.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            frames => Some(frames * self.frame_bytes),
         }
     }
 
@@ -151,11 +187,34 @@ impl Wal {
         }
         self.shared.cut_wanted.store(false, Ordering::Release);
         // Wait briefly for the readers in the WAL and for a passive
-        // checkpoint in progress; then give up until the next time.
+        // checkpoint in progress; then give up until the next time. SQLite
+        // answers at once, without its busy handler, while another
+        // connection (the checkpointer) runs a checkpoint: that is retried
+        // here, a millisecond apart.
         let _ = writer.busy_timeout(CUT_WAIT);
-        let _ = writer.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        let started = Instant::now();
+        loop {
+            let cut = writer.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            });
+            match cut {
+                Ok((0, _)) => self.shared.frames.store(0, Ordering::Relaxed),
+                // Another checkpoint holds the checkpoint lock.
+                Ok((_, -1)) if started.elapsed() < CUT_WAIT => {
+                    thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                _ => {}
+            }
+            break;
+        }
         let _ = writer.busy_timeout(WRITER_BUSY_TIMEOUT);
         self.shared.cuts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The WAL length at which the writer cuts it whatever the backlog.
+    pub(super) fn hard_limit(&self) -> u64 {
+        self.limits.hard_limit
     }
 
     /// Cuts the writer has made.
