@@ -331,12 +331,13 @@ impl Upkeep {
         // deletions: delete what brings it to 90 % at the average record
         // size, then measure again.
         if let Some(bound) = self.config.max_store_bytes {
-            // Records committed since the last step: while over the bound,
-            // as many as arrived are deleted besides, so that deleting keeps
-            // pace with ingest.
-            let last_id = store.state()?.last_id;
-            let arrived = u64::try_from(last_id - self.seen_id).unwrap_or(0);
-            self.seen_id = last_id;
+            // Records committed since the last step: while over the bound, a
+            // step deletes at least as many, so that deleting keeps pace
+            // with ingest.
+            let state = store.state()?;
+            let arrived = u64::try_from(state.last_id - self.seen_id).unwrap_or(0);
+            self.seen_id = state.last_id;
+            let unrolled = state.last_id - state.rolled_up_through;
             if self.to_delete == 0 {
                 // The WAL is kept to a sixteenth of the bound
                 // (`Store::open_bounded`); the pages get the rest, less an
@@ -344,7 +345,6 @@ impl Upkeep {
                 let pages_bound = bound - bound / 8;
                 let size = store.size()?;
                 if size.used_bytes > pages_bound {
-                    let state = store.state()?;
                     let raw = u64::try_from(state.last_id)
                         .unwrap_or(0)
                         .saturating_sub(state.deleted_by_retention + state.too_old)
@@ -352,13 +352,23 @@ impl Upkeep {
                     let per_record = (size.used_bytes / raw).max(1);
                     self.to_delete = (size.used_bytes - pages_bound / 10 * 9).div_ceil(per_record);
                 }
-            } else {
-                self.to_delete += arrived;
             }
             if self.to_delete > 0 {
+                // Roll-ups keep their pace meanwhile: they answer profiles
+                // in place of the records above the roll-up mark, and only
+                // rolled-up records can go.
+                if unrolled > 0
+                    && (unrolled >= ROLL_UP_AT || now >= self.last_roll_up + ROLL_UP_EVERY)
+                {
+                    store.roll_up(ROLL_UP_AT as usize, sys, hourly)?;
+                    self.last_roll_up = now;
+                    self.over_size = true;
+                    return self.refresh(store, false);
+                }
                 // At least one transaction, and as many as it takes to
-                // delete what arrived meanwhile; each is its own
-                // transaction, the WAL cut back before each.
+                // delete what arrived meanwhile (up to what brings the
+                // store back under; then it is measured again); each is its
+                // own transaction, the WAL cut back before each.
                 let mut goal = arrived.max(self.size_chunk).min(self.to_delete);
                 while goal > 0 {
                     let deleted = store.delete_oldest(self.size_chunk.min(goal) as usize)?;
