@@ -111,7 +111,7 @@ mod wal;
 pub use error::StoreError;
 pub use insert::EncodedBatch;
 use paths::FrameIds;
-use query::{IdIndex, read_rows};
+use query::IdIndex;
 pub use query::{Records, StoreQuery};
 pub(crate) use retention::unix_nanos;
 pub use retention::{Retention, StoreSize};

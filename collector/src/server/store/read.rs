@@ -270,12 +270,23 @@ impl Store {
         self.conn
             .prepare(&sql)
             .map_err(self.sqlite("prepare query"))?;
+        self.spawn_reader(sql, params, 0, query.limit)
+    }
+
+    /// Stream the records `sql` selects (ids above `after`, at most
+    /// `limit`) from a reader thread with its own connection.
+    pub(super) fn spawn_reader(
+        &self,
+        sql: String,
+        params: Vec<rusqlite::types::Value>,
+        after: i64,
+        limit: Option<u64>,
+    ) -> Result<Records, StoreError> {
         let path = self.path.clone();
-        let limit = query.limit;
         let (tx, rx) = mpsc::sync_channel(READ_AHEAD);
         let reader = thread::Builder::new()
             .name("cpt-store-reader".into())
-            .spawn(move || read_rows(&path, &sql, params, 0, limit, &tx))
+            .spawn(move || read_rows(&path, &sql, params, after, limit, &tx))
             .map_err(|e| StoreError::Sqlite {
                 path: self.path.clone(),
                 context: "start reader thread",

@@ -9,7 +9,7 @@ use cpt_sdk::{Record, Trigger};
 use rusqlite::params_from_iter;
 use rusqlite::types::Value;
 
-use super::{READ_AHEAD, Records, Store, StoreError, StoreQuery, read_rows, to_i64};
+use super::{Records, Store, StoreError, StoreQuery, to_i64};
 
 /// One entry service and endpoint over a time range.
 #[derive(Clone, Debug, PartialEq)]
@@ -195,20 +195,7 @@ impl Store {
         };
         let after = from.map_or(0, |id| id - 1);
         let (sql, params) = q.sql(true, self.id_index());
-        let path = self.path.clone();
-        let (tx, rx) = std::sync::mpsc::sync_channel(READ_AHEAD);
-        let reader = std::thread::Builder::new()
-            .name("cpt-store-reader".into())
-            .spawn(move || read_rows(&path, &sql, params, after, None, &tx))
-            .map_err(|e| StoreError::Sqlite {
-                path: self.path.clone(),
-                context: "start reader thread",
-                source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
-            })?;
-        Ok(Records {
-            rx,
-            _reader: reader,
-        })
+        self.spawn_reader(sql, params, after, None)
     }
 
     /// How many records match `query` (its `limit` ignored).
