@@ -254,7 +254,7 @@ pub(super) struct Upkeep {
     to_delete: u64,
     /// Records per transaction while over the size bound.
     size_chunk: u64,
-    /// The highest record id seen at the last step.
+    /// The highest record id when the last deletion for size began.
     seen_id: i64,
     pending: i64,
     gauges: Arc<StoreGauges>,
@@ -326,18 +326,26 @@ impl Upkeep {
         let now = Instant::now();
         let sys = SystemTime::now();
         let hourly = self.config.hourly_rollups_for;
-        // Over the size bound: make room first. Deleting records frees
-        // whole pages only as they empty, so the store's size lags the
-        // deletions: delete what brings it to 90 % at the average record
-        // size, then measure again.
+        let state = store.state()?;
+        self.pending = state.last_id - state.rolled_up_through;
+        // Roll-ups first, at their pace, also while over the size bound:
+        // they answer profiles in place of the records above the roll-up
+        // mark, and only rolled-up records can be deleted.
+        if self.pending > 0
+            && (self.pending >= ROLL_UP_AT
+                || now >= self.last_roll_up + ROLL_UP_EVERY
+                || self.pass == Some(Stage::DeleteOld))
+        {
+            let step = store.roll_up(ROLL_UP_AT as usize, sys, hourly)?;
+            self.last_roll_up = now;
+            self.pending -= step.records as i64;
+            return self.refresh_due(store, now);
+        }
+        // Over the size bound: make room. Deleting records frees whole
+        // pages only as they empty, so the store's size lags the deletions:
+        // delete what brings it to 90 % at the average record size, then
+        // measure again.
         if let Some(bound) = self.config.max_store_bytes {
-            // Records committed since the last step: while over the bound, a
-            // step deletes at least as many, so that deleting keeps pace
-            // with ingest.
-            let state = store.state()?;
-            let arrived = u64::try_from(state.last_id - self.seen_id).unwrap_or(0);
-            self.seen_id = state.last_id;
-            let unrolled = state.last_id - state.rolled_up_through;
             if self.to_delete == 0 {
                 // The WAL is kept to a sixteenth of the bound
                 // (`Store::open_bounded`); the pages get the rest, less an
@@ -354,17 +362,10 @@ impl Upkeep {
                 }
             }
             if self.to_delete > 0 {
-                // Roll-ups keep their pace meanwhile: they answer profiles
-                // in place of the records above the roll-up mark, and only
-                // rolled-up records can go.
-                if unrolled > 0
-                    && (unrolled >= ROLL_UP_AT || now >= self.last_roll_up + ROLL_UP_EVERY)
-                {
-                    store.roll_up(ROLL_UP_AT as usize, sys, hourly)?;
-                    self.last_roll_up = now;
-                    self.over_size = true;
-                    return self.refresh(store, false);
-                }
+                // Records committed since the last deletion: a step deletes
+                // at least as many, so that deleting keeps pace with ingest.
+                let arrived = u64::try_from(state.last_id - self.seen_id).unwrap_or(0);
+                self.seen_id = state.last_id;
                 // At least one transaction, and as many as it takes to
                 // delete what arrived meanwhile (up to what brings the
                 // store back under; then it is measured again); each is its
@@ -394,21 +395,8 @@ impl Upkeep {
                     }
                 }
                 self.over_size = self.to_delete > 0;
-                self.refresh(store, false)?;
-                return Ok(());
+                return self.refresh_due(store, now);
             }
-        }
-        let state = store.state()?;
-        self.pending = state.last_id - state.rolled_up_through;
-        if self.pending > 0
-            && (self.pending >= ROLL_UP_AT
-                || now >= self.last_roll_up + ROLL_UP_EVERY
-                || self.pass == Some(Stage::DeleteOld))
-        {
-            let step = store.roll_up(ROLL_UP_AT as usize, sys, hourly)?;
-            self.last_roll_up = now;
-            self.pending -= step.records as i64;
-            return self.refresh(store, false);
         }
         if self.pass.is_none() && now >= self.next_pass {
             self.pass = Some(Stage::DeleteOld);
@@ -493,7 +481,16 @@ impl Upkeep {
                 return self.refresh(store, true);
             }
         }
-        if self.pass.is_some() || now >= self.last_gauges + GAUGES_EVERY {
+        if self.pass.is_some() {
+            return self.refresh(store, false);
+        }
+        self.refresh_due(store, now)
+    }
+
+    /// Refresh the gauges when they are [`GAUGES_EVERY`] old: not on every
+    /// step, which under load comes after every group commit.
+    fn refresh_due(&mut self, store: &Store, now: Instant) -> Result<(), StoreError> {
+        if now >= self.last_gauges + GAUGES_EVERY {
             self.refresh(store, false)?;
         }
         Ok(())

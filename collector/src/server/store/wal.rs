@@ -141,8 +141,8 @@ impl Wal {
             Ok(())
         }));
         if watched.is_err() {
-            // Unknown: transactions are then sized as if each frame of them
-            // were new.
+            // Unknown: deletions for size then go in the smallest
+            // transactions.
             shared.last_commit_frames.store(u64::MAX, Ordering::Relaxed);
         }
         let page = writer
