@@ -254,7 +254,7 @@ pub(super) struct Upkeep {
     to_delete: u64,
     /// Records per transaction while over the size bound.
     size_chunk: u64,
-    /// The highest record id when the last deletion for size began.
+    /// The highest record id at the last step.
     seen_id: i64,
     pending: i64,
     gauges: Arc<StoreGauges>,
@@ -328,6 +328,14 @@ impl Upkeep {
         let hourly = self.config.hourly_rollups_for;
         let state = store.state()?;
         self.pending = state.last_id - state.rolled_up_through;
+        // Records committed since the last step: while over the size bound,
+        // a step deletes at least as many, so that deleting keeps pace with
+        // ingest. Counted a step at a time, never since the last deletion:
+        // after a while under the bound, that would make one step delete
+        // all that brings the store back to 90 % of it while ingest waits
+        // (over a second at 4 GiB).
+        let arrived = u64::try_from(state.last_id - self.seen_id).unwrap_or(0);
+        self.seen_id = state.last_id;
         // Roll-ups first, at their pace, also while over the size bound:
         // they answer profiles in place of the records above the roll-up
         // mark, and only rolled-up records can be deleted.
@@ -362,10 +370,6 @@ impl Upkeep {
                 }
             }
             if self.to_delete > 0 {
-                // Records committed since the last deletion: a step deletes
-                // at least as many, so that deleting keeps pace with ingest.
-                let arrived = u64::try_from(state.last_id - self.seen_id).unwrap_or(0);
-                self.seen_id = state.last_id;
                 // At least one transaction, and as many as it takes to
                 // delete what arrived meanwhile (up to what brings the
                 // store back under; then it is measured again); each is its
