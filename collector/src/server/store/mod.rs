@@ -106,6 +106,7 @@ mod read;
 mod retention;
 pub mod rollup;
 mod schema;
+mod snapshot;
 mod wal;
 
 pub use error::StoreError;

@@ -12,8 +12,10 @@
 //!   `records`; `latency_ns` since version 5, for the endpoints' summary.
 //!
 //! [`read_packed`] reads them in short snapshots: one read transaction per
-//! chunk of rows (a few thousand, a few milliseconds), never one for the
-//! whole profile, so the WAL can be checkpointed past it while it runs.
+//! chunk of rows (a few thousand, a few milliseconds), so the WAL can be
+//! checkpointed past a long read while it runs. An answer that combines
+//! them with the store's state and roll-ups reads them inside its one
+//! snapshot instead ([`read_packed_on`] in a `Snapshot`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -336,7 +338,11 @@ pub(super) fn count_newest(
     newest: Option<u64>,
 ) -> rusqlite::Result<(u64, i64)> {
     let (f, params) = filters(q, ids, 1);
-    conn.execute_batch("BEGIN")?;
+    // One snapshot: the caller's when it is in one.
+    let own = conn.is_autocommit();
+    if own {
+        conn.execute_batch("BEGIN")?;
+    }
     let read = (|| {
         let matching: i64 = conn.query_row(
             &format!("SELECT count(*) FROM paths WHERE 1 = 1{f}"),
@@ -362,7 +368,9 @@ pub(super) fn count_newest(
         };
         Ok((matching, after))
     })();
-    conn.execute_batch("COMMIT")?;
+    if own {
+        conn.execute_batch("COMMIT")?;
+    }
     read
 }
 
@@ -371,15 +379,41 @@ pub(super) type Chunk = (Vec<PackedRow>, Vec<(u64, Frame)>);
 
 /// Read the rows of `paths` with an id above `after` (and at most `upto`) matching `q`
 /// (everything but its limit; `ids` the layout of the store's id indexes)
-/// that were committed when the read began, one short read transaction per
-/// chunk, sending each chunk with the frames it may need. Stops when the
-/// receiver is gone.
+/// that were committed when the read began, on a connection of its own, one
+/// short read transaction per chunk, sending each chunk with the frames it
+/// may need. Stops when the receiver is gone.
 pub(super) fn read_packed(
     path: &Path,
     q: &StoreQuery,
     ids: IdIndex,
-    after: i64,
-    upto: Option<i64>,
+    (after, upto): (i64, Option<i64>),
+    chunk_rows: usize,
+    tx: &mpsc::SyncSender<Result<Chunk, StoreError>>,
+) {
+    let conn = match open_reader(path) {
+        Ok(c) => c,
+        Err(source) => {
+            let _ = tx.send(Err(StoreError::Sqlite {
+                path: path.to_path_buf(),
+                context: "open reader",
+                source,
+            }));
+            return;
+        }
+    };
+    let _ = conn.busy_timeout(std::time::Duration::from_secs(10));
+    read_packed_on(&conn, path, q, ids, (after, upto), chunk_rows, tx);
+}
+
+/// [`read_packed`] on `conn`: inside the caller's read transaction when it
+/// is in one (every chunk from the one snapshot of an answer), else one
+/// short transaction per chunk.
+pub(super) fn read_packed_on(
+    conn: &Connection,
+    path: &Path,
+    q: &StoreQuery,
+    ids: IdIndex,
+    (after, upto): (i64, Option<i64>),
     chunk_rows: usize,
     tx: &mpsc::SyncSender<Result<Chunk, StoreError>>,
 ) {
@@ -390,9 +424,8 @@ pub(super) fn read_packed(
             source,
         }
     };
+    let in_snapshot = !conn.is_autocommit();
     let run = || -> Result<(), StoreError> {
-        let conn = open_reader(path).map_err(sqlite("open reader"))?;
-        let _ = conn.busy_timeout(std::time::Duration::from_secs(10));
         let last: i64 = conn
             .query_row("SELECT coalesce(max(id), 0) FROM paths", [], |r| r.get(0))
             .map_err(sqlite("read the last record id"))?;
@@ -402,7 +435,9 @@ pub(super) fn read_packed(
         let mut known = 0u64;
         loop {
             // One snapshot for the chunk and the frames it refers to.
-            conn.execute_batch("BEGIN").map_err(sqlite("begin read"))?;
+            if !in_snapshot {
+                conn.execute_batch("BEGIN").map_err(sqlite("begin read"))?;
+            }
             let read = (|| {
                 let mut stmt = conn.prepare_cached(&sql)?;
                 let mut all: Vec<Value> = vec![
@@ -422,10 +457,12 @@ pub(super) fn read_packed(
                         })
                     })?
                     .collect::<Result<Vec<_>, _>>()?;
-                let frames = frames_from(&conn, known)?;
+                let frames = frames_from(conn, known)?;
                 Ok::<_, rusqlite::Error>((rows, frames))
             })();
-            conn.execute_batch("COMMIT").map_err(sqlite("end read"))?;
+            if !in_snapshot {
+                conn.execute_batch("COMMIT").map_err(sqlite("end read"))?;
+            }
             let (rows, frames) = read.map_err(sqlite("read packed paths"))?;
             if let Some((id, _)) = frames.last() {
                 known = id + 1;

@@ -12,6 +12,7 @@ use crate::records::selection::Selection;
 
 use super::paths::{self, PATHS_VERSION};
 use super::query::read_rows;
+use super::snapshot::Snapshot;
 use super::{ID_INDEX_VERSION, READ_AHEAD, Records, Store, StoreError, StoreQuery};
 
 impl Store {
@@ -83,15 +84,17 @@ impl Store {
         if self.version < PATHS_VERSION {
             return Ok(None);
         }
-        self.for_each_packed_after(&StoreQuery::from_selection(sel), (0, None), batch, f)
+        self.for_each_packed_after(None, &StoreQuery::from_selection(sel), (0, None), batch, f)
             .map(Some)
     }
 
     /// [`for_each_packed`](Self::for_each_packed) of `query`'s rows with an
     /// id above `ids.0` and at most `ids.1`, on a store with the profile
-    /// tables.
-    fn for_each_packed_after(
+    /// tables: read in `snap` when given (one snapshot for a whole answer),
+    /// else on a connection of the reader's own in short snapshots.
+    pub(super) fn for_each_packed_after(
         &self,
+        snap: Option<&mut Snapshot>,
         query: &StoreQuery,
         (after, upto): (i64, Option<i64>),
         batch: usize,
@@ -103,42 +106,54 @@ impl Store {
                 found: self.version,
             });
         }
-        let query = query.clone();
         let path = self.path.clone();
         let (tx, rx) = mpsc::sync_channel(1);
         let rows = batch.max(1);
         let ids = self.id_index();
-        let reader = thread::Builder::new()
-            .name("cpt-store-reader".into())
-            .spawn(move || paths::read_packed(&path, &query, ids, after, upto, rows, &tx))
-            .map_err(|e| StoreError::Sqlite {
-                path: self.path.clone(),
-                context: "start reader thread",
-                source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
-            })?;
-        let mut frames = PackedFrames::new();
-        let mut n = 0;
-        let mut result = Ok(());
-        for chunk in rx.iter() {
-            match chunk {
-                Ok((rows, new)) => {
-                    for (id, frame) in new {
-                        frames.insert(id, frame);
+        thread::scope(|s| {
+            let reader = thread::Builder::new()
+                .name("cpt-store-reader".into())
+                .spawn_scoped(s, move || match snap {
+                    Some(snap) => paths::read_packed_on(
+                        snap.conn(),
+                        &path,
+                        query,
+                        ids,
+                        (after, upto),
+                        rows,
+                        &tx,
+                    ),
+                    None => paths::read_packed(&path, query, ids, (after, upto), rows, &tx),
+                })
+                .map_err(|e| StoreError::Sqlite {
+                    path: self.path.clone(),
+                    context: "start reader thread",
+                    source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
+                })?;
+            let mut frames = PackedFrames::new();
+            let mut n = 0;
+            let mut result = Ok(());
+            for chunk in rx.iter() {
+                match chunk {
+                    Ok((rows, new)) => {
+                        for (id, frame) in new {
+                            frames.insert(id, frame);
+                        }
+                        n += rows.len() as u64;
+                        if !rows.is_empty() {
+                            f(&rows, &frames);
+                        }
                     }
-                    n += rows.len() as u64;
-                    if !rows.is_empty() {
-                        f(&rows, &frames);
+                    Err(e) => {
+                        result = Err(e);
+                        break;
                     }
-                }
-                Err(e) => {
-                    result = Err(e);
-                    break;
                 }
             }
-        }
-        drop(rx);
-        let _ = reader.join();
-        result.map(|()| n)
+            drop(rx);
+            let _ = reader.join();
+            result.map(|()| n)
+        })
     }
 
     /// Fold the newest `newest` stored records matching `agg`'s selection
@@ -161,19 +176,30 @@ impl Store {
             return Ok(None);
         }
         let query = StoreQuery::from_selection(agg.selection());
-        let (matching, after) = paths::count_newest(&self.conn, &query, self.id_index(), newest)
-            .map_err(self.sqlite("find the newest records"))?;
-        let folded =
-            self.fold_packed_after(agg, &query, (after, None), batch, None, &mut |_| {})?;
+        // The count and the records counted from one snapshot.
+        let mut snap = Snapshot::begin(&self.path)?;
+        let (matching, after) = paths::count_newest(snap.conn(), &query, self.id_index(), newest)
+            .map_err(snap.sqlite("find the newest records"))?;
+        let folded = self.fold_packed_after(
+            Some(&mut snap),
+            agg,
+            &query,
+            (after, None),
+            batch,
+            None,
+            &mut |_| {},
+        )?;
         Ok(Some((matching, folded)))
     }
 
     /// Fold `query`'s packed rows with an id in `ids` (above `ids.0`, at most
-    /// `ids.1`) into `agg`,
+    /// `ids.1`) into `agg`, read in `snap` when given,
     /// showing selected records to `mix` and each batch's size to
     /// `progress`; a path that does not decode is [`StoreError::Corrupt`].
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn fold_packed_after(
         &self,
+        snap: Option<&mut Snapshot>,
         agg: &mut Aggregator,
         query: &StoreQuery,
         ids: (i64, Option<i64>),
@@ -182,7 +208,7 @@ impl Store {
         progress: &mut dyn FnMut(u64),
     ) -> Result<u64, StoreError> {
         let mut failed = None;
-        let n = self.for_each_packed_after(query, ids, batch, |rows, frames| {
+        let n = self.for_each_packed_after(snap, query, ids, batch, |rows, frames| {
             progress(rows.len() as u64);
             if failed.is_none()
                 && let Err(e) = agg.push_packed(rows, frames, mix.as_deref_mut())
@@ -235,7 +261,16 @@ impl Store {
         let sel = agg.selection().clone();
         if self.version >= PATHS_VERSION {
             let query = StoreQuery::from_selection(&sel);
-            return self.fold_packed_after(agg, &query, (0, None), batch, mix, progress);
+            let mut snap = Snapshot::begin(&self.path)?;
+            return self.fold_packed_after(
+                Some(&mut snap),
+                agg,
+                &query,
+                (0, None),
+                batch,
+                mix,
+                progress,
+            );
         }
         self.for_each_batch(&sel, batch, |records| {
             progress(records.len() as u64);

@@ -97,9 +97,8 @@ pub(super) fn fold(
     {
         return Ok(f.clone());
     }
-    if sample.0.is_none()
-        && let Some(f) = fold_from_rollups(store, sel)?
-    {
+    if sample.0.is_none() {
+        let f = fold_all(store, sel)?;
         return Ok(keep(cache, key, f));
     }
     let mut agg = Aggregator::new(sel.clone()).with_histograms(true);
@@ -147,31 +146,31 @@ fn keep(cache: &FoldCache, key: String, f: Folded) -> Arc<Folded> {
     f
 }
 
-/// `sample=all` over a range whose raw records retention deleted: the
-/// roll-ups' answer (without per-stack histograms, which roll-ups do not
-/// keep), or `None` when the raw records are all there.
-fn fold_from_rollups(store: &Store, sel: &Selection) -> Result<Option<Folded>, PageError> {
-    let state = store.state()?;
-    let deleted = match (state.raw_deleted_through, sel.time_range().0) {
-        (None, _) => false,
-        (Some(_), None) => true,
-        (Some(d), Some(since)) => since <= d,
+/// `sample=all`: every matching request, read in one snapshot of the
+/// store; with per-stack histograms from the raw records while they are
+/// all there, else the roll-ups' answer (without per-stack histograms,
+/// which roll-ups do not keep).
+fn fold_all(store: &Store, sel: &Selection) -> Result<Folded, PageError> {
+    let refused = |e| match e {
+        StoreError::BeyondRetention(gap) => PageError::BadQuery(gap.to_string()),
+        e => PageError::Store(e),
     };
-    if !deleted {
-        return Ok(None);
-    }
-    let (agg, _) = store
-        .profile(Aggregator::new(sel.clone()), BATCH)
-        .map_err(|e| match e {
-            StoreError::BeyondRetention(gap) => PageError::BadQuery(gap.to_string()),
-            e => PageError::Store(e),
-        })?;
+    let agg = match store.profile(Aggregator::new(sel.clone()).with_histograms(true), BATCH) {
+        Ok((agg, _)) => agg,
+        Err(StoreError::BeyondRetention(_)) => {
+            store
+                .profile(Aggregator::new(sel.clone()), BATCH)
+                .map_err(refused)?
+                .0
+        }
+        Err(e) => return Err(PageError::Store(e)),
+    };
     let n = agg.requests();
-    Ok(Some(Folded {
+    Ok(Folded {
         agg,
         matching: n,
         folded: n,
-    }))
+    })
 }
 
 #[cfg(test)]

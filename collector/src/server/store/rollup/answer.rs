@@ -17,12 +17,14 @@
 
 use std::fmt;
 
+use rusqlite::Connection;
 use rusqlite::types::Value;
 
 use super::{NANOS, Rollup, State, UNPLACED};
 use crate::profile::aggregate::{Aggregate, Aggregator};
 use crate::records::EntryServices;
 use crate::records::selection::{Selection, TriggerFilter, format_time};
+use crate::server::store::snapshot::Snapshot;
 use crate::server::store::{Store, StoreError, StoreQuery};
 
 /// Where a profile's numbers came from.
@@ -70,8 +72,10 @@ pub struct RetentionGap {
     pub deleted_through: u64,
     /// The raw window the collector keeps, seconds (`None`: not known).
     pub retain_for_secs: Option<u64>,
-    /// The selection is one roll-ups answer when its range is aligned.
-    pub rollup_shaped: bool,
+    /// What of the selection only raw records answer, as the user gave it
+    /// (e.g. `the label filter arm=a`); empty when roll-ups answer the
+    /// selection for a range on whole hours.
+    pub raw_only: Vec<String>,
 }
 
 impl fmt::Display for RetentionGap {
@@ -85,7 +89,7 @@ impl fmt::Display for RetentionGap {
         };
         let from = match self.needs_from {
             Some(t) => format!("from {}", format_time(t)),
-            None => "from the first record".to_owned(),
+            None => "from the first record (it has no `since`)".to_owned(),
         };
         write!(
             f,
@@ -93,37 +97,64 @@ impl fmt::Display for RetentionGap {
              were deleted by retention ({kept}). ",
             format_time(self.deleted_through)
         )?;
-        if self.rollup_shaped {
+        if self.raw_only.is_empty() {
             f.write_str(
                 "Roll-ups answer for older requests when the range starts and ends on whole \
                  hours (whole days where only daily roll-ups are left): e.g. since and until at \
                  :00:00, or a range starting after that time.",
             )
         } else {
-            f.write_str(
+            write!(
+                f,
                 "Roll-ups keep older requests only for selections of sampled requests by \
-                 service, endpoint and time range: drop the label, percentile or trigger filter \
-                 for older ranges, or start the range after that time.",
+                 service, endpoint and time range, and {} needs the raw records: drop it for \
+                 older ranges, or give a `since` after that time.",
+                join_and(&self.raw_only)
             )
         }
     }
 }
 
-/// Whether the roll-ups can answer `sel` (for some range).
-fn rollup_shaped(sel: &Selection, histograms: bool, mix: bool) -> bool {
-    sel.labels().is_empty()
-        && sel.percentile().is_none()
-        && sel.triggers() == TriggerFilter::Sampled
-        && sel.request_id().is_none()
-        && sel.trace_id().is_none()
-        && !histograms
-        && !mix
+/// `a`, `a and b`, `a, b and c`.
+fn join_and(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// What of `sel` (and of the fold: per-stack `histograms`) only raw records
+/// answer, as the user gave it; empty when the roll-ups can answer it (for
+/// some range).
+fn raw_only(sel: &Selection, histograms: bool) -> Vec<String> {
+    let mut v = Vec::new();
+    for (k, val) in sel.labels() {
+        v.push(format!("the label filter {k}={val}"));
+    }
+    if let Some(b) = sel.percentile() {
+        v.push(format!("the percentile band {b}"));
+    }
+    if sel.triggers() != TriggerFilter::Sampled {
+        v.push(format!("the trigger filter {}", sel.triggers().as_str()));
+    }
+    if let Some(id) = sel.request_id() {
+        v.push(format!("the request id {id}"));
+    }
+    if let Some(id) = sel.trace_id() {
+        v.push(format!("the trace id {id}"));
+    }
+    if histograms {
+        v.push("per-stack histograms".to_owned());
+    }
+    v
 }
 
 /// A roll-up row's period and the starts of its requests.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Row {
     id: i64,
+    service: String,
     resolution: u64,
     bucket: u64,
     first: Option<u64>,
@@ -160,10 +191,13 @@ impl Store {
     /// Fold the records `agg`'s selection keeps into it, from the roll-ups
     /// where they answer exactly (merged when `agg` finishes) and from the
     /// raw records for the rest (the roll-ups module's docs, "When a record
-    /// is rolled up", and [`ProfileSource`]); selected
-    /// records are shown to `mix` when given (which then reads raw records
-    /// only), each batch's size to `progress`. Returns the raw records read
-    /// and where the answer comes from.
+    /// is rolled up", and [`ProfileSource`]), all read in one snapshot of
+    /// the store: the answer is the fold of the records committed when it
+    /// began, whatever the writer commits meanwhile. Selected records are
+    /// shown to `mix` when given (those the roll-ups answer for by their
+    /// service and the services on their paths), each batch's size to
+    /// `progress`. Returns the raw records read and where the answer comes
+    /// from.
     ///
     /// # Errors
     ///
@@ -173,23 +207,24 @@ impl Store {
         &self,
         agg: &mut Aggregator,
         batch: usize,
-        mix: Option<&mut EntryServices>,
+        mut mix: Option<&mut EntryServices>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(u64, ProfileSource), StoreError> {
         if self.version < super::ROLLUP_VERSION {
             let n = self.fold_into_reporting(agg, batch, mix, progress)?;
             return Ok((n, ProfileSource::Raw));
         }
-        let state = State::read(&self.conn).map_err(self.sqlite("read the store's state"))?;
+        let mut snap = Snapshot::begin(&self.path)?;
+        let state = State::read(snap.conn()).map_err(snap.sqlite("read the store's state"))?;
         let sel = agg.selection().clone();
-        let shaped = rollup_shaped(&sel, agg.histograms(), mix.is_some());
+        let raw_only = raw_only(&sel, agg.histograms());
         let (since, until) = sel.time_range();
         let gap = |needs_from: Option<u64>| {
             StoreError::BeyondRetention(RetentionGap {
                 needs_from,
                 deleted_through: state.raw_deleted_through.unwrap_or(0),
                 retain_for_secs: state.retain_for_secs,
-                rollup_shaped: shaped,
+                raw_only: raw_only.clone(),
             })
         };
         let raw_incomplete = |from: Option<u64>| match (state.raw_deleted_through, from) {
@@ -197,19 +232,26 @@ impl Store {
             (Some(_), None) => true,
             (Some(d), Some(f)) => f <= d,
         };
-        if !shaped {
-            // Without a range, the raw records kept are the answer; a range
-            // reaching into what retention deleted has none.
-            if since.is_some() && raw_incomplete(since) {
+        let query = StoreQuery::from_selection(&sel);
+        if !raw_only.is_empty() {
+            // Only raw records answer: all of the range's must be there
+            // (from the first, without a `since`).
+            if raw_incomplete(since) {
                 return Err(gap(since));
             }
-            let n = self.fold_into_reporting(agg, batch, mix, progress)?;
+            let n = self.fold_packed_after(
+                Some(&mut snap),
+                agg,
+                &query,
+                (0, None),
+                batch,
+                mix,
+                progress,
+            )?;
             return Ok((n, ProfileSource::Raw));
         }
         let range = (since.unwrap_or(0), until.unwrap_or(u64::MAX));
-        let rows = self
-            .rollup_rows(&sel)
-            .map_err(self.sqlite("read roll-ups"))?;
+        let rows = rollup_rows(snap.conn(), &sel).map_err(snap.sqlite("read roll-ups"))?;
         // Periods read raw: start with those of rows only partly selected,
         // then take in every row that overlaps one, until none is left.
         let mut raw: Vec<(u64, u64)> = Vec::new();
@@ -252,9 +294,16 @@ impl Store {
         }
         // Raw: every selected record not rolled up yet, and the raw periods'
         // records that are.
-        let query = StoreQuery::from_selection(&sel);
         let w = state.rolled_up_through;
-        let mut folded = self.fold_packed_after(agg, &query, (w, None), batch, None, progress)?;
+        let mut folded = self.fold_packed_after(
+            Some(&mut snap),
+            agg,
+            &query,
+            (w, None),
+            batch,
+            mix.as_deref_mut(),
+            progress,
+        )?;
         raw.sort_unstable();
         raw.dedup();
         for (a, b) in merge_intervals(raw) {
@@ -262,24 +311,40 @@ impl Store {
             q.since_unix_nanos = Some(a.max(range.0));
             q.until_unix_nanos = Some(b.min(range.1));
             if q.since_unix_nanos < q.until_unix_nanos {
-                folded += self.fold_packed_after(agg, &q, (0, Some(w)), batch, None, progress)?;
+                folded += self.fold_packed_after(
+                    Some(&mut snap),
+                    agg,
+                    &q,
+                    (0, Some(w)),
+                    batch,
+                    mix.as_deref_mut(),
+                    progress,
+                )?;
             }
         }
         if used.is_empty() {
             return Ok((folded, ProfileSource::Raw));
         }
+        let frames = frame_table(&snap)?;
+        let frame = |id: u64| frames.get(&id).cloned();
         let mut sum = Rollup::default();
         for r in &used {
-            sum.merge(&self.rollup_body(r.id)?);
+            let body = rollup_body(&snap, r.id)?;
+            if let Some(m) = mix.as_deref_mut() {
+                m.observe_service(&r.service, body.requests);
+                for stack in body.stacks.keys() {
+                    for f in stack.iter().filter_map(|&f| Rollup::frame_of(f, frame)) {
+                        m.observe_callee(&r.service, &f.service);
+                    }
+                }
+            }
+            sum.merge(&body);
         }
-        let frames = self.frame_table()?;
-        let rolled = sum
-            .to_aggregate(|id| frames.get(&id).cloned())
-            .map_err(|id| StoreError::Corrupt {
-                path: self.path.clone(),
-                id: 0,
-                reason: format!("a roll-up names frame {id}, which the frames table lacks"),
-            })?;
+        let rolled = sum.to_aggregate(frame).map_err(|id| StoreError::Corrupt {
+            path: self.path.clone(),
+            id: 0,
+            reason: format!("a roll-up names frame {id}, which the frames table lacks"),
+        })?;
         agg.merge_aggregate(rolled);
         Ok((
             folded,
@@ -290,74 +355,78 @@ impl Store {
             },
         ))
     }
+}
 
-    /// The roll-up rows of `sel`'s service and endpoint whose period meets
-    /// its range (and the records without a start).
-    fn rollup_rows(&self, sel: &Selection) -> rusqlite::Result<Vec<Row>> {
-        let (since, until) = sel.time_range();
-        let mut sql = String::from(
-            "SELECT id, resolution, bucket, first_start_unix_nanos, last_start_unix_nanos \
-             FROM rollups WHERE 1 = 1",
-        );
-        let mut params: Vec<Value> = Vec::new();
-        if let Some(s) = sel.service() {
-            params.push(Value::Text(s.to_owned()));
-            sql.push_str(&format!(" AND service = ?{}", params.len()));
-        }
-        if let Some(e) = sel.endpoint() {
-            params.push(Value::Text(e.to_owned()));
-            sql.push_str(&format!(" AND endpoint = ?{}", params.len()));
-        }
-        if let Some(u) = until {
-            params.push(Value::Integer(
-                i64::try_from(u / NANOS + 1).unwrap_or(i64::MAX),
-            ));
-            sql.push_str(&format!(" AND bucket < ?{}", params.len()));
-        }
-        if let Some(s) = since {
-            params.push(Value::Integer(i64::try_from(s / NANOS).unwrap_or(i64::MAX)));
-            sql.push_str(&format!(
-                " AND (resolution = 0 OR bucket + resolution > ?{})",
-                params.len()
-            ));
-        }
-        let mut stmt = self.conn.prepare(&sql)?;
-        let u = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
-        let rows = stmt.query_map(rusqlite::params_from_iter(params), |r| {
-            Ok(Row {
-                id: r.get(0)?,
-                resolution: u(r.get(1)?).unwrap_or(0),
-                bucket: u(r.get(2)?).unwrap_or(0),
-                first: u(r.get(3)?),
-                last: u(r.get(4)?),
-            })
-        })?;
-        rows.collect()
+/// The roll-up rows of `sel`'s service and endpoint whose period meets
+/// its range (and the records without a start).
+fn rollup_rows(conn: &Connection, sel: &Selection) -> rusqlite::Result<Vec<Row>> {
+    let (since, until) = sel.time_range();
+    let mut sql = String::from(
+        "SELECT id, resolution, bucket, first_start_unix_nanos, last_start_unix_nanos, service \
+         FROM rollups WHERE 1 = 1",
+    );
+    let mut params: Vec<Value> = Vec::new();
+    if let Some(s) = sel.service() {
+        params.push(Value::Text(s.to_owned()));
+        sql.push_str(&format!(" AND service = ?{}", params.len()));
     }
-
-    /// The roll-up of row `id`.
-    pub(in crate::server::store) fn rollup_body(&self, id: i64) -> Result<Rollup, StoreError> {
-        let body: Vec<u8> = self
-            .conn
-            .prepare_cached("SELECT body FROM rollups WHERE id = ?1")
-            .and_then(|mut s| s.query_row([id], |r| r.get(0)))
-            .map_err(self.sqlite("read a roll-up"))?;
-        Rollup::decode(&body).map_err(|e| StoreError::Corrupt {
-            path: self.path.clone(),
-            id,
-            reason: e.to_string(),
+    if let Some(e) = sel.endpoint() {
+        params.push(Value::Text(e.to_owned()));
+        sql.push_str(&format!(" AND endpoint = ?{}", params.len()));
+    }
+    if let Some(u) = until {
+        params.push(Value::Integer(
+            i64::try_from(u / NANOS + 1).unwrap_or(i64::MAX),
+        ));
+        sql.push_str(&format!(" AND bucket < ?{}", params.len()));
+    }
+    if let Some(s) = since {
+        params.push(Value::Integer(i64::try_from(s / NANOS).unwrap_or(i64::MAX)));
+        sql.push_str(&format!(
+            " AND (resolution = 0 OR bucket + resolution > ?{})",
+            params.len()
+        ));
+    }
+    let mut stmt = conn.prepare(&sql)?;
+    let u = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
+    let rows = stmt.query_map(rusqlite::params_from_iter(params), |r| {
+        Ok(Row {
+            id: r.get(0)?,
+            resolution: u(r.get(1)?).unwrap_or(0),
+            bucket: u(r.get(2)?).unwrap_or(0),
+            first: u(r.get(3)?),
+            last: u(r.get(4)?),
+            service: r.get(5)?,
         })
-    }
+    })?;
+    rows.collect()
+}
 
-    /// The whole frames table by id.
-    pub(in crate::server::store) fn frame_table(
-        &self,
-    ) -> Result<rustc_hash::FxHashMap<u64, cpt_sdk::path::Frame>, StoreError> {
-        Ok(crate::server::store::paths::frames_from(&self.conn, 0)
-            .map_err(self.sqlite("read frames"))?
-            .into_iter()
-            .collect())
-    }
+/// The roll-up of row `id`, read in `snap`.
+pub(in crate::server::store) fn rollup_body(
+    snap: &Snapshot,
+    id: i64,
+) -> Result<Rollup, StoreError> {
+    let body: Vec<u8> = snap
+        .conn()
+        .prepare_cached("SELECT body FROM rollups WHERE id = ?1")
+        .and_then(|mut s| s.query_row([id], |r| r.get(0)))
+        .map_err(snap.sqlite("read a roll-up"))?;
+    Rollup::decode(&body).map_err(|e| StoreError::Corrupt {
+        path: snap.path().to_path_buf(),
+        id,
+        reason: e.to_string(),
+    })
+}
+
+/// The whole frames table by id, read in `snap`.
+pub(in crate::server::store) fn frame_table(
+    snap: &Snapshot,
+) -> Result<rustc_hash::FxHashMap<u64, cpt_sdk::path::Frame>, StoreError> {
+    Ok(crate::server::store::paths::frames_from(snap.conn(), 0)
+        .map_err(snap.sqlite("read frames"))?
+        .into_iter()
+        .collect())
 }
 
 /// Sorted intervals with the overlapping ones joined.

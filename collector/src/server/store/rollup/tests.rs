@@ -419,3 +419,183 @@ fn trend_points_are_the_hours_means_and_p99() {
         }
     );
 }
+
+/// Selections whose answer the writer's commits must not change mid-read:
+/// everything, one service, and whole days (hourly and daily roll-ups
+/// alike are wholly in or out of them).
+fn snapshot_selections() -> Vec<Selection> {
+    let d = day_floor(now_nanos());
+    vec![
+        Selection::new(),
+        Selection::new().with_service("A"),
+        Selection::new()
+            .with_since(d - 8 * DAY * NANOS)
+            .with_until(d - DAY * NANOS),
+    ]
+}
+
+#[test]
+fn a_profile_taken_while_the_writer_rolls_up_merges_and_deletes_is_the_fold_of_its_snapshot() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    // CPT Table 1: a profile is sums and counts, so an answer that reads a
+    // roll-up step's records both raw and rolled up (or neither) is off by
+    // whole requests. Every answer must be the fold of the batches
+    // committed at some moment while it ran.
+    const BATCHES: usize = 240;
+    let records = spread(11, BATCHES * 40, 10);
+    let batches: Vec<Vec<Record>> = records.chunks(40).map(<[Record]>::to_vec).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cpt.db");
+    let mut store = Store::open(&path).unwrap();
+    store.set_retention(Retention::default()).unwrap();
+    let reader = Store::open_read_only(&path).unwrap();
+    let committed = Arc::new(AtomicUsize::new(0));
+    let answers = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (committed, answers, done) = (committed.clone(), answers.clone(), done.clone());
+        let batches = batches.clone();
+        std::thread::spawn(move || {
+            let now = SystemTime::now();
+            let cutoff = now_nanos() - 5 * DAY * NANOS;
+            for (k, batch) in batches.iter().enumerate() {
+                store.insert(batch).unwrap();
+                committed.store(k + 1, Ordering::SeqCst);
+                // Small steps, so that commits land between a profile's reads.
+                for _ in 0..3 {
+                    store.roll_up(17, now, FOURTEEN_DAYS).unwrap();
+                }
+                if k % 4 == 0 {
+                    // Hours older than two days merged into days, a few at
+                    // a time (roll-ups keep adding hours to those days).
+                    store
+                        .compact_rollups(now, Duration::from_secs(2 * DAY), None, 7)
+                        .unwrap();
+                }
+                if k % 3 == 0 {
+                    store.delete_started_before(cutoff, 31).unwrap();
+                }
+                if k % 5 == 0 {
+                    store.delete_oldest(23).unwrap();
+                }
+                // Keep pace with the reader: hundreds of answers in all.
+                while answers.load(Ordering::SeqCst) < k {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            done.store(true, Ordering::SeqCst);
+            store
+        })
+    };
+    let sels = snapshot_selections();
+    // The selected requests after each number of committed batches.
+    let prefix: Vec<Vec<u64>> = sels
+        .iter()
+        .map(|sel| {
+            let mut n = 0;
+            let mut v = vec![0];
+            for b in &batches {
+                n += b.iter().filter(|r| sel.matches(r)).count() as u64;
+                v.push(n);
+            }
+            v
+        })
+        .collect();
+    let mut oracle: std::collections::HashMap<(usize, usize), Aggregate> = Default::default();
+    let mut taken = 0usize;
+    let mut i = 0usize;
+    while !done.load(Ordering::SeqCst) {
+        let s = i % sels.len();
+        i += 1;
+        let before = committed.load(Ordering::SeqCst);
+        let (got, _) = answer(&reader, &sels[s]).unwrap();
+        let after = committed.load(Ordering::SeqCst);
+        answers.fetch_add(1, Ordering::SeqCst);
+        taken += 1;
+        let Some(k) = (before..=after).find(|&k| prefix[s][k] == got.requests()) else {
+            panic!(
+                "{}: {} requests, but {}..={} batches committed hold {}..={}",
+                sels[s],
+                got.requests(),
+                before,
+                after,
+                prefix[s][before],
+                prefix[s][after]
+            );
+        };
+        let want = oracle.entry((s, k)).or_insert_with(|| {
+            let mut agg = Aggregator::new(sels[s].clone());
+            for b in &batches[..k] {
+                agg.push_batch(b);
+            }
+            agg.finish()
+        });
+        assert_eq!(&got, want, "{} after {k} batches", sels[s]);
+    }
+    let store = writer.join().unwrap();
+    let state = store.state().unwrap();
+    assert!(taken >= BATCHES / 2, "{taken} answers");
+    assert!(state.deleted_by_retention > 1_000, "{state:?}");
+    assert!(
+        store.rollup_counts().unwrap().1 > 0,
+        "hours merged into days"
+    );
+}
+
+#[test]
+fn rollups_of_a_period_are_kept_while_any_raw_record_of_it_is() {
+    let records = spread(12, 1_500, 10);
+    let (_dir, mut store) = store_with(&records, Retention::default());
+    roll_up_all(&mut store);
+    // Roll-ups past two days would go, but their raw records are all kept.
+    while store
+        .compact_rollups(
+            SystemTime::now(),
+            FOURTEEN_DAYS,
+            Some(Duration::from_secs(2 * DAY)),
+            50,
+        )
+        .unwrap()
+        .more
+    {}
+    for sel in [Selection::new(), Selection::new().with_service("B")] {
+        let (got, source) = answer(&store, &sel).unwrap();
+        assert_eq!(got, raw_fold(&store, &sel), "{sel}");
+        assert_eq!(source, ProfileSource::Rollups, "{sel}");
+    }
+    // Once the raw records of the first days are gone, so are their roll-ups.
+    let cutoff = now_nanos() - 3 * DAY * NANOS;
+    while store.delete_started_before(cutoff, 500).unwrap() > 0 {}
+    let (hourly, daily) = store.rollup_counts().unwrap();
+    while store
+        .compact_rollups(
+            SystemTime::now(),
+            FOURTEEN_DAYS,
+            Some(Duration::from_secs(2 * DAY)),
+            50,
+        )
+        .unwrap()
+        .more
+    {}
+    let (hourly_after, daily_after) = store.rollup_counts().unwrap();
+    assert!(
+        hourly_after + daily_after < hourly + daily,
+        "{hourly}+{daily} then {hourly_after}+{daily_after}"
+    );
+    let oldest = store.oldest_start().unwrap().unwrap();
+    let kept: i64 = store
+        .conn
+        .query_row(
+            "SELECT count(*) FROM rollups WHERE resolution > 0 AND (bucket + resolution) * 1000000000 > ?1 \
+             AND bucket * 1000000000 <= ?1",
+            [oldest as i64],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        kept > 0,
+        "the oldest raw record's period keeps its roll-ups"
+    );
+}

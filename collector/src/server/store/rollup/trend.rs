@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 use rusqlite::types::Value;
 use rustc_hash::FxHashMap;
 
+use super::answer::{frame_table, rollup_body};
 use super::{NANOS, Rollup, UNPLACED};
 use crate::profile::aggregate::frame_label;
+use crate::server::store::snapshot::Snapshot;
 use crate::server::store::{Store, StoreError};
 
 /// Which trend.
@@ -87,8 +89,11 @@ impl Store {
             params.push(Value::Integer(i64::try_from(s / NANOS).unwrap_or(i64::MAX)));
             sql.push_str(&format!(" AND bucket + resolution > ?{}", params.len()));
         }
-        let rows: Vec<(i64, u64, u64)> = self
-            .conn
+        // Rows, bodies and frames from one snapshot: a merge of hours into
+        // days between two reads would leave a row missing.
+        let snap = Snapshot::begin(&self.path)?;
+        let rows: Vec<(i64, u64, u64)> = snap
+            .conn()
             .prepare(&sql)
             .and_then(|mut stmt| {
                 stmt.query_map(rusqlite::params_from_iter(params), |r| {
@@ -101,14 +106,14 @@ impl Store {
                 })?
                 .collect()
             })
-            .map_err(self.sqlite("read roll-ups"))?;
+            .map_err(snap.sqlite("read roll-ups"))?;
         let mut periods: BTreeMap<(u64, u64), Rollup> = BTreeMap::new();
         for (id, res, bucket) in rows {
             debug_assert_ne!(res, UNPLACED);
             periods
                 .entry((bucket, res))
                 .or_default()
-                .merge(&self.rollup_body(id)?);
+                .merge(&rollup_body(&snap, id)?);
         }
         let leaves: Vec<FxHashMap<u64, u64>> = periods.values().map(Rollup::leaf_sums).collect();
         let mut totals: FxHashMap<u64, u64> = FxHashMap::default();
@@ -118,7 +123,7 @@ impl Store {
                 *t = t.saturating_add(ns);
             }
         }
-        let frame_table = self.frame_table()?;
+        let frame_table = frame_table(&snap)?;
         let label = |r: u64| {
             Rollup::frame_of(r, |id| frame_table.get(&id).cloned())
                 .map_or_else(|| format!("frame {r}"), |f| frame_label(&f))
