@@ -483,6 +483,7 @@ impl Collector {
     pub async fn start(config: ServeConfig) -> Result<Collector, ServeError> {
         // Before anything is opened: a bad certificate fails the start.
         let tls = config.tls.as_ref().map(tls::server_config).transpose()?;
+        config.retention.check().map_err(ServeError::Config)?;
         if let Some(bound) = config.retention.max_store_bytes {
             let least = RetentionConfig::min_store_bytes(config.max_batch_bytes);
             if bound < least {

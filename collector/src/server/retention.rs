@@ -166,12 +166,55 @@ impl Default for RetentionConfig {
 }
 
 impl RetentionConfig {
-    /// Keep every raw record; roll-ups as by default.
+    /// Keep every raw record, and so every roll-up.
     pub fn keep_everything() -> Self {
         RetentionConfig {
             retain_for: Keep::Forever,
+            rollups_retain_for: Keep::Forever,
             ..RetentionConfig::default()
         }
+    }
+
+    /// `--rollups-retain-for`'s default with raw records kept `retain_for`:
+    /// [`DEFAULT_ROLLUPS_RETAIN_FOR`], or `retain_for` when that is longer.
+    pub fn rollups_outliving(retain_for: Keep) -> Keep {
+        match retain_for {
+            Keep::Forever => Keep::Forever,
+            Keep::For(d) => Keep::For(d.max(DEFAULT_ROLLUPS_RETAIN_FOR)),
+        }
+    }
+
+    /// Refuse a configuration whose roll-ups would go before the raw
+    /// records they stand for: a profile counts rolled-up records from their
+    /// roll-ups, so a period's roll-ups must be kept at least as long as
+    /// its raw records.
+    ///
+    /// # Errors
+    ///
+    /// `--rollups-retain-for` shorter than `--retain-for` (or finite while
+    /// raw records are kept forever), naming both flags.
+    pub fn check(&self) -> Result<(), String> {
+        let shorter = match (self.retain_for, self.rollups_retain_for) {
+            (_, Keep::Forever) => false,
+            (Keep::Forever, Keep::For(_)) => true,
+            (Keep::For(raw), Keep::For(rolled)) => rolled < raw,
+        };
+        if shorter {
+            let show = |k: Keep| match k {
+                Keep::Forever => "forever".to_owned(),
+                Keep::For(d) => format_duration(d),
+            };
+            return Err(format!(
+                "--rollups-retain-for {} is shorter than --retain-for {}: profiles count \
+                 rolled-up requests from their roll-ups, so roll-ups must be kept at least as \
+                 long as raw records; raise --rollups-retain-for (e.g. to {}) or lower \
+                 --retain-for",
+                show(self.rollups_retain_for),
+                show(self.retain_for),
+                show(self.retain_for),
+            ));
+        }
+        Ok(())
     }
 
     /// The smallest `max_store_bytes` the collector accepts with batches of
@@ -641,6 +684,40 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn rollups_kept_shorter_than_raw_records_are_refused_naming_both_flags() {
+        let days = |d: u64| Keep::For(Duration::from_secs(d * 86_400));
+        let config = |raw, rolled| RetentionConfig {
+            retain_for: raw,
+            rollups_retain_for: rolled,
+            ..RetentionConfig::default()
+        };
+        for (raw, rolled) in [(Keep::Forever, days(400)), (days(30), days(7))] {
+            let e = config(raw, rolled).check().unwrap_err();
+            assert!(
+                e.contains("--rollups-retain-for") && e.contains("--retain-for"),
+                "{e}"
+            );
+        }
+        for (raw, rolled) in [
+            (days(7), days(400)),
+            (days(7), days(7)),
+            (Keep::Forever, Keep::Forever),
+        ] {
+            assert_eq!(config(raw, rolled).check(), Ok(()));
+        }
+        // The defaults agree: the library's keep-everything and the flag's
+        // default for any --retain-for.
+        assert_eq!(RetentionConfig::keep_everything().check(), Ok(()));
+        assert_eq!(RetentionConfig::default().check(), Ok(()));
+        for raw in [Keep::Forever, days(7), days(1000)] {
+            assert_eq!(
+                config(raw, RetentionConfig::rollups_outliving(raw)).check(),
+                Ok(())
+            );
+        }
     }
 
     #[test]

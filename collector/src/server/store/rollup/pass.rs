@@ -304,8 +304,9 @@ impl Store {
 
     /// Merge up to `max_rows` hourly roll-ups of days wholly older than
     /// `hourly_for` into daily ones, and drop up to `max_rows` roll-ups whose
-    /// period ended more than `retain_for` ago (`None`: keep them), in one
-    /// transaction.
+    /// period ended more than `retain_for` ago (`None`: keep them) and
+    /// before the oldest raw record started (a period's roll-up outlives its
+    /// raw records), in one transaction.
     ///
     /// # Errors
     ///
@@ -377,7 +378,15 @@ impl Store {
             }
             step.merged = hourly.len() as u64;
             if let Some(keep) = retain_for {
-                let cutoff = now.saturating_sub(keep.as_secs());
+                // A period's roll-up is kept while any raw record of it is:
+                // the answer counts rolled-up records from their roll-ups.
+                let oldest_raw: Option<i64> =
+                    tx.query_row("SELECT min(start_unix_nanos) FROM records", [], |r| {
+                        r.get(0)
+                    })?;
+                let cutoff = now
+                    .saturating_sub(keep.as_secs())
+                    .min(oldest_raw.map_or(u64::MAX, |s| u64::try_from(s).unwrap_or(0) / NANOS));
                 for resolution in [HOUR, DAY] {
                     let dropped = tx
                         .prepare_cached(
