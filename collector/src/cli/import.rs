@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::format::plural;
+use crate::ingest::IngestLimits;
 use crate::records::{ReadOptions, RecordReader, Warning, WarningKind};
 use crate::server::store::{Durability, EncodedBatch, Store};
 
@@ -27,6 +28,10 @@ pub struct ImportArgs {
     /// Records per transaction.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub batch: usize,
+    /// Skip records that start more than this ahead of this machine's clock (as `cpt serve`
+    /// refuses them): they would sit past every time range and retention cutoff.
+    #[arg(long, value_name = "DURATION", value_parser = crate::server::parse_duration, default_value = "1h")]
+    pub max_future_skew: std::time::Duration,
 }
 
 /// Run `cpt import`.
@@ -65,7 +70,9 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let (mut stored, mut bad, mut truncated) = (0u64, 0u64, 0u64);
+    let (mut stored, mut bad, mut truncated, mut ahead) = (0u64, 0u64, 0u64, 0u64);
+    let limits = IngestLimits::default().with_max_future_skew(args.max_future_skew);
+    let now = crate::server::store::unix_nanos(std::time::SystemTime::now());
     let opts = ReadOptions {
         strict: false,
         batch_lines: args.batch.min(100_000),
@@ -85,7 +92,23 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         };
         let mut chunk: Vec<cpt_sdk::Record> = Vec::with_capacity(args.batch.min(100_000));
         while let Some(batch) = reader.next_batch(&mut warn)? {
-            chunk.extend(batch);
+            // The one check `cpt serve` makes of a record's start.
+            chunk.extend(batch.into_iter().filter(|r| {
+                let Err(o) = limits.start(r.start_unix_nanos, now) else {
+                    return true;
+                };
+                ahead += 1;
+                if ahead <= SHOWN_BAD_LINES {
+                    eprintln!(
+                        "warning: {}: a record of {} skipped: {}: {}",
+                        file.display(),
+                        r.service,
+                        o.field,
+                        o.reason
+                    );
+                }
+                false
+            }));
             while chunk.len() >= args.batch {
                 let rest = chunk.split_off(args.batch);
                 stored += store.insert_encoded(&EncodedBatch::new(&chunk))?;
@@ -107,6 +130,12 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         skipped.push(format!(
             "lost the tail of {}",
             plural(truncated, "truncated gzip file")
+        ));
+    }
+    if ahead > 0 {
+        skipped.push(format!(
+            "skipped {} starting over --max-future-skew ahead of this machine's clock",
+            plural(ahead, "record")
         ));
     }
     eprintln!(

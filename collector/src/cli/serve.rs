@@ -130,6 +130,10 @@ pub struct ServeArgs {
     /// Longest latency a record may report.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "1h")]
     pub max_latency: Duration,
+    /// Refuse batches with a record that starts more than this ahead of the collector's clock (a
+    /// sender whose clock runs ahead); counted as `clock_ahead` in cpt_batches_rejected_total.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1h")]
+    pub max_future_skew: Duration,
     /// Keep raw records this long after their start (e.g. 36h, 7d, 30d; `forever` keeps every
     /// one). Older ones are deleted once rolled up; records that arrive older are rolled up and
     /// counted (too_old), not stored raw. Roll-ups answer profiles beyond it.
@@ -146,9 +150,10 @@ pub struct ServeArgs {
     /// Keep hourly roll-ups this long, then merge them into daily ones.
     #[arg(long, value_name = "DURATION", default_value = "14d", value_parser = parse_duration)]
     pub hourly_rollups_for: Duration,
-    /// Keep roll-ups (the average critical path of every endpoint) this long (`forever` too).
-    #[arg(long, value_name = "DURATION|forever", default_value = "400d", value_parser = Keep::parse)]
-    pub rollups_retain_for: Keep,
+    /// Keep roll-ups (the average critical path of every endpoint) this long (`forever` too); at
+    /// least as long as --retain-for. Default: 400d, or as --retain-for when that is longer.
+    #[arg(long, value_name = "DURATION|forever", value_parser = Keep::parse)]
+    pub rollups_retain_for: Option<Keep>,
     /// Remove --parquet-dir partitions older than this (`forever`: leave them to the lake's own
     /// lifecycle rules). Default: as --retain-for.
     #[arg(long, value_name = "DURATION|forever", value_parser = Keep::parse, requires = "parquet_dir")]
@@ -243,7 +248,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .with_max_stack_frames(args.max_stack_frames)
                 .with_max_record_bytes(args.max_record_bytes)
                 .with_max_batch_stored_bytes(args.max_batch_stored_bytes)
-                .with_max_latency(args.max_latency),
+                .with_max_latency(args.max_latency)
+                .with_max_future_skew(args.max_future_skew),
         );
     if let Some(n) = args.max_receiving_bodies_per_peer {
         config = config.with_max_receiving_bodies_per_peer(n);
@@ -281,7 +287,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_store_bytes: args.max_store_bytes,
         interval: args.retention_interval,
         hourly_rollups_for: args.hourly_rollups_for,
-        rollups_retain_for: args.rollups_retain_for,
+        rollups_retain_for: args
+            .rollups_retain_for
+            .unwrap_or_else(|| RetentionConfig::rollups_outliving(args.retain_for)),
         parquet_retain_for: args.parquet_retain_for,
     };
     let retention = describe_retention(&config.retention);

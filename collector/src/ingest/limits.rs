@@ -63,6 +63,10 @@ pub struct IngestLimits {
     /// Longest latency a record may report. Default 1 hour. Segments must be
     /// non-zero and sum to the latency, so each is within it too.
     pub max_latency: Duration,
+    /// How far ahead of this machine's clock a record may start. Default 1
+    /// hour. A record from a sender whose clock runs ahead would otherwise
+    /// sit past every time range and every retention cutoff.
+    pub max_future_skew: Duration,
 }
 
 /// Default [`IngestLimits::max_string_bytes`].
@@ -77,6 +81,8 @@ pub const DEFAULT_MAX_RECORD_BYTES: usize = 1 << 20;
 pub const DEFAULT_MAX_BATCH_STORED_BYTES: usize = 16 << 20;
 /// Default [`IngestLimits::max_latency`].
 pub const DEFAULT_MAX_LATENCY: Duration = Duration::from_secs(3600);
+/// Default [`IngestLimits::max_future_skew`].
+pub const DEFAULT_MAX_FUTURE_SKEW: Duration = Duration::from_secs(3600);
 
 impl Default for IngestLimits {
     fn default() -> Self {
@@ -92,6 +98,7 @@ impl Default for IngestLimits {
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             max_batch_stored_bytes: DEFAULT_MAX_BATCH_STORED_BYTES,
             max_latency: DEFAULT_MAX_LATENCY,
+            max_future_skew: DEFAULT_MAX_FUTURE_SKEW,
         }
     }
 }
@@ -106,6 +113,7 @@ pub(crate) struct Header<'a> {
     pub(crate) labels: &'a std::collections::BTreeMap<String, String>,
     pub(crate) latency_ns: u64,
     pub(crate) segments: usize,
+    pub(crate) start_unix_nanos: Option<u64>,
 }
 
 /// A limit a record is over: the field (relative to the record) and why.
@@ -114,6 +122,15 @@ pub(crate) struct Over {
     pub(crate) field: String,
     pub(crate) reason: String,
 }
+
+/// Whether a record refused for `field`'s `reason` starts further ahead of
+/// this machine's clock than [`IngestLimits::max_future_skew`].
+pub(crate) fn is_clock_ahead(field: &str, reason: &str) -> bool {
+    field == START_FIELD && reason.contains(CLOCK_AHEAD)
+}
+
+const START_FIELD: &str = "start_unix_nanos";
+const CLOCK_AHEAD: &str = "ahead of the collector's clock";
 
 fn over(
     field: impl Into<String>,
@@ -196,6 +213,33 @@ impl IngestLimits {
         with_max_batch_stored_bytes: max_batch_stored_bytes: usize;
         /// Set [`IngestLimits::max_latency`].
         with_max_latency: max_latency: Duration;
+        /// Set [`IngestLimits::max_future_skew`].
+        with_max_future_skew: max_future_skew: Duration;
+    }
+
+    /// A record's start against this machine's clock: no more than
+    /// [`IngestLimits::max_future_skew`] ahead of `now_unix_nanos`.
+    pub(crate) fn start(
+        &self,
+        start_unix_nanos: Option<u64>,
+        now_unix_nanos: u64,
+    ) -> Result<(), Over> {
+        let Some(start) = start_unix_nanos else {
+            return Ok(());
+        };
+        let skew = u64::try_from(self.max_future_skew.as_nanos()).unwrap_or(u64::MAX);
+        if start <= now_unix_nanos.saturating_add(skew) {
+            return Ok(());
+        }
+        Err(Over {
+            field: START_FIELD.into(),
+            reason: format!(
+                "{start} is {} {CLOCK_AHEAD}, over max_future_skew = {} \
+                 (--max-future-skew); fix the sender's clock (NTP), or raise the limit",
+                rough(Duration::from_nanos(start - now_unix_nanos)),
+                rough(self.max_future_skew),
+            ),
+        })
     }
 
     pub(crate) fn string(&self, field: &str, s: &str) -> Result<(), Over> {
@@ -233,7 +277,9 @@ impl IngestLimits {
             labels,
             latency_ns,
             segments,
+            start_unix_nanos,
         } = *h;
+        self.start(start_unix_nanos, now_unix_nanos())?;
         self.string("service", service)?;
         let mut bytes = RECORD_OVERHEAD + json_len(service);
         for (name, v) in [
@@ -376,6 +422,7 @@ impl IngestLimits {
             labels: &r.labels,
             latency_ns: latency,
             segments: segments.len(),
+            start_unix_nanos: r.start_unix_nanos,
         })?;
         let frames = r.path.frames();
         self.frames(frames.len())?;
@@ -404,6 +451,23 @@ impl IngestLimits {
             self.record_bytes(&at, bytes)?;
         }
         Ok(bytes)
+    }
+}
+
+/// This machine's clock, ns since the Unix epoch.
+fn now_unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// A duration to the unit that matters: `236 days`, `2h 5m`, `90s`.
+fn rough(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        s if s >= 2 * 86_400 => format!("{} days", s / 86_400),
+        s if s >= 3_600 => format!("{}h {}m", s / 3_600, s % 3_600 / 60),
+        s => format!("{s}s"),
     }
 }
 

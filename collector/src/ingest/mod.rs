@@ -118,6 +118,7 @@ impl fmt::Display for Problem {
 pub struct BatchError {
     problems: Vec<Problem>,
     total: usize,
+    clock_ahead: usize,
 }
 
 impl BatchError {
@@ -132,6 +133,7 @@ impl BatchError {
         BatchError {
             problems: Vec::new(),
             total: 0,
+            clock_ahead: 0,
         }
     }
 
@@ -143,6 +145,21 @@ impl BatchError {
                 reason: reason.into(),
             });
         }
+    }
+
+    /// Count a record refused for `field`'s `reason` when it starts too far
+    /// ahead of this machine's clock ([`BatchError::clock_ahead`]).
+    fn note_clock(&mut self, field: &str, reason: &str) {
+        if limits::is_clock_ahead(field, reason) {
+            self.clock_ahead += 1;
+        }
+    }
+
+    /// Records refused only because they start further ahead of this
+    /// machine's clock than [`IngestLimits::max_future_skew`] (a sender
+    /// whose clock runs ahead).
+    pub fn clock_ahead(&self) -> usize {
+        self.clock_ahead
     }
 
     /// The first [`MAX_PROBLEMS`] problems, in order.
@@ -210,7 +227,10 @@ fn decode_json_lines_with(
                         records.push(r);
                     }
                 }
-                Err(o) => err.push(at, format!("{}: {}", o.field, o.reason)),
+                Err(o) => {
+                    err.note_clock(&o.field, &o.reason);
+                    err.push(at, format!("{}: {}", o.field, o.reason));
+                }
             },
             Err(e) => err.push(at, e.to_string()),
         }
@@ -289,7 +309,10 @@ pub fn from_proto_with(
                     records.push(r);
                 }
             }
-            Err(e) => err.push(format!("records[{i}].{}", e.field), e.reason),
+            Err(e) => {
+                err.note_clock(&e.field, &e.reason);
+                err.push(format!("records[{i}].{}", e.field), e.reason);
+            }
         }
     }
     if err.total > 0 {

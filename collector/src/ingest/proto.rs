@@ -94,6 +94,7 @@ impl Check for Record {
             labels: &self.labels,
             latency_ns: self.latency_nanos,
             segments: self.segments.len(),
+            start_unix_nanos: self.start_unix_nanos,
         })?;
         limits.frames(self.frames.len())?;
         let mut cost = Vec::with_capacity(self.frames.len());

@@ -68,10 +68,11 @@ pub(super) enum Reject {
     UnsupportedMediaType,
     UnreadableBody,
     RefusedByGrpc,
+    ClockAhead,
 }
 
 impl Reject {
-    pub(super) const ALL: [Reject; 8] = [
+    pub(super) const ALL: [Reject; 9] = [
         Reject::Malformed,
         Reject::TooLarge,
         Reject::Unauthenticated,
@@ -80,6 +81,7 @@ impl Reject {
         Reject::UnsupportedMediaType,
         Reject::UnreadableBody,
         Reject::RefusedByGrpc,
+        Reject::ClockAhead,
     ];
 
     pub(super) fn as_str(self) -> &'static str {
@@ -92,6 +94,7 @@ impl Reject {
             Reject::UnsupportedMediaType => "unsupported_media_type",
             Reject::UnreadableBody => "unreadable_body",
             Reject::RefusedByGrpc => "refused_by_grpc",
+            Reject::ClockAhead => "clock_ahead",
         }
     }
 }
@@ -161,6 +164,11 @@ impl SubmitError {
             | SubmitError::Receiving { .. }
             | SubmitError::PeerBusy { .. } => &c.overloaded,
             SubmitError::BodyTooSlow { .. } => return c.reject(Reject::BodyTooSlow),
+            // A batch refused only for starts ahead of the collector's
+            // clock: a sender's clock, not its encoder, is at fault.
+            SubmitError::Malformed(e) if e.clock_ahead() == e.total() => {
+                return c.reject(Reject::ClockAhead);
+            }
             SubmitError::Malformed(_) => return c.reject(Reject::Malformed),
             SubmitError::TooLarge { .. } => return c.reject(Reject::TooLarge),
             SubmitError::Unauthenticated => return c.reject(Reject::Unauthenticated),

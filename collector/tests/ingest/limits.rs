@@ -12,7 +12,7 @@ use cpt_collector::ingest::{CONTENT_TYPE_JSON_LINES, GRPC_EXPORT_PATH, IngestLim
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::support::{HttpResponse, TestCollector, json_lines, post_records, record};
+use crate::support::{HttpResponse, TestCollector, json_lines, post_records, record, records};
 
 fn reason(resp: &HttpResponse) -> String {
     resp.json()["problems"][0]["reason"]
@@ -230,4 +230,69 @@ fn the_http2_stream_cap_keeps_extra_streams_from_reaching_the_server() {
     // export is refused with RESOURCE_EXHAUSTED. The cap is what made the
     // difference.
     assert_eq!(export_after_4_stuck_streams(64).as_deref(), Some("8"));
+}
+
+/// A sender whose clock runs ahead (here: to 2262, the last year a u64 of
+/// nanoseconds reaches) is refused at once, by JSON Lines and protobuf
+/// alike, naming `--max-future-skew`, and counted as `clock_ahead`; the
+/// store never holds the record, so fresh time-ranged label profiles
+/// answer.
+#[test]
+fn a_record_from_a_clock_in_2262_is_refused_and_fresh_label_profiles_still_answer() {
+    let c = TestCollector::start(|mut c| {
+        c.metrics_open = true;
+        c
+    });
+    let mut ahead = record("clock", 0);
+    ahead.start_unix_nanos = Some(9_214_646_400_000_000_000); // 2262-01-01
+    let mut batch = records("clock", 3);
+    batch.push(ahead);
+    for (content_type, body) in [
+        (CONTENT_TYPE_JSON_LINES, json_lines(&batch)),
+        (
+            cpt_collector::ingest::CONTENT_TYPE_PROTOBUF,
+            crate::support::protobuf(&batch),
+        ),
+    ] {
+        let resp = post_records(c.http(), content_type, &body);
+        assert_eq!(resp.status, 400, "{content_type}: {}", resp.text());
+        let why = reason(&resp);
+        assert!(
+            why.contains("ahead of the collector's clock") && why.contains("--max-future-skew"),
+            "{content_type}: {why}"
+        );
+    }
+    // A minute ahead is within the default hour.
+    let mut near = records("fresh", 5);
+    near[0].start_unix_nanos = Some(crate::support::an_hour_ago() + 3_660_000_000_000);
+    let resp = post_records(c.http(), CONTENT_TYPE_JSON_LINES, &json_lines(&near));
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let metrics = crate::support::http(c.http(), "GET", "/metrics", "text/plain", b"")
+        .unwrap()
+        .text();
+    assert!(
+        metrics.contains("cpt_batches_rejected_total{reason=\"clock_ahead\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cpt_batches_rejected_total{reason=\"malformed\"} 0"),
+        "{metrics}"
+    );
+    let since = crate::support::an_hour_ago() - 60_000_000_000;
+    let profile = crate::support::http(
+        c.http(),
+        "GET",
+        &format!("/profile?label=batch%3Dfresh&since={since}"),
+        "text/plain",
+        b"",
+    )
+    .unwrap();
+    assert_eq!(profile.status, 200, "{}", profile.text());
+    assert!(
+        c.stored()
+            .iter()
+            .all(|r| r.labels.get("batch").map(String::as_str) == Some("fresh")),
+        "nothing of the refused batches is stored"
+    );
+    assert_eq!(c.stored().len(), 5);
 }

@@ -170,3 +170,175 @@ fn the_store_page_and_the_soak_bench_state_the_size_a_record_their_run_measured(
         "benches/benches/soak.rs must say the store grows by about {kb}"
     );
 }
+
+/// `n` records over the `days` before now: CPT Figure 1's A and B as entry
+/// services, a label `arm`, one in ten forced.
+fn spread(n: usize, days: u64) -> Vec<Record> {
+    use cpt_sdk::testing::SplitMix64;
+    use cpt_sdk::{CriticalPath, Frame, SegmentKind, Trigger};
+    let mut rng = SplitMix64::new(5);
+    let now = now_nanos();
+    (0..n)
+        .map(|i| {
+            let service = ["A", "B"][i % 2];
+            let mut p = CriticalPath::new();
+            let root = Frame::new(service, "root");
+            let ms =
+                |rng: &mut SplitMix64| std::time::Duration::from_micros(100 + rng.below(9_000));
+            p.push_frames([root.clone()], ms(&mut rng), SegmentKind::Busy);
+            p.push_frames(
+                [root, Frame::new("C", "C1")],
+                ms(&mut rng),
+                SegmentKind::Busy,
+            );
+            let trigger = if i % 10 == 0 {
+                Trigger::Forced
+            } else {
+                Trigger::Sampled
+            };
+            let mut r = Record::new(service, trigger, p);
+            r.endpoint = Some("/Run".into());
+            r.start_unix_nanos = Some(now - rng.below(days * 86_400 * NANOS));
+            r.labels.insert("arm".into(), ["a", "b"][i % 3 % 2].into());
+            r
+        })
+        .collect()
+}
+
+const NANOS: u64 = 1_000_000_000;
+
+fn now_nanos() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    )
+    .unwrap()
+}
+
+/// A store of `records`, rolled up, its raw records older than `keep_days`
+/// deleted by retention.
+fn store_after_retention(path: &Path, records: &[Record], keep_days: u64) {
+    let mut store = Store::open(path).unwrap();
+    for chunk in records.chunks(250) {
+        store.insert(chunk).unwrap();
+    }
+    let now = std::time::SystemTime::now();
+    let hourly = std::time::Duration::from_secs(14 * 86_400);
+    while !store.roll_up(1_000, now, hourly).unwrap().caught_up {}
+    let cutoff = now_nanos() - keep_days * 86_400 * NANOS;
+    while store.delete_started_before(cutoff, 1_000).unwrap() > 0 {}
+    assert!(store.state().unwrap().deleted_by_retention > 0);
+}
+
+fn stdout_of(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `cpt profile --store` answers as `GET /profile` does: from the roll-ups
+/// where raw records were deleted (every request counted, byte for byte
+/// the fold of the records as they came), with or without `--since`; a
+/// selection that needs deleted raw records is refused naming only the
+/// filters given.
+#[test]
+fn cpt_profile_of_a_store_after_retention_answers_from_rollups_like_the_collector() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = spread(3_000, 10);
+    let text: String = records.iter().map(|r| r.to_json() + "\n").collect();
+    std::fs::write(dir.path().join("all.jsonl"), text).unwrap();
+    store_after_retention(&dir.path().join("s.db"), &records, 3);
+    let day = now_nanos() / (86_400 * NANOS) * 86_400 * NANOS;
+    let since = (day - 6 * 86_400 * NANOS).to_string();
+    for args in [
+        vec![],
+        vec!["--service", "A"],
+        vec!["--since", since.as_str()],
+    ] {
+        let run = |source: &[&str]| {
+            let mut a = vec!["folded"];
+            a.extend_from_slice(source);
+            a.extend_from_slice(&args);
+            stdout_of(cpt(&a, dir.path()))
+        };
+        let (store, file) = (run(&["--store", "s.db"]), run(&["all.jsonl"]));
+        assert!(!store.is_empty(), "{args:?}");
+        assert_eq!(store, file, "{args:?}");
+    }
+    let diff = |source: &[&str]| {
+        let mut a = vec!["diff", "--base", "service=A", "--test", "service=B"];
+        a.extend_from_slice(source);
+        stdout_of(cpt(&a, dir.path()))
+    };
+    assert_eq!(diff(&["--store", "s.db"]), diff(&["all.jsonl"]));
+    let refused = cpt(
+        &["folded", "--store", "s.db", "--label", "arm=a"],
+        dir.path(),
+    );
+    assert!(!refused.status.success());
+    let msg = String::from_utf8_lossy(&refused.stderr);
+    assert!(msg.contains("the label filter arm=a"), "{msg}");
+    for absent in ["percentile", "trigger filter", "request id"] {
+        assert!(!msg.contains(absent), "names {absent}: {msg}");
+    }
+}
+
+/// `cpt trend --store`: one row per hour of the endpoint's sampled
+/// requests, each hour's count and mean as the records give them.
+#[test]
+fn cpt_trend_of_a_store_counts_each_hours_sampled_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = spread(1_200, 2);
+    store_after_retention(&dir.path().join("s.db"), &records, 1);
+    let csv = stdout_of(cpt(
+        &[
+            "trend",
+            "--store",
+            "s.db",
+            "--service",
+            "A",
+            "--endpoint",
+            "/Run",
+            "--last",
+            "3d",
+            "--csv",
+        ],
+        dir.path(),
+    ));
+    let mut lines = csv.lines();
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .starts_with("start,resolution_s,requests,mean_ns")
+    );
+    let mut total = 0;
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        let start = cpt_collector::records::selection::parse_time(f[0]).unwrap();
+        let hour: Vec<&Record> = records
+            .iter()
+            .filter(|r| {
+                r.service == "A"
+                    && r.trigger == cpt_sdk::Trigger::Sampled
+                    && r.start_unix_nanos
+                        .is_some_and(|s| s >= start && s < start + 3_600 * NANOS)
+            })
+            .collect();
+        let n: u64 = f[2].parse().unwrap();
+        assert_eq!(n, hour.len() as u64, "{line}");
+        let sum: u128 = hour.iter().map(|r| r.latency.as_nanos()).sum();
+        assert_eq!(f[3].parse::<u128>().unwrap(), sum / u128::from(n), "{line}");
+        total += n;
+    }
+    let sampled_a = records
+        .iter()
+        .filter(|r| r.service == "A" && r.trigger == cpt_sdk::Trigger::Sampled)
+        .count() as u64;
+    assert_eq!(total, sampled_a);
+}
