@@ -107,9 +107,19 @@ impl fmt::Display for RetentionGap {
             write!(
                 f,
                 "Roll-ups keep older requests only for selections of sampled requests by \
-                 service, endpoint and time range, and {} needs the raw records: drop it for \
-                 older ranges, or give a `since` after that time.",
-                join_and(&self.raw_only)
+                 service, endpoint and time range, and {} {}: drop {} for older ranges, or give \
+                 a `since` after that time.",
+                join_and(&self.raw_only),
+                if self.raw_only.len() == 1 {
+                    "needs the raw records"
+                } else {
+                    "need the raw records"
+                },
+                if self.raw_only.len() == 1 {
+                    "it"
+                } else {
+                    "them"
+                },
             )
         }
     }
@@ -135,7 +145,11 @@ fn raw_only(sel: &Selection, histograms: bool) -> Vec<String> {
     if let Some(b) = sel.percentile() {
         v.push(format!("the percentile band {b}"));
     }
-    if sel.triggers() != TriggerFilter::Sampled {
+    // An id selects its request whatever its trigger: the id is named.
+    if sel.triggers() != TriggerFilter::Sampled
+        && sel.request_id().is_none()
+        && sel.trace_id().is_none()
+    {
         v.push(format!("the trigger filter {}", sel.triggers().as_str()));
     }
     if let Some(id) = sel.request_id() {

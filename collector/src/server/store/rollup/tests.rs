@@ -398,7 +398,31 @@ fn trend_points_are_the_hours_means_and_p99() {
             raw.latency_sum().as_nanos() as u64 / raw.requests()
         );
         assert_eq!(p.frame_nanos.iter().sum::<u64>(), p.mean_nanos);
-        assert!(p.p50_nanos <= p.p99_nanos);
+        // p50 and p99 against the hour's exact nearest-rank quantiles: within
+        // the trend histogram's 2 % (32 buckets per power of two).
+        let mut latencies: Vec<u64> = records
+            .iter()
+            .filter(|r| {
+                r.service == "A"
+                    && r.endpoint.as_deref() == Some("/Search")
+                    && r.trigger == Trigger::Sampled
+                    && r.start_unix_nanos.is_some_and(|s| {
+                        s >= p.start_unix_secs * NANOS && s < (p.start_unix_secs + HOUR) * NANOS
+                    })
+            })
+            .map(|r| r.latency.as_nanos() as u64)
+            .collect();
+        latencies.sort_unstable();
+        assert_eq!(latencies.len() as u64, p.requests);
+        for (q, got) in [(0.5, p.p50_nanos), (0.99, p.p99_nanos)] {
+            let rank = ((q * latencies.len() as f64).ceil() as usize).max(1);
+            let exact = latencies[rank - 1] as f64;
+            assert!(
+                (got as f64 - exact).abs() / exact <= 0.02,
+                "q{q} of {} requests: {got} against {exact}",
+                latencies.len()
+            );
+        }
         total += p.requests;
     }
     let all = Selection::new().with_service("A").with_endpoint("/Search");
@@ -598,4 +622,189 @@ fn rollups_of_a_period_are_kept_while_any_raw_record_of_it_is() {
         kept > 0,
         "the oldest raw record's period keeps its roll-ups"
     );
+}
+
+/// Every selection roll-ups do not keep (percentile bands, forced-only or
+/// all triggers, a request or trace id, labels, per-stack histograms) is
+/// answered from the raw records while roll-ups are present, equal to the
+/// fold of the raw records; once retention deleted raw records it needs,
+/// it is refused naming that filter alone.
+#[test]
+fn selections_rollups_do_not_keep_answer_from_raw_records_with_rollups_present() {
+    use crate::records::selection::{PercentileBand, TriggerFilter};
+    let mut records = spread(13, 1_200, 6);
+    for (i, r) in records.iter_mut().enumerate() {
+        r.request_id = Some(format!("req-{i}"));
+        r.trace_id = Some(format!("{i:032x}"));
+    }
+    let (_dir, mut store) = store_with(&records, Retention::default());
+    roll_up_all(&mut store);
+    let since = now_nanos() - DAY * NANOS;
+    let picked = records
+        .iter()
+        .position(|r| {
+            r.trigger == Trigger::Sampled && r.start_unix_nanos.is_some_and(|s| s > since)
+        })
+        .unwrap();
+    let cases: Vec<(Selection, bool, &str)> = vec![
+        (
+            Selection::new().with_percentile(PercentileBand::parse("p90-p100").unwrap()),
+            false,
+            "the percentile band",
+        ),
+        (
+            Selection::new().with_triggers(TriggerFilter::Forced),
+            false,
+            "the trigger filter forced",
+        ),
+        (
+            Selection::new().with_triggers(TriggerFilter::All),
+            false,
+            "the trigger filter all",
+        ),
+        (
+            Selection::new().with_request_id(format!("req-{picked}")),
+            false,
+            "the request id",
+        ),
+        (
+            Selection::new().with_trace_id(format!("{picked:032x}")),
+            false,
+            "the trace id",
+        ),
+        (
+            Selection::new().with_label("arm", "b"),
+            false,
+            "the label filter arm=b",
+        ),
+        (
+            Selection::new().with_service("A"),
+            true,
+            "per-stack histograms",
+        ),
+    ];
+    for (sel, histograms, _) in &cases {
+        let agg = Aggregator::new(sel.clone()).with_histograms(*histograms);
+        let (got, source) = store.profile(agg, 256).unwrap();
+        let mut want = Aggregator::new(sel.clone()).with_histograms(*histograms);
+        store.fold_into(&mut want, 256, None).unwrap();
+        assert_eq!(got, want.finish(), "{sel}");
+        assert!(got.requests() > 0, "{sel}: selects something");
+        assert_eq!(source, ProfileSource::Raw, "{sel}");
+    }
+    let cutoff = now_nanos() - 3 * DAY * NANOS;
+    while store.delete_started_before(cutoff, 500).unwrap() > 0 {}
+    for (sel, histograms, named) in &cases {
+        for sel in [sel.clone(), sel.clone().with_since(cutoff - HOUR * NANOS)] {
+            let agg = Aggregator::new(sel.clone()).with_histograms(*histograms);
+            match store.profile(agg, 256) {
+                Err(StoreError::BeyondRetention(gap)) => {
+                    let msg = gap.to_string();
+                    assert!(msg.contains(named), "{sel}: {msg}");
+                    let others = cases.iter().map(|c| c.2).filter(|n| n != named);
+                    for other in others.filter(|o| !named.starts_with(o) && !o.starts_with(named)) {
+                        assert!(!msg.contains(other), "{sel} names {other}: {msg}");
+                    }
+                }
+                other => panic!("{sel}: {other:?}"),
+            }
+        }
+        // After the deleted range, raw records answer again.
+        let agg = Aggregator::new(sel.clone().with_since(since)).with_histograms(*histograms);
+        assert!(store.profile(agg, 256).is_ok(), "{sel} since a day ago");
+    }
+}
+
+/// The entry-services tally `cpt profile` warns about mixed selections with
+/// is the same from roll-ups as from the raw records: each entry service's
+/// request count and the other services on its paths.
+#[test]
+fn the_entry_services_tally_is_the_same_from_rollups_as_from_raw_records() {
+    let records = spread(14, 1_500, 10);
+    let (_dir, mut store) = store_with(&records, Retention::default());
+    let tally = |store: &Store| {
+        let mut mix = crate::records::EntryServices::default();
+        let mut agg = Aggregator::new(Selection::new());
+        let (_, source) = store
+            .fold_profile(&mut agg, 256, Some(&mut mix), &mut |_| {})
+            .unwrap();
+        let services: Vec<(String, u64)> = mix
+            .services()
+            .into_iter()
+            .map(|(s, n)| (s.to_owned(), n))
+            .collect();
+        let internal: Vec<(String, String)> = mix
+            .internal()
+            .into_iter()
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .collect();
+        (services, internal, source, agg.finish())
+    };
+    let (raw_services, raw_internal, source, raw_agg) = tally(&store);
+    assert_eq!(source, ProfileSource::Raw);
+    roll_up_all(&mut store);
+    let cutoff = now_nanos() - 3 * DAY * NANOS;
+    while store.delete_started_before(cutoff, 500).unwrap() > 0 {}
+    let (services, internal, source, agg) = tally(&store);
+    assert_ne!(source, ProfileSource::Raw);
+    assert_eq!(services, raw_services);
+    assert_eq!(internal, raw_internal);
+    assert_eq!(agg, raw_agg);
+}
+
+/// Roll-ups answer byte for byte also when almost every request has a
+/// stack of its own (thousands of distinct frames and stacks: the frame
+/// table and the stack keys at their largest).
+#[test]
+fn rollups_answer_byte_identical_with_thousands_of_distinct_stacks() {
+    let mut rng = SplitMix64::new(15);
+    let now = now_nanos();
+    let records: Vec<Record> = (0..2_000)
+        .map(|i| {
+            let mut p = CriticalPath::new();
+            let root = Frame::new("A", "root");
+            p.push_frames(
+                [root.clone()],
+                Duration::from_micros(50 + rng.below(500)),
+                SegmentKind::Busy,
+            );
+            for d in 0..1 + rng.below(4) {
+                p.push_frames(
+                    [
+                        root.clone(),
+                        Frame::new("B", format!("handler{}", i % 700)),
+                        Frame::new("C", format!("leaf{}-{d}", rng.below(3_000)))
+                            .with_location("c/src/lib.rs", (i % 97) as u32),
+                    ],
+                    Duration::from_micros(10 + rng.below(5_000)),
+                    SegmentKind::Busy,
+                );
+            }
+            let mut r = Record::new("A", Trigger::Sampled, p);
+            r.endpoint = Some(format!("/e{}", i % 5));
+            r.start_unix_nanos = Some(now - rng.below(3 * DAY * NANOS));
+            r
+        })
+        .collect();
+    let (_dir, mut store) = store_with(&records, Retention::default());
+    let want: Vec<Aggregate> = [Selection::new(), Selection::new().with_endpoint("/e3")]
+        .iter()
+        .map(|s| raw_fold(&store, s))
+        .collect();
+    assert!(
+        want[0].stacks().len() > 1_500,
+        "{} stacks",
+        want[0].stacks().len()
+    );
+    roll_up_all(&mut store);
+    while store.delete_started_before(now - DAY * NANOS, 500).unwrap() > 0 {}
+    for (sel, want) in [Selection::new(), Selection::new().with_endpoint("/e3")]
+        .iter()
+        .zip(&want)
+    {
+        let (got, source) = answer(&store, sel).unwrap();
+        assert_ne!(source, ProfileSource::Raw, "{sel}");
+        assert_eq!(&got, want, "{sel}");
+        assert_eq!(encode_gzip(&got), encode_gzip(want), "{sel}: pprof bytes");
+    }
 }
