@@ -70,7 +70,8 @@ pub(super) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String {
     out.one(
         "cpt_records_accepted_total",
         "counter",
-        "Records acknowledged (stored raw, or rolled up when older than the raw window).",
+        "Records acknowledged (stored raw, or, older than the raw window, rolled up when sampled and \
+         counted in cpt_records_too_old_total either way).",
         load(&c.accepted_records),
     );
     out.head(
@@ -107,8 +108,15 @@ pub(super) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String {
     out.one(
         "cpt_records_too_old_total",
         "counter",
-        "Records that arrived older than the raw window: rolled up, not stored raw.",
+        "Records that arrived older than the raw window, not stored raw: sampled ones rolled up, \
+         forced ones (never rolled up) not kept.",
         load(&g.too_old),
+    );
+    out.one(
+        "cpt_forced_records_too_old_total",
+        "counter",
+        "Of cpt_records_too_old_total, the forced records: not kept (no roll-up stands for them).",
+        load(&g.too_old_forced),
     );
     write_histogram(
         &c.ack_seconds,
@@ -157,8 +165,15 @@ pub(super) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String {
     out.one(
         "cpt_records_deleted_by_retention_total",
         "counter",
-        "Raw records deleted by retention (by age or by size), after being rolled up.",
+        "Raw records deleted by retention (by age or by size): sampled ones after being rolled \
+         up, forced ones (never rolled up) once past the raw window or the size bound.",
         load(&g.deleted_by_retention),
+    );
+    out.one(
+        "cpt_forced_records_deleted_by_retention_total",
+        "counter",
+        "Of cpt_records_deleted_by_retention_total, the forced records.",
+        load(&g.deleted_forced),
     );
     out.head(
         "cpt_rollups",

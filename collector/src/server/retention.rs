@@ -236,6 +236,9 @@ pub(crate) struct StoreGauges {
     pub(crate) oldest_start_unix_nanos: AtomicU64,
     pub(crate) deleted_by_retention: AtomicU64,
     pub(crate) too_old: AtomicU64,
+    /// Of those two, the forced records.
+    pub(crate) deleted_forced: AtomicU64,
+    pub(crate) too_old_forced: AtomicU64,
     pub(crate) hourly_rollups: AtomicU64,
     pub(crate) daily_rollups: AtomicU64,
     /// Records committed but not rolled up yet.
@@ -556,6 +559,10 @@ impl Upkeep {
         g.deleted_by_retention
             .store(state.deleted_by_retention, Ordering::Relaxed);
         g.too_old.store(state.too_old, Ordering::Relaxed);
+        g.deleted_forced
+            .store(state.deleted_forced, Ordering::Relaxed);
+        g.too_old_forced
+            .store(state.too_old_forced, Ordering::Relaxed);
         g.rollup_backlog.store(
             u64::try_from(state.last_id - state.rolled_up_through).unwrap_or(0),
             Ordering::Relaxed,

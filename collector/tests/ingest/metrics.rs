@@ -88,6 +88,10 @@ fn metrics_are_prometheus_text_behind_the_read_token_and_count_what_happened() {
     for r in &mut old {
         r.start_unix_nanos = Some(an_hour_ago() - 30 * 86_400_000_000_000);
     }
+    // Two of them forced: never rolled up, so not kept, and counted apart.
+    for r in &mut old[..2] {
+        r.trigger = cpt_sdk::Trigger::Forced;
+    }
     assert_eq!(
         post_records(addr, CONTENT_TYPE_JSON_LINES, &json_lines(&old)).status,
         200
@@ -113,6 +117,11 @@ fn metrics_are_prometheus_text_behind_the_read_token_and_count_what_happened() {
         1.0
     );
     assert_eq!(value(&text, "cpt_records_too_old_total"), 5.0);
+    assert_eq!(value(&text, "cpt_forced_records_too_old_total"), 2.0);
+    assert_eq!(
+        value(&text, "cpt_forced_records_deleted_by_retention_total"),
+        0.0
+    );
     assert_eq!(value(&text, "cpt_ingest_ack_seconds_count"), 2.0);
     assert_eq!(
         value(&text, r#"cpt_ingest_ack_seconds_bucket{le="+Inf"}"#),

@@ -206,7 +206,7 @@ impl Store {
         for batch in batches {
             let sp = tx.savepoint().map_err(sqlite("begin savepoint"))?;
             let mut added = Vec::new();
-            let mut too_old = (0u64, None::<u64>);
+            let mut too_old = (0u64, None::<u64>, 0u64);
             let inserted = (|| {
                 if let Some(id) = &batch.batch_id {
                     let now_ms = std::time::SystemTime::now()
@@ -227,11 +227,14 @@ impl Store {
                     if let (Some(before), Some(s)) = (too_old_before, start)
                         && s < before
                     {
-                        // Older than the raw window: rolled up, never raw.
+                        // Older than the raw window: rolled up, never raw;
+                        // a forced one (never rolled up) is counted apart.
                         too_old.0 += 1;
                         too_old.1 = Some(too_old.1.map_or(s, |m: u64| m.max(s)));
                         if row.trigger == "sampled" {
                             roll_up_one(&sp, frames, &mut added, row, id, hourly_before)?;
+                        } else {
+                            too_old.2 += 1;
                         }
                         continue;
                     }
@@ -271,6 +274,7 @@ impl Store {
                     sp.commit().map_err(sqlite("release savepoint"))?;
                     group_added.append(&mut added);
                     state.too_old += too_old.0;
+                    state.too_old_forced += too_old.2;
                     if let Some(s) = too_old.1 {
                         state.raw_deleted_through =
                             Some(state.raw_deleted_through.map_or(s, |d| d.max(s)));

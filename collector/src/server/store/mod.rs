@@ -78,8 +78,10 @@
 //! most 4 096 pages uncopied (64 MiB with a new store's 16 KiB pages) of a
 //! WAL longer than `journal_size_limit` (64 MiB), the writer cuts the WAL
 //! back between two of its transactions: it copies what is left and resets
-//! the file, waiting at most 100 ms for readers still in a snapshot. Since
-//! profile reads take short snapshots, no reader holds the WAL for long.
+//! the file, waiting at most 100 ms for readers still in a snapshot. Record
+//! streams take short snapshots; a profile reads in one snapshot for as
+//! long as it reads (`snapshot`), which from the roll-ups is tens of
+//! milliseconds.
 //! When the disk cannot keep up with the writes and the checkpoints
 //! together, a WAL of 768 MiB is cut whatever is left to copy: the writes
 //! wait for that copy, which slows the senders instead of letting the WAL

@@ -139,7 +139,7 @@ impl Store {
         max_rows: usize,
     ) -> Result<u64, StoreError> {
         self.delete_rows(
-            "SELECT id, start_unix_nanos FROM records \
+            "SELECT id, start_unix_nanos, trigger FROM records \
              WHERE start_unix_nanos < ?1 AND id <= ?2 ORDER BY start_unix_nanos LIMIT ?3",
             to_i64(cutoff_unix_nanos),
             max_rows,
@@ -162,7 +162,7 @@ impl Store {
     /// When SQLite fails; nothing is then deleted.
     pub fn delete_oldest(&mut self, max_rows: usize) -> Result<u64, StoreError> {
         self.delete_rows(
-            "SELECT id, start_unix_nanos FROM records \
+            "SELECT id, start_unix_nanos, trigger FROM records \
              WHERE ?1 = ?1 AND id <= ?2 ORDER BY id LIMIT ?3",
             0,
             max_rows,
@@ -183,16 +183,17 @@ impl Store {
             .map_err(&sqlite)?;
         let n = (|| {
             let mut state = State::read(&tx)?;
-            let rows: Vec<(i64, Option<i64>)> = tx
+            let rows: Vec<(i64, Option<i64>, bool)> = tx
                 .prepare_cached(select)?
                 .query_map(
                     rusqlite::params![bound, state.rolled_up_through, to_i64(max_rows as u64)],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, String>(2)? == "forced")),
                 )?
                 .collect::<Result<_, _>>()?;
             let mut records = tx.prepare_cached("DELETE FROM records WHERE id = ?1")?;
             let mut paths = tx.prepare_cached("DELETE FROM paths WHERE id = ?1")?;
-            for (id, start) in &rows {
+            for (id, start, forced) in &rows {
+                state.deleted_forced += u64::from(*forced);
                 records.execute([id])?;
                 paths.execute([id])?;
                 if let Some(s) = start.and_then(|s| u64::try_from(s).ok()) {

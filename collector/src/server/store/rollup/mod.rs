@@ -29,10 +29,19 @@
 //! The writer rolls up committed records in id order, in small transactions
 //! that also advance `rolled_up_through`, the highest record id rolled up
 //! ([`Store::roll_up`](super::Store::roll_up)). Retention deletes only
-//! records at or below it, in transactions of their own: a record is raw, or
-//! rolled up, or both, and never neither, also after `kill -9` at any point.
-//! A record that arrives already older than the raw window goes into the
-//! roll-ups in its batch's own transaction and is never stored raw.
+//! records at or below it, in transactions of their own: a sampled record is
+//! raw, or rolled up, or both, and never neither, also after `kill -9` at
+//! any point. A sampled record that arrives already older than the raw
+//! window goes into the roll-ups in its batch's own transaction and is
+//! never stored raw.
+//!
+//! Forced records are not a random sample and are never rolled up: they are
+//! kept raw as long as retention keeps raw records (`--retain-for`, and the
+//! oldest first past `--max-store-bytes`), then deleted with no roll-up
+//! standing for them; one that arrives already older than the raw window is
+//! not kept. [`State::too_old_forced`] and [`State::deleted_forced`] count
+//! them apart (`/metrics`: `cpt_forced_records_too_old_total`,
+//! `cpt_forced_records_deleted_by_retention_total`).
 
 use std::time::Duration;
 

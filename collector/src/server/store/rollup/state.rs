@@ -23,15 +23,23 @@ pub struct State {
     /// The raw window the collector keeps (`cpt serve --retain-for`),
     /// seconds; `None` for `forever` or a store no collector set one on.
     pub retain_for_secs: Option<u64>,
+    /// Of [`too_old`](Self::too_old), the forced records: not rolled up
+    /// (forced requests are not a random sample), so not kept at all.
+    pub too_old_forced: u64,
+    /// Of [`deleted_by_retention`](Self::deleted_by_retention), the forced
+    /// records (no roll-up stands for them).
+    pub deleted_forced: u64,
 }
 
-const KEYS: [&str; 6] = [
+const KEYS: [&str; 8] = [
     "rolled_up_through",
     "last_id",
     "raw_deleted_through",
     "deleted_by_retention",
     "too_old",
     "retain_for_secs",
+    "too_old_forced",
+    "deleted_forced",
 ];
 
 impl State {
@@ -57,6 +65,8 @@ impl State {
         s.deleted_by_retention = u(get(KEYS[3])?).unwrap_or(0);
         s.too_old = u(get(KEYS[4])?).unwrap_or(0);
         s.retain_for_secs = u(get(KEYS[5])?);
+        s.too_old_forced = u(get(KEYS[6])?).unwrap_or(0);
+        s.deleted_forced = u(get(KEYS[7])?).unwrap_or(0);
         Ok(s)
     }
 
@@ -70,6 +80,8 @@ impl State {
             Some(i(self.deleted_by_retention)),
             Some(i(self.too_old)),
             self.retain_for_secs.map(i),
+            Some(i(self.too_old_forced)),
+            Some(i(self.deleted_forced)),
         ];
         let mut set = conn.prepare_cached(
             "INSERT INTO store_state (name, value) VALUES (?1, ?2) \

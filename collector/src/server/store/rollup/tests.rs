@@ -808,3 +808,51 @@ fn rollups_answer_byte_identical_with_thousands_of_distinct_stacks() {
         assert_eq!(encode_gzip(&got), encode_gzip(want), "{sel}: pprof bytes");
     }
 }
+
+/// Forced records are not a random sample and are never rolled up: they
+/// are kept raw for the raw window, answered from raw records, and counted
+/// apart when they arrive too old to keep or are deleted by retention.
+#[test]
+fn forced_records_are_kept_raw_for_the_window_and_counted_apart_when_they_go() {
+    use crate::records::selection::TriggerFilter;
+    let records = spread(16, 1_500, 6);
+    let retention = Retention {
+        retain_for: Some(Duration::from_secs(4 * DAY)),
+        ..Retention::default()
+    };
+    let (_dir, mut store) = store_with(&records, retention);
+    let forced_before = |t: u64| {
+        records
+            .iter()
+            .filter(|r| r.trigger == Trigger::Forced && r.start_unix_nanos.is_some_and(|s| s < t))
+            .count() as u64
+    };
+    let window = now_nanos() - 4 * DAY * NANOS;
+    let state = store.state().unwrap();
+    assert!(forced_before(window) > 5);
+    assert_eq!(state.too_old_forced, forced_before(window));
+    roll_up_all(&mut store);
+    let forced = Selection::new()
+        .with_triggers(TriggerFilter::Forced)
+        .with_since(window);
+    let (got, source) = answer(&store, &forced).unwrap();
+    assert_eq!(source, ProfileSource::Raw);
+    assert_eq!(got, raw_fold(&store, &forced));
+    assert_eq!(
+        got.requests(),
+        forced_before(u64::MAX) - forced_before(window)
+    );
+    // Two days later the raw window has moved: the forced records of those
+    // two days go with the rest, counted apart.
+    let cutoff = now_nanos() - 2 * DAY * NANOS;
+    while store.delete_started_before(cutoff, 300).unwrap() > 0 {}
+    let state = store.state().unwrap();
+    assert_eq!(
+        state.deleted_forced,
+        forced_before(cutoff) - forced_before(window)
+    );
+    assert!(matches!(
+        answer(&store, &forced),
+        Err(StoreError::BeyondRetention(_))
+    ));
+}
