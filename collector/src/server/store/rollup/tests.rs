@@ -88,8 +88,14 @@ fn roll_up_all(store: &mut Store) {
             break;
         }
     }
+    compact_keeping_rollups_for(store, None);
+}
+
+/// Merge and drop roll-ups until nothing is left to do, keeping them for
+/// `retain_for`.
+fn compact_keeping_rollups_for(store: &mut Store, retain_for: Option<Duration>) {
     while store
-        .compact_rollups(SystemTime::now(), FOURTEEN_DAYS, None, 50)
+        .compact_rollups(SystemTime::now(), FOURTEEN_DAYS, retain_for, 50)
         .unwrap()
         .more
     {}
@@ -574,16 +580,7 @@ fn rollups_of_a_period_are_kept_while_any_raw_record_of_it_is() {
     let (_dir, mut store) = store_with(&records, Retention::default());
     roll_up_all(&mut store);
     // Roll-ups past two days would go, but their raw records are all kept.
-    while store
-        .compact_rollups(
-            SystemTime::now(),
-            FOURTEEN_DAYS,
-            Some(Duration::from_secs(2 * DAY)),
-            50,
-        )
-        .unwrap()
-        .more
-    {}
+    compact_keeping_rollups_for(&mut store, Some(Duration::from_secs(2 * DAY)));
     for sel in [Selection::new(), Selection::new().with_service("B")] {
         let (got, source) = answer(&store, &sel).unwrap();
         assert_eq!(got, raw_fold(&store, &sel), "{sel}");
@@ -593,16 +590,7 @@ fn rollups_of_a_period_are_kept_while_any_raw_record_of_it_is() {
     let cutoff = now_nanos() - 3 * DAY * NANOS;
     while store.delete_started_before(cutoff, 500).unwrap() > 0 {}
     let (hourly, daily) = store.rollup_counts().unwrap();
-    while store
-        .compact_rollups(
-            SystemTime::now(),
-            FOURTEEN_DAYS,
-            Some(Duration::from_secs(2 * DAY)),
-            50,
-        )
-        .unwrap()
-        .more
-    {}
+    compact_keeping_rollups_for(&mut store, Some(Duration::from_secs(2 * DAY)));
     let (hourly_after, daily_after) = store.rollup_counts().unwrap();
     assert!(
         hourly_after + daily_after < hourly + daily,
