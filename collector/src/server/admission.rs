@@ -20,6 +20,9 @@ use cpt_sdk::Record;
 pub(super) struct Counters {
     pub(super) accepted_batches: AtomicU64,
     pub(super) accepted_records: AtomicU64,
+    /// Of `accepted_records`, those forced: a reader who may not see
+    /// forced records is shown the count without them.
+    pub(super) accepted_forced_records: AtomicU64,
     pub(super) rejected_batches: AtomicU64,
     pub(super) overloaded: AtomicU64,
     pub(super) store_errors: AtomicU64,
@@ -367,8 +370,12 @@ impl Ingest {
         let keep_records = self.keep_records;
         let forced_nonces = self.forced_nonces.clone();
         let result = async {
-            let (batch, records) = tokio::task::spawn_blocking(move || {
+            let (batch, records, forced) = tokio::task::spawn_blocking(move || {
                 let mut records = decode(&limits, &cancelled)?;
+                let forced = records
+                    .iter()
+                    .filter(|r| r.trigger == cpt_sdk::Trigger::Forced)
+                    .count() as u64;
                 forced_nonces.label(&mut records);
                 if cancelled.load(Ordering::Relaxed) {
                     return Err(BatchError::new(
@@ -379,6 +386,7 @@ impl Ingest {
                 Ok((
                     EncodedBatch::new(&records).with_batch_id(batch_id),
                     keep_records.then_some(records),
+                    forced,
                 ))
             })
             .await
@@ -397,6 +405,7 @@ impl Ingest {
             done.await
                 .map_err(|_| SubmitError::ShuttingDown)?
                 .map_err(SubmitError::Store)
+                .map(|n| (n, forced))
         }
         .await;
         drop(cancel);
@@ -404,24 +413,27 @@ impl Ingest {
             self.counters.ack_seconds.observe(admitted.elapsed());
         }
         match &result {
-            Ok(0) => {
+            Ok((0, _)) => {
                 // Only a batch id seen before stores nothing (empty
                 // batches are refused while decoding).
                 self.counters
                     .duplicate_batches
                     .fetch_add(1, Ordering::Relaxed);
             }
-            Ok(n) => {
+            Ok((n, forced)) => {
                 self.counters
                     .accepted_batches
                     .fetch_add(1, Ordering::Relaxed);
                 self.counters
                     .accepted_records
                     .fetch_add(*n, Ordering::Relaxed);
+                self.counters
+                    .accepted_forced_records
+                    .fetch_add(*forced, Ordering::Relaxed);
             }
             Err(e) => e.count(&self.counters),
         }
-        result
+        result.map(|(n, _)| n)
     }
 }
 
