@@ -520,3 +520,28 @@ def test_10_a_gzip_body_of_two_members_is_read_whole(open_collector):
     for i in range(2):
         _, _, found = open_collector.get(f"/v1/records?request_id=gz-{i}")
         assert f"gz-{i}" in found
+
+
+def test_7_the_replay_is_the_use_that_started_later_whichever_arrives_first():
+    """A long request that used the credential first ends, and so arrives,
+    after its replay: the replay is labelled, in the store, not the
+    original."""
+    work = Path(tempfile.mkdtemp(prefix="cpt-security-replay-"))
+    now = time.time_ns()
+    try:
+        c = Collector(work, TOKEN)
+        post_one(c, forced_with_nonce("late-replay", "n-77", now + 5_000_000))
+        post_one(c, forced_with_nonce("early-original", "n-77", now))
+        assert REPLAYED_LABEL not in labels_of(c, "early-original")
+        assert labels_of(c, "late-replay").get(REPLAYED_LABEL) == "true"
+        # The same in one batch, the later first.
+        body = "".join(json.dumps(forced_with_nonce(rid, "n-78", now + d)) + "\n"
+                       for rid, d in (("batch-replay", 9_000_000), ("batch-original", 0)))
+        status, _, answer = c.request("POST", "/v1/records", body,
+                                      {"Content-Type": "application/x-ndjson"})
+        assert status == 200, answer
+        assert REPLAYED_LABEL not in labels_of(c, "batch-original")
+        assert labels_of(c, "batch-replay").get(REPLAYED_LABEL) == "true"
+        c.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

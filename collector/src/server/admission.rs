@@ -124,6 +124,9 @@ pub(super) struct Job {
     pub(super) batch: EncodedBatch,
     /// The records themselves, kept when they are written as Parquet too.
     pub(super) records: Option<Vec<Record>>,
+    /// Stored forced records this batch shows to be replays, labelled once
+    /// it is committed (`replays.rs`).
+    pub(super) later_uses: Vec<super::replays::LaterUse>,
     pub(super) ack: oneshot::Sender<Result<u64, Arc<StoreError>>>,
     pub(super) _permit: OwnedSemaphorePermit,
 }
@@ -370,13 +373,13 @@ impl Ingest {
         let keep_records = self.keep_records;
         let forced_nonces = self.forced_nonces.clone();
         let result = async {
-            let (batch, records, forced) = tokio::task::spawn_blocking(move || {
+            let (batch, records, forced, later_uses) = tokio::task::spawn_blocking(move || {
                 let mut records = decode(&limits, &cancelled)?;
                 let forced = records
                     .iter()
                     .filter(|r| r.trigger == cpt_sdk::Trigger::Forced)
                     .count() as u64;
-                forced_nonces.label(&mut records);
+                let later_uses = forced_nonces.label(&mut records);
                 if cancelled.load(Ordering::Relaxed) {
                     return Err(BatchError::new(
                         "body",
@@ -387,6 +390,7 @@ impl Ingest {
                     EncodedBatch::new(&records).with_batch_id(batch_id),
                     keep_records.then_some(records),
                     forced,
+                    later_uses,
                 ))
             })
             .await
@@ -397,6 +401,7 @@ impl Ingest {
                 .send(Job {
                     batch,
                     records,
+                    later_uses,
                     ack,
                     _permit: permit,
                 })
