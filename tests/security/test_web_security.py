@@ -229,8 +229,9 @@ def test_2_the_read_token_shows_the_forced_records(token_collector):
 PAGES = ["/", "/ui/profile?service=gateway", "/ui/request?id=sampled-1", "/ui/diff",
          "/ui/login", "/ui/style.css", "/ui/flame.svg?service=gateway", "/healthz",
          "/v1/records?service=gateway", "/profile?service=gateway", "/nope",
-         # A target over the guard's limit (414).
-         "/ui/profile?service=" + "x" * 40_000]
+         # A target over the guard's limit (its 414), and one over the HTTP
+         # parser's own (64 KiB: the parser's 414).
+         "/ui/profile?service=" + "x" * 40_000, "/ui/profile?service=" + "x" * 70_000]
 
 
 @pytest.mark.parametrize("target", PAGES)
