@@ -6,18 +6,13 @@ a raw NUL is an XML parse error for every reader) and show each character
 as its visible stand-in: `␀`, `␛`, `␡`, `␊`, `⟨U+202E⟩`, `⟨U+2028⟩`,
 `⟨U+200B⟩`.
 
-Run by .ci/run with the other browser tests (CPT_REQUIRE_BROWSER=1 there):
+Run by .ci/run with the other browser tests (CPT_REQUIRE_BROWSER=1 there),
+whose browser it shares (test_web_pages.py says what they need):
 
     python -m pytest tests/browser/test_names_shown.py
-
-It needs target/debug/cpt, Debian's chromium and chromium-driver, and
-selenium.
 """
 
-import json
-import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,23 +22,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(os.environ.get("CPT_BIN_DIR", ROOT / "target" / "debug"))
-CHROMIUM = os.environ.get("CPT_CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("CPT_CHROMEDRIVER", "/usr/bin/chromedriver")
-
-try:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-except ImportError:  # reported by the check below
-    webdriver = None
-
-LACKS = ([] if webdriver else ["python selenium"]) + [
-    str(p) for p in (CHROMIUM, CHROMEDRIVER, BIN / "cpt") if not Path(p).exists()]
-if LACKS:
-    if os.environ.get("CPT_REQUIRE_BROWSER") == "1":
-        raise RuntimeError("CPT_REQUIRE_BROWSER=1 but missing: " + ", ".join(LACKS))
-    pytest.skip("missing: " + ", ".join(LACKS), allow_module_level=True)
+from test_web_pages import BIN, browser, free_port, post  # noqa: F401 (browser: the fixture)
 
 # Each class of character, in a frame name, and how a reader must see it.
 FRAMES = [
@@ -72,12 +51,6 @@ def record(i, arm):
     }
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def base():
     work = Path(tempfile.mkdtemp(prefix="cpt-names-"))
@@ -97,31 +70,12 @@ def base():
             if time.time() > deadline or proc.poll() is not None:
                 raise RuntimeError("cpt serve did not start: " + (work / "serve.log").read_text())
             time.sleep(0.2)
-    body = "".join(json.dumps(record(i, arm)) + "\n" for arm in "ab" for i in range(5))
-    req = urllib.request.Request(url + "/v1/records", data=body.encode(), method="POST",
-                                 headers={"Content-Type": "application/x-ndjson"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        assert resp.status == 200, resp.read()
+    post(url, [record(i, arm) for arm in "ab" for i in range(5)])
     yield url
     proc.terminate()
     proc.wait(timeout=30)
     log.close()
     shutil.rmtree(work, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    profile = tempfile.mkdtemp(prefix="cpt-chromium-")
-    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-              "--disable-background-networking", "--disable-component-update", "--disable-sync",
-              "--disable-dev-shm-usage", f"--user-data-dir={profile}"):
-        opts.add_argument(a)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
 
 
 SEL = "service=" + urllib.parse.quote(SERVICE[0], safe="")

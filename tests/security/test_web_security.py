@@ -2,8 +2,10 @@
 or a curious colleague would send them: one test per finding of the web
 pages' security review (open redirect after sign-in, forced records on an
 open collector's pages, security headers, cross-site posts, queries too
-large for the store, names no page may write raw or link wrongly) and the
-force credential's replay.
+large for the store, names no page may write raw or link wrongly), the
+force credential's replay, DNS rebinding and proxies (allowed hosts,
+trusted proxies), JSON errors and limits of 0, and what an open collector
+counts and reads of a gzip body.
 
 Run by .ci/run after `cargo build -p cpt-collector --bin cpt`:
 
@@ -14,6 +16,7 @@ requests are made with the standard library (http.client), never following
 a redirect, so each answer is checked as the server sent it.
 """
 
+import contextlib
 import http.client
 import json
 import os
@@ -133,6 +136,17 @@ def start(token, extra=(), records=FORCED + SAMPLED + ODD):
     work = Path(tempfile.mkdtemp(prefix="cpt-security-"))
     c = Collector(work, token, extra, records)
     return c, work
+
+
+@contextlib.contextmanager
+def serving(token, extra=(), records=FORCED + SAMPLED + ODD):
+    """A collector for one test: started, then stopped and removed."""
+    c, work = start(token, extra, records)
+    try:
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -391,8 +405,7 @@ def test_8_a_page_that_rebinds_its_name_to_the_collector_reads_and_sends_nothing
 
 
 def test_8_the_collector_answers_to_its_address_localhost_and_allowed_names():
-    c, work = start(None, ["--allowed-host", "cpt.example.com"], records=SAMPLED)
-    try:
+    with serving(None, ["--allowed-host", "cpt.example.com"], records=SAMPLED) as c:
         for host in (c.host, f"localhost:{c.port}", f"cpt.example.com:{c.port}", "cpt.example.com",
                      f"[::1]:{c.port}"):
             status, _, body = c.get("/v1/records?request_id=sampled-1", {"Host": host})
@@ -400,9 +413,6 @@ def test_8_the_collector_answers_to_its_address_localhost_and_allowed_names():
         for host in (REBOUND, f"other.example.com:{c.port}", f"cpt.example.com.{REBOUND}"):
             status, _, _ = c.get("/healthz", {"Host": host})
             assert status == 421, host
-    finally:
-        c.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 # What a TLS-terminating proxy in front of the collector sends for a browser's sign-in at
@@ -414,9 +424,8 @@ PROXIED_RFC7239 = {"Forwarded": 'for=192.0.2.1;host="cpt.example.com";proto=http
 
 
 def test_8_behind_a_trusted_proxy_the_forwarded_host_signs_in():
-    c, work = start(TOKEN, ["--allowed-host", "cpt.example.com", "--trusted-proxy", "127.0.0.1"],
-                    records=SAMPLED)
-    try:
+    with serving(TOKEN, ["--allowed-host", "cpt.example.com", "--trusted-proxy", "127.0.0.1"],
+                 records=SAMPLED) as c:
         for headers in (PROXIED, PROXIED_RFC7239):
             status, answer, body = c.post_form("/ui/login", f"token={TOKEN}&next=%2F", headers)
             assert status == 303, (headers, status, body)
@@ -424,16 +433,12 @@ def test_8_behind_a_trusted_proxy_the_forwarded_host_signs_in():
         # The proxy forwards a rebound name: refused like one in Host.
         status, _, _ = c.get("/healthz", {"X-Forwarded-Host": REBOUND})
         assert status == 421
-    finally:
-        c.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_8_from_an_untrusted_peer_the_forwarded_headers_are_ignored():
     # The proxy is trusted, but the request comes from this test's address, not the proxy's.
-    c, work = start(TOKEN, ["--allowed-host", "cpt.example.com", "--trusted-proxy", "192.0.2.7"],
-                    records=SAMPLED)
-    try:
+    with serving(TOKEN, ["--allowed-host", "cpt.example.com", "--trusted-proxy", "192.0.2.7"],
+                 records=SAMPLED) as c:
         for headers in (PROXIED, PROXIED_RFC7239):
             status, answer, _ = c.post_form("/ui/login", f"token={TOKEN}&next=%2F", headers)
             assert status == 403, headers
@@ -441,9 +446,6 @@ def test_8_from_an_untrusted_peer_the_forwarded_headers_are_ignored():
         # A forwarded rebound name is ignored too: the request's own Host counts.
         status, _, _ = c.get("/healthz", {"X-Forwarded-Host": REBOUND})
         assert status == 200
-    finally:
-        c.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 # 9. Every error is JSON, and every limit is at least 1 -------------------------------------
@@ -493,20 +495,12 @@ def stats(c, headers=None):
 def test_10_an_open_collector_counts_no_forced_record_in_its_stats():
     forced = [record("gateway", "GET /x", f"f-{i}", "forced") for i in range(2)]
     sampled = [record("gateway", "GET /x", f"s-{i}") for i in range(3)]
-    c, work = start(None, records=forced + sampled)
-    try:
+    with serving(None, records=forced + sampled) as c:
         s = stats(c)
         assert s["accepted_records"] == 3, s
-    finally:
-        c.stop()
-        shutil.rmtree(work, ignore_errors=True)
-    c, work = start(TOKEN, records=forced + sampled)
-    try:
+    with serving(TOKEN, records=forced + sampled) as c:
         s = stats(c, {"Authorization": f"Bearer {TOKEN}"})
         assert s["accepted_records"] == 5, s
-    finally:
-        c.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_10_a_gzip_body_of_two_members_is_read_whole(open_collector):
