@@ -145,7 +145,11 @@ fn commit_group(
         }
         match inserted {
             Ok(results) => {
-                let later_uses: Vec<_> = group.iter().flat_map(|j| &j.later_uses).collect();
+                let later_uses: Vec<(&str, u64)> = group
+                    .iter()
+                    .flat_map(|j| &j.later_uses)
+                    .map(|u| (u.nonce.as_str(), u.start_unix_nanos))
+                    .collect();
                 if !later_uses.is_empty()
                     && let Err(e) = store.mark_replayed(&later_uses)
                 {

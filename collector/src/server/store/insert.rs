@@ -332,9 +332,9 @@ fn roll_up_one(
 }
 
 impl Store {
-    /// Label each stored forced record with this nonce and start
-    /// `cpt.force.replayed=true`, in its labels and its record: a record
-    /// of the same nonce that started earlier arrived after it
+    /// Label each stored forced record of one of these (nonce, start)
+    /// pairs `cpt.force.replayed=true`, in its labels and its record: a
+    /// record of the same nonce that started earlier arrived after it
     /// (`server/replays.rs`). Returns how many were labelled.
     ///
     /// # Errors
@@ -342,7 +342,7 @@ impl Store {
     /// When the store cannot be written.
     pub(in crate::server) fn mark_replayed(
         &mut self,
-        uses: &[&crate::server::replays::LaterUse],
+        uses: &[(&str, u64)],
     ) -> Result<usize, StoreError> {
         let key = cpt_sdk::force::REPLAYED_LABEL;
         let nonce = cpt_sdk::force::NONCE_LABEL;
@@ -363,9 +363,9 @@ impl Store {
                  AND json_extract(labels, '$.\"{nonce}\"') = ?2"
                 ))
                 .map_err(sqlite)?;
-            for u in uses {
+            for (nonce, start) in uses {
                 n += update
-                    .execute(rusqlite::params![to_i64(u.start_unix_nanos), u.nonce])
+                    .execute(rusqlite::params![to_i64(*start), nonce])
                     .map_err(sqlite)?;
             }
         }
