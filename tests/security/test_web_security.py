@@ -429,7 +429,8 @@ def test_8_behind_a_trusted_proxy_the_forwarded_host_signs_in():
         for headers in (PROXIED, PROXIED_RFC7239):
             status, answer, body = c.post_form("/ui/login", f"token={TOKEN}&next=%2F", headers)
             assert status == 303, (headers, status, body)
-            assert "cpt_read_token=" in answer["set-cookie"]
+            # The browser is on HTTPS: the cookie never travels in clear.
+            assert "cpt_read_token=" in answer["set-cookie"] and "; Secure" in answer["set-cookie"]
         # The proxy forwards a rebound name: refused like one in Host.
         status, _, _ = c.get("/healthz", {"X-Forwarded-Host": REBOUND})
         assert status == 421

@@ -63,6 +63,11 @@ impl Origin {
         Origin { scheme, authority }
     }
 
+    /// Whether the scheme is `https`.
+    pub(crate) fn is_https(&self) -> bool {
+        self.scheme == "https"
+    }
+
     /// Whether an `Origin` header's value names this origin.
     pub(crate) fn is(&self, origin: &[u8]) -> bool {
         let Ok(origin) = std::str::from_utf8(origin) else {

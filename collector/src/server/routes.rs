@@ -326,6 +326,8 @@ fn admit(g: &Guard, req: &mut Request) -> Admit {
         Access::Open | Access::Ingest => Admit::Pass(None),
         Access::SignIn => {
             if same_origin(req.headers(), &origin) {
+                // The form's handler sets a `Secure` cookie for an HTTPS origin.
+                req.extensions_mut().insert(origin);
                 Admit::Pass(None)
             } else {
                 Admit::Refuse(error(
