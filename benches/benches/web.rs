@@ -41,7 +41,7 @@ fn get(addr: SocketAddr, target: &str) -> (u16, usize) {
     c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     write!(
         c,
-        "GET {target} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {READ_TOKEN}\r\n\
+        "GET {target} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {READ_TOKEN}\r\n\
          Connection: close\r\n\r\n"
     )
     .unwrap();

@@ -56,6 +56,7 @@ pub mod records;
 pub mod server;
 #[cfg(feature = "traces")]
 pub mod traces;
+mod visible;
 
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -2,8 +2,10 @@
 or a curious colleague would send them: one test per finding of the web
 pages' security review (open redirect after sign-in, forced records on an
 open collector's pages, security headers, cross-site posts, queries too
-large for the store, names no page may write raw or link wrongly) and the
-force credential's replay.
+large for the store, names no page may write raw or link wrongly), the
+force credential's replay, DNS rebinding and proxies (allowed hosts,
+trusted proxies), JSON errors and limits of 0, and what an open collector
+counts and reads of a gzip body.
 
 Run by .ci/run after `cargo build -p cpt-collector --bin cpt`:
 
@@ -14,6 +16,7 @@ requests are made with the standard library (http.client), never following
 a redirect, so each answer is checked as the server sent it.
 """
 
+import contextlib
 import http.client
 import json
 import os
@@ -75,11 +78,11 @@ ODD = [record("edge\u0000gw", "GET /x", "odd-0", callee="quote service")]
 class Collector:
     """A `cpt serve` on a free port, holding the records above."""
 
-    def __init__(self, work, token):
+    def __init__(self, work, token, extra=(), records=FORCED + SAMPLED + ODD):
         self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
         args = [BIN / "cpt", "serve", "--store", work / "store.db", "--grpc", "off",
-                "--http", self.host, "--durability", "normal"]
+                "--http", self.host, "--durability", "normal", *extra]
         if token:
             (work / "token").write_text(token + "\n")
             args += ["--read-token-file", work / "token"]
@@ -96,7 +99,7 @@ class Collector:
             if time.time() > deadline or self.proc.poll() is not None:
                 raise RuntimeError("cpt serve did not start: " + (work / "serve.log").read_text())
             time.sleep(0.2)
-        body = "".join(json.dumps(r) + "\n" for r in FORCED + SAMPLED + ODD)
+        body = "".join(json.dumps(r) + "\n" for r in records)
         status, _, answer = self.request("POST", "/v1/records", body,
                                          {"Content-Type": "application/x-ndjson"})
         assert status == 200, answer
@@ -129,10 +132,21 @@ class Collector:
         self.log.close()
 
 
-def start(token):
+def start(token, extra=(), records=FORCED + SAMPLED + ODD):
     work = Path(tempfile.mkdtemp(prefix="cpt-security-"))
-    c = Collector(work, token)
+    c = Collector(work, token, extra, records)
     return c, work
+
+
+@contextlib.contextmanager
+def serving(token, extra=(), records=FORCED + SAMPLED + ODD):
+    """A collector for one test: started, then stopped and removed."""
+    c, work = start(token, extra, records)
+    try:
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +242,10 @@ def test_2_the_read_token_shows_the_forced_records(token_collector):
 
 PAGES = ["/", "/ui/profile?service=gateway", "/ui/request?id=sampled-1", "/ui/diff",
          "/ui/login", "/ui/style.css", "/ui/flame.svg?service=gateway", "/healthz",
-         "/v1/records?service=gateway", "/profile?service=gateway", "/nope"]
+         "/v1/records?service=gateway", "/profile?service=gateway", "/nope",
+         # A target over the guard's limit (its 414), and one over the HTTP
+         # parser's own (64 KiB: the parser's 414).
+         "/ui/profile?service=" + "x" * 40_000, "/ui/profile?service=" + "x" * 70_000]
 
 
 @pytest.mark.parametrize("target", PAGES)
@@ -356,6 +373,171 @@ def test_7_a_second_forced_request_with_the_same_nonce_is_labelled_replayed_acro
         assert labels_of(c, "replay-3").get(REPLAYED_LABEL) == "true"
         post_one(c, forced_with_nonce("fresh-1", "n-43", now + 3_000_000))
         assert REPLAYED_LABEL not in labels_of(c, "fresh-1")
+        c.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# 8. DNS rebinding, allowed hosts and trusted proxies ---------------------------------------
+
+REBOUND = "rebind.attacker.example"
+
+
+def test_8_a_page_that_rebinds_its_name_to_the_collector_reads_and_sends_nothing(open_collector):
+    c = open_collector
+    # What the attacker's page makes the browser send, once its name resolves to 127.0.0.1.
+    rebound = {"Host": f"{REBOUND}:{c.port}", "Origin": f"http://{REBOUND}:{c.port}",
+               "Sec-Fetch-Site": "same-origin"}
+    for target in ("/", "/ui/profile?service=gateway", "/v1/records?service=gateway", "/healthz"):
+        status, headers, body = c.get(target, rebound)
+        assert status == 421, (target, status, body)
+        assert headers["content-type"] == "application/json"
+        assert "--allowed-host" in json.loads(body)["error"]
+        assert "sampled-1" not in body
+        assert headers.get("x-content-type-options") == "nosniff"
+        assert "frame-ancestors 'none'" in headers.get("content-security-policy", "")
+    sent = record("gateway", "GET /quote/{item}", "rebound-0")
+    status, _, body = c.request("POST", "/v1/records", json.dumps(sent) + "\n",
+                                {**rebound, "Content-Type": "application/x-ndjson"})
+    assert status == 421, body
+    status, _, body = c.get("/v1/records?request_id=rebound-0")
+    assert status == 200 and body == "", body
+
+
+def test_8_the_collector_answers_to_its_address_localhost_and_allowed_names():
+    with serving(None, ["--allowed-host", "cpt.example.com"], records=SAMPLED) as c:
+        for host in (c.host, f"localhost:{c.port}", f"cpt.example.com:{c.port}", "cpt.example.com",
+                     f"[::1]:{c.port}"):
+            status, _, body = c.get("/v1/records?request_id=sampled-1", {"Host": host})
+            assert status == 200 and "sampled-1" in body, (host, status, body)
+        for host in (REBOUND, f"other.example.com:{c.port}", f"cpt.example.com.{REBOUND}"):
+            status, _, _ = c.get("/healthz", {"Host": host})
+            assert status == 421, host
+
+
+# What a TLS-terminating proxy in front of the collector sends for a browser's sign-in at
+# https://cpt.example.com (a browser without Fetch Metadata: Origin only).
+PROXIED = {"X-Forwarded-Host": "cpt.example.com", "X-Forwarded-Proto": "https",
+           "Origin": "https://cpt.example.com"}
+PROXIED_RFC7239 = {"Forwarded": 'for=192.0.2.1;host="cpt.example.com";proto=https',
+                   "Origin": "https://cpt.example.com"}
+
+
+def test_8_behind_a_trusted_proxy_the_forwarded_host_signs_in():
+    with serving(TOKEN, ["--allowed-host", "cpt.example.com", "--trusted-proxy", "127.0.0.1"],
+                 records=SAMPLED) as c:
+        for headers in (PROXIED, PROXIED_RFC7239):
+            status, answer, body = c.post_form("/ui/login", f"token={TOKEN}&next=%2F", headers)
+            assert status == 303, (headers, status, body)
+            # The browser is on HTTPS: the cookie never travels in clear.
+            assert "cpt_read_token=" in answer["set-cookie"] and "; Secure" in answer["set-cookie"]
+        # The proxy forwards a rebound name: refused like one in Host.
+        status, _, _ = c.get("/healthz", {"X-Forwarded-Host": REBOUND})
+        assert status == 421
+
+
+def test_8_from_an_untrusted_peer_the_forwarded_headers_are_ignored():
+    # The proxy is trusted, but the request comes from this test's address, not the proxy's.
+    with serving(TOKEN, ["--allowed-host", "cpt.example.com", "--trusted-proxy", "192.0.2.7"],
+                 records=SAMPLED) as c:
+        for headers in (PROXIED, PROXIED_RFC7239):
+            status, answer, _ = c.post_form("/ui/login", f"token={TOKEN}&next=%2F", headers)
+            assert status == 403, headers
+            assert "set-cookie" not in answer
+        # A forwarded rebound name is ignored too: the request's own Host counts.
+        status, _, _ = c.get("/healthz", {"X-Forwarded-Host": REBOUND})
+        assert status == 200
+
+
+# 9. Every error is JSON, and every limit is at least 1 -------------------------------------
+
+ERRORS = [
+    ("GET", "/nope", 404),
+    ("DELETE", "/v1/records", 405),
+    ("GET", "/v1/records?" + "&".join(f"label=k{i}%3Dv" for i in range(100)), 400),
+    ("GET", "/v1/trend", 400),
+    ("GET", "/v1/trend?service=gateway&last=soon", 400),
+    ("GET", "/ui/profile?service=" + "x" * 40_000, 414),
+]
+
+
+@pytest.mark.parametrize("method,target,want", ERRORS)
+def test_9_every_error_of_the_api_and_the_guard_is_json(open_collector, method, target, want):
+    status, headers, body = open_collector.request(method, target)
+    assert status == want, body
+    assert headers["content-type"] == "application/json", headers
+    assert json.loads(body)["error"]
+
+
+LIMIT_FLAGS = ["--max-batch-bytes", "--max-pending-batches", "--max-receiving-bodies",
+               "--max-streams-per-connection", "--body-timeout", "--idle-timeout",
+               "--header-read-timeout"]
+
+
+@pytest.mark.parametrize("flag", LIMIT_FLAGS)
+def test_9_a_limit_of_0_is_refused_naming_the_flag(flag, tmp_path):
+    value = "0s" if flag.endswith("timeout") else "0"
+    run = subprocess.run(
+        [BIN / "cpt", "serve", "--store", tmp_path / "store.db", "--grpc", "off",
+         "--http", f"127.0.0.1:{free_port()}", flag, value],
+        capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0, f"{flag} {value} started: {run.stderr}"
+    assert flag in run.stderr and "0" in run.stderr, run.stderr
+
+
+# 10. Counts and bodies an open collector answers truly ---------------------------------------
+
+def stats(c, headers=None):
+    status, _, body = c.get("/v1/stats", headers)
+    assert status == 200, body
+    return json.loads(body)
+
+
+def test_10_an_open_collector_counts_no_forced_record_in_its_stats():
+    forced = [record("gateway", "GET /x", f"f-{i}", "forced") for i in range(2)]
+    sampled = [record("gateway", "GET /x", f"s-{i}") for i in range(3)]
+    with serving(None, records=forced + sampled) as c:
+        s = stats(c)
+        assert s["accepted_records"] == 3, s
+    with serving(TOKEN, records=forced + sampled) as c:
+        s = stats(c, {"Authorization": f"Bearer {TOKEN}"})
+        assert s["accepted_records"] == 5, s
+
+
+def test_10_a_gzip_body_of_two_members_is_read_whole(open_collector):
+    import gzip
+    members = b"".join(gzip.compress((json.dumps(record("gateway", "GET /x", f"gz-{i}")) + "\n").encode())
+                       for i in range(2))
+    status, _, body = open_collector.request(
+        "POST", "/v1/records", members,
+        {"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"})
+    assert status == 200, body
+    assert json.loads(body)["accepted_records"] == 2, body
+    for i in range(2):
+        _, _, found = open_collector.get(f"/v1/records?request_id=gz-{i}")
+        assert f"gz-{i}" in found
+
+
+def test_7_the_replay_is_the_use_that_started_later_whichever_arrives_first():
+    """A long request that used the credential first ends, and so arrives,
+    after its replay: the replay is labelled, in the store, not the
+    original."""
+    work = Path(tempfile.mkdtemp(prefix="cpt-security-replay-"))
+    now = time.time_ns()
+    try:
+        c = Collector(work, TOKEN)
+        post_one(c, forced_with_nonce("late-replay", "n-77", now + 5_000_000))
+        post_one(c, forced_with_nonce("early-original", "n-77", now))
+        assert REPLAYED_LABEL not in labels_of(c, "early-original")
+        assert labels_of(c, "late-replay").get(REPLAYED_LABEL) == "true"
+        # The same in one batch, the later first.
+        body = "".join(json.dumps(forced_with_nonce(rid, "n-78", now + d)) + "\n"
+                       for rid, d in (("batch-replay", 9_000_000), ("batch-original", 0)))
+        status, _, answer = c.request("POST", "/v1/records", body,
+                                      {"Content-Type": "application/x-ndjson"})
+        assert status == 200, answer
+        assert REPLAYED_LABEL not in labels_of(c, "batch-original")
+        assert labels_of(c, "batch-replay").get(REPLAYED_LABEL) == "true"
         c.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

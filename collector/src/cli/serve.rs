@@ -1,6 +1,6 @@
 //! `cpt serve`: run the collector.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use crate::server::store::Durability;
 use crate::server::{
     Collector, DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_GROUP_RECORDS, DEFAULT_MAX_PENDING_BATCHES,
     DEFAULT_MAX_RECEIVING_BODIES, DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_MIN_BODY_RATE, Keep,
-    RetentionConfig, ServeConfig, format_duration, parse_duration, parse_size,
+    RetentionConfig, ServeConfig, check_allowed_host, format_duration, parse_duration, parse_size,
 };
 
 /// Run the collector: accept record batches over gRPC (cpt.collector.v1.Collector/Export) and
@@ -39,39 +39,39 @@ pub struct ServeArgs {
     pub durability: String,
     /// Batches admitted but not yet stored, at most; beyond it requests get HTTP 429 /
     /// RESOURCE_EXHAUSTED (memory stays bounded by this times --max-batch-bytes).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PENDING_BATCHES)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PENDING_BATCHES, value_parser = at_least_one::<usize>)]
     pub max_pending_batches: usize,
     /// Largest batch body accepted, in bytes (HTTP 413 / OUT_OF_RANGE above).
-    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BATCH_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BATCH_BYTES, value_parser = at_least_one::<usize>)]
     pub max_batch_bytes: usize,
     /// Records committed in one group transaction, at most.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_GROUP_RECORDS)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_GROUP_RECORDS, value_parser = at_least_one::<usize>)]
     pub max_group_records: usize,
     /// Request bodies being received at once, at most (429 / RESOURCE_EXHAUSTED beyond). A
     /// batch takes one of the --max-pending-batches slots only once its body has arrived, so
     /// slow senders hold these instead.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_RECEIVING_BODIES)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_RECEIVING_BODIES, value_parser = at_least_one::<usize>)]
     pub max_receiving_bodies: usize,
     /// Receiving slots one peer address (IP) may hold at once; beyond it that peer gets 429 /
     /// RESOURCE_EXHAUSTED while others still find slots (default: a quarter of
     /// --max-receiving-bodies, at least 1).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one::<usize>)]
     pub max_receiving_bodies_per_peer: Option<usize>,
     /// Bytes per second a request body must average after its first 5 s; a slower sender is cut
     /// (HTTP 408 / DEADLINE_EXCEEDED) and its slot freed. 0: no minimum.
     #[arg(long, value_name = "BYTES_PER_SEC", default_value_t = DEFAULT_MIN_BODY_RATE)]
     pub min_body_rate: u64,
     /// How long a client may take to send a request body (HTTP 408 / DEADLINE_EXCEEDED after).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
+    #[arg(long, value_name = "DURATION", value_parser = more_than_zero, default_value = "30s")]
     pub body_timeout: Duration,
     /// How long a client may take to send an HTTP/1 request's headers (connection closed after).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "10s")]
+    #[arg(long, value_name = "DURATION", value_parser = more_than_zero, default_value = "10s")]
     pub header_read_timeout: Duration,
     /// Close a connection with no request in flight and no traffic for this long.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "60s")]
+    #[arg(long, value_name = "DURATION", value_parser = more_than_zero, default_value = "60s")]
     pub idle_timeout: Duration,
     /// Concurrent HTTP/2 streams per connection, at most.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STREAMS_PER_CONNECTION)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STREAMS_PER_CONNECTION, value_parser = at_least_one::<u32>)]
     pub max_streams_per_connection: u32,
     /// Require `Authorization: Bearer <token>` on ingest, the token being this file's content
     /// (surrounding whitespace trimmed). Without it anyone who can reach the ports may send
@@ -161,6 +161,39 @@ pub struct ServeArgs {
     /// Answer GET /metrics (Prometheus text) without the read token.
     #[arg(long)]
     pub metrics_open: bool,
+    /// A host name the HTTP port answers to (repeatable), besides IP addresses and localhost:
+    /// a request naming any other host in Host (or HTTP/2 :authority) is refused with 421, so a
+    /// web page cannot reach the collector by resolving its own name to it (DNS rebinding).
+    /// Give every name browsers and senders use to reach the port.
+    #[arg(long = "allowed-host", value_name = "NAME", value_parser = check_allowed_host)]
+    pub allowed_hosts: Vec<String>,
+    /// The address of a reverse proxy in front of the HTTP port (repeatable): its Forwarded
+    /// (host=, proto=) or X-Forwarded-Host / X-Forwarded-Proto headers then name the host and
+    /// scheme a request was sent to. From any other peer those headers are ignored.
+    #[arg(long = "trusted-proxy", value_name = "ADDR")]
+    pub trusted_proxies: Vec<IpAddr>,
+}
+
+/// A count flag's value: 1 or more (0 would refuse or stall everything).
+fn at_least_one<T>(s: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + Default + PartialEq,
+    T::Err: std::fmt::Display,
+{
+    let n: T = s.trim().parse().map_err(|e| format!("{e}"))?;
+    if n == T::default() {
+        return Err("must be at least 1 (0 would refuse every request)".to_owned());
+    }
+    Ok(n)
+}
+
+/// A timeout flag's value: a duration longer than 0 (e.g. `30s`).
+fn more_than_zero(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (e.g. 30s)"))?;
+    if d.is_zero() {
+        return Err("must be longer than 0 (e.g. 30s): 0 would cut every connection".to_owned());
+    }
+    Ok(d)
 }
 
 fn read_token(flag: &str, path: &std::path::Path) -> anyhow::Result<String> {
@@ -282,6 +315,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.grpc = grpc;
     config.http = http;
     config.metrics_open = args.metrics_open;
+    config.allowed_hosts = args.allowed_hosts.clone();
+    config.trusted_proxies = args.trusted_proxies.clone();
     config.retention = RetentionConfig {
         retain_for: args.retain_for,
         max_store_bytes: args.max_store_bytes,

@@ -15,11 +15,15 @@ use inferno::flamegraph::{self, Options};
 
 use crate::format::fmt_ns;
 use crate::profile::aggregate::{Aggregate, frame_label};
+use crate::visible::visible;
 
 /// A frame label made safe for the folded format (`;` separates frames and
-/// line breaks separate stacks).
+/// line breaks separate stacks) and shown as a reader sees it
+/// ([`visible`]: control characters as `␀`, `␛`, bidirectional and
+/// invisible ones as `⟨U+202E⟩`), so the flame graph SVG is well-formed XML
+/// whatever a service named its frames.
 fn folded_frame(label: &str) -> String {
-    label.replace(';', ":").replace(['\n', '\r'], " ")
+    visible(&label.replace(';', ":")).into_owned()
 }
 
 /// The aggregate as folded stacks (see the [module docs](self)).
@@ -71,6 +75,15 @@ pub struct FlameOptions {
     pub inverted: bool,
 }
 
+/// The title and subtitle (a selection, which names services and labels)
+/// as a reader sees them ([`visible`]).
+fn shown(o: &mut Options<'_>) {
+    o.title = visible(&o.title).into_owned();
+    if let Some(sub) = &o.subtitle {
+        o.subtitle = Some(visible(sub).into_owned());
+    }
+}
+
 /// The aggregate as a flame graph SVG.
 ///
 /// # Errors
@@ -98,6 +111,7 @@ pub fn flame_svg(agg: &Aggregate, opts: &FlameOptions) -> io::Result<Vec<u8>> {
             .iter()
             .find_map(|c| c.strip_prefix("cpt selection: ").map(str::to_owned))
     });
+    shown(&mut o);
     o.count_name = "ns/request".into();
     o.name_type = "Frame:".into();
     o.deterministic = true;
@@ -146,6 +160,7 @@ pub fn diff_flame_svg(
         )
     });
     o.subtitle = opts.subtitle.clone();
+    shown(&mut o);
     o.count_name = "ns/request".into();
     o.name_type = "Frame:".into();
     o.deterministic = true;
@@ -212,7 +227,7 @@ mod tests {
 
     #[test]
     fn folded_escapes_separators() {
-        assert_eq!(folded_frame("a;b\nc"), "a:b c");
+        assert_eq!(folded_frame("a;b\nc\0"), "a:b\u{240a}c\u{2400}");
         let empty =
             Aggregate::from_records(&Selection::new(), Vec::<cpt_sdk::record::Record>::new());
         assert!(flame_svg(&empty, &FlameOptions::default()).is_err());

@@ -20,6 +20,9 @@ use cpt_sdk::Record;
 pub(super) struct Counters {
     pub(super) accepted_batches: AtomicU64,
     pub(super) accepted_records: AtomicU64,
+    /// Of `accepted_records`, those forced: a reader who may not see
+    /// forced records is shown the count without them.
+    pub(super) accepted_forced_records: AtomicU64,
     pub(super) rejected_batches: AtomicU64,
     pub(super) overloaded: AtomicU64,
     pub(super) store_errors: AtomicU64,
@@ -124,6 +127,9 @@ pub(super) struct Job {
     pub(super) batch: EncodedBatch,
     /// The records themselves, kept when they are written as Parquet too.
     pub(super) records: Option<Vec<Record>>,
+    /// Stored forced records this batch shows to be replays, labelled once
+    /// it is committed (`replays.rs`).
+    pub(super) later_uses: Vec<super::replays::LaterUse>,
     pub(super) ack: oneshot::Sender<Result<u64, Arc<StoreError>>>,
     pub(super) _permit: OwnedSemaphorePermit,
 }
@@ -375,9 +381,13 @@ impl Ingest {
         let keep_records = self.keep_records;
         let forced_nonces = self.forced_nonces.clone();
         let result = async {
-            let (batch, records) = tokio::task::spawn_blocking(move || {
+            let (batch, records, forced, later_uses) = tokio::task::spawn_blocking(move || {
                 let mut records = decode(&limits, &cancelled)?;
-                forced_nonces.label(&mut records);
+                let forced = records
+                    .iter()
+                    .filter(|r| r.trigger == cpt_sdk::Trigger::Forced)
+                    .count() as u64;
+                let later_uses = forced_nonces.label(&mut records);
                 if cancelled.load(Ordering::Relaxed) {
                     return Err(BatchError::new(
                         "body",
@@ -387,6 +397,8 @@ impl Ingest {
                 Ok((
                     EncodedBatch::new(&records).with_batch_id(batch_id),
                     keep_records.then_some(records),
+                    forced,
+                    later_uses,
                 ))
             })
             .await
@@ -397,6 +409,7 @@ impl Ingest {
                 .send(Job {
                     batch,
                     records,
+                    later_uses,
                     ack,
                     _permit: permit,
                 })
@@ -405,6 +418,7 @@ impl Ingest {
             done.await
                 .map_err(|_| SubmitError::ShuttingDown)?
                 .map_err(SubmitError::Store)
+                .map(|n| (n, forced))
         }
         .await;
         drop(cancel);
@@ -412,24 +426,27 @@ impl Ingest {
             self.counters.ack_seconds.observe(admitted.elapsed());
         }
         match &result {
-            Ok(0) => {
+            Ok((0, _)) => {
                 // Only a batch id seen before stores nothing (empty
                 // batches are refused while decoding).
                 self.counters
                     .duplicate_batches
                     .fetch_add(1, Ordering::Relaxed);
             }
-            Ok(n) => {
+            Ok((n, forced)) => {
                 self.counters
                     .accepted_batches
                     .fetch_add(1, Ordering::Relaxed);
                 self.counters
                     .accepted_records
                     .fetch_add(*n, Ordering::Relaxed);
+                self.counters
+                    .accepted_forced_records
+                    .fetch_add(*forced, Ordering::Relaxed);
             }
             Err(e) => e.count(&self.counters),
         }
-        result
+        result.map(|(n, _)| n)
     }
 }
 

@@ -14,10 +14,21 @@
 //! carries its own script (zoom, search) and stylesheet, allowed by their
 //! SHA-256 hashes and nothing else, and the collector's own pages frame it
 //! (`frame-ancestors 'self'`).
+//!
+//! A request hyper cannot parse (a request line over 64 KiB, headers over
+//! its buffer, malformed HTTP/1) never reaches the guard: hyper answers it
+//! itself (400, 414, 431, empty) and closes the connection. Every
+//! connection's stream is wrapped in [`ParseErrorHeaders`], which adds the
+//! same headers to such an answer as it is written.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 
 use base64::Engine as _;
 use http::{HeaderMap, HeaderValue, header};
 use sha2::Digest as _;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The policy of every page and answer but the flame graphs.
 pub(crate) const PAGE_CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
@@ -40,6 +51,142 @@ pub(crate) fn secure(h: &mut HeaderMap) {
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
+}
+
+/// `buf` with the security headers added, when it starts with the head of
+/// one of hyper's own answers (an HTTP/1 4xx without a
+/// `Content-Security-Policy`: every answer of the router has one).
+fn secured_parse_error(buf: &[u8]) -> Option<Vec<u8>> {
+    if !(buf.starts_with(b"HTTP/1.1 4") || buf.starts_with(b"HTTP/1.0 4")) {
+        return None;
+    }
+    let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = buf[..head_end].to_ascii_lowercase();
+    if head
+        .windows(b"content-security-policy:".len())
+        .any(|w| w == b"content-security-policy:")
+    {
+        return None;
+    }
+    let line_end = buf.windows(2).position(|w| w == b"\r\n")? + 2;
+    let mut added = HeaderMap::new();
+    secure(&mut added);
+    let mut out = Vec::with_capacity(buf.len() + 512);
+    out.extend_from_slice(&buf[..line_end]);
+    for (name, value) in &added {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(&buf[line_end..]);
+    Some(out)
+}
+
+/// A connection's stream that gives hyper's own answers to requests it
+/// cannot parse the security headers (see the module docs); everything
+/// else passes through unchanged.
+pub(crate) struct ParseErrorHeaders<T> {
+    inner: T,
+    /// A rewritten answer not yet all written, and how much of it is.
+    pending: Vec<u8>,
+    written: usize,
+}
+
+impl<T> ParseErrorHeaders<T> {
+    pub(crate) fn new(inner: T) -> Self {
+        ParseErrorHeaders {
+            inner,
+            pending: Vec::new(),
+            written: 0,
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> ParseErrorHeaders<T> {
+    /// Write what is pending.
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.written < self.pending.len() {
+            let n =
+                ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending[self.written..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.written += n;
+        }
+        self.pending.clear();
+        self.written = 0;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Take `buf` as written when it is one of hyper's own answers
+    /// (rewritten, and written as far as the stream takes it now).
+    fn take_parse_error(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Option<io::Result<usize>> {
+        let secured = secured_parse_error(buf)?;
+        self.pending = secured;
+        self.written = 0;
+        match self.drain(cx) {
+            Poll::Ready(Err(e)) => Some(Err(e)),
+            // The rest goes out on the next write, flush or shutdown.
+            Poll::Ready(Ok(())) | Poll::Pending => Some(Ok(buf.len())),
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for ParseErrorHeaders<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for ParseErrorHeaders<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        ready!(this.drain(cx))?;
+        if let Some(done) = this.take_parse_error(cx, buf) {
+            return Poll::Ready(done);
+        }
+        Pin::new(&mut this.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        ready!(this.drain(cx))?;
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty())
+            && let Some(done) = this.take_parse_error(cx, first)
+        {
+            return Poll::Ready(done);
+        }
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        ready!(this.drain(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        ready!(this.drain(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
 }
 
 /// inferno's SVG made to run under a strict policy, and that policy.
@@ -133,6 +280,34 @@ fn hash(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hypers_own_answers_get_the_security_headers_and_the_routers_are_left_alone() {
+        let bare = b"HTTP/1.1 414 URI Too Long\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
+        let secured = String::from_utf8(secured_parse_error(bare).unwrap()).unwrap();
+        assert!(
+            secured.starts_with("HTTP/1.1 414 URI Too Long\r\n"),
+            "{secured}"
+        );
+        for h in [
+            "content-security-policy: default-src 'none'",
+            "x-frame-options: DENY\r\n",
+            "x-content-type-options: nosniff\r\n",
+            "referrer-policy: no-referrer\r\n",
+        ] {
+            assert!(secured.contains(h), "{h}: {secured}");
+        }
+        assert!(secured.ends_with("content-length: 0\r\ndate: x\r\n\r\n"));
+        // An answer of the router (it has a policy), a 200, a body, half a head.
+        for other in [
+            &b"HTTP/1.1 404 Not Found\r\nContent-Security-Policy: x\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            b"{\"service\":\"HTTP/1.1 414\"}",
+            b"HTTP/1.1 414 URI Too Long\r\ncontent-len",
+        ] {
+            assert_eq!(secured_parse_error(other), None);
+        }
+    }
 
     #[test]
     fn cdata_is_unwrapped_and_markup_refused() {

@@ -215,12 +215,13 @@ async fn post_records(
     }
 }
 
-/// Inflate a gzip body, refusing more than `limit` bytes of output (a small
-/// body may inflate enormously).
+/// Inflate a gzip body, every member of it (RFC 1952 §2.2: a gzip file is
+/// a series of members, and `cat a.gz b.gz` is one), refusing more than
+/// `limit` bytes of output (a small body may inflate enormously).
 fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
     use std::io::Read as _;
     let mut out = Vec::new();
-    flate2::read::GzDecoder::new(body)
+    flate2::read::MultiGzDecoder::new(body)
         .take(limit as u64 + 1)
         .read_to_end(&mut out)
         .map_err(|e| BatchError::new("body", format!("bad gzip body: {e}")))?;
@@ -233,13 +234,28 @@ fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
     Ok(out)
 }
 
-async fn get_stats(State(ingest): State<Arc<Ingest>>, Extension(_): Extension<Reader>) -> Response {
+/// The counters; to a reader who may not see forced records (an open
+/// collector's), `accepted_records` counts sampled records only, as every
+/// other answer it gets leaves forced records out.
+async fn get_stats(
+    State(ingest): State<Arc<Ingest>>,
+    Extension(reader): Extension<Reader>,
+) -> Response {
     let s = ingest.counters.snapshot();
+    let accepted_records = if reader.sees_forced() {
+        s.accepted_records
+    } else {
+        let forced = ingest
+            .counters
+            .accepted_forced_records
+            .load(std::sync::atomic::Ordering::Relaxed);
+        s.accepted_records.saturating_sub(forced)
+    };
     json_response(
         StatusCode::OK,
         &serde_json::json!({
             "accepted_batches": s.accepted_batches,
-            "accepted_records": s.accepted_records,
+            "accepted_records": accepted_records,
             "rejected_batches": s.rejected_batches,
             "overloaded": s.overloaded,
             "store_errors": s.store_errors,
@@ -480,4 +496,33 @@ fn records_query(query: &str, reader: Reader) -> Result<super::store::StoreQuery
     let mut q = super::store::StoreQuery::from_selection(&sel);
     q.limit = Some(limit);
     Ok(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    fn gz(text: &str) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(text.as_bytes()).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn every_member_of_a_gzip_body_is_inflated() {
+        let mut body = gz("line 1\n");
+        body.extend(gz("line 2\n"));
+        assert_eq!(gunzip(&body, 1 << 20).unwrap(), b"line 1\nline 2\n");
+        // A member cut short, or bytes after the last member that are no
+        // member, refuse the body: never half of it.
+        let mut cut = body.clone();
+        cut.truncate(body.len() - 4);
+        assert!(gunzip(&cut, 1 << 20).is_err());
+        let mut trailing = body.clone();
+        trailing.extend(b"junk");
+        assert!(gunzip(&trailing, 1 << 20).is_err());
+        // The limit counts the members together.
+        assert!(gunzip(&body, 10).is_err());
+    }
 }

@@ -142,7 +142,7 @@ async fn connection<T, S, B>(
         start,
     });
     let io = TokioIo::new(Tracked {
-        inner: stream,
+        inner: super::headers::ParseErrorHeaders::new(stream),
         activity: activity.clone(),
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());

@@ -58,7 +58,8 @@
 //! | `trend.rs` | `GET /v1/trend`, an endpoint's trend from the roll-ups |
 //! | `staging.rs` | Parquet files staged until the store commits, settled at start |
 //! | `http_api.rs` | `POST /v1/records`, `GET /v1/records`, `GET /profile`, `GET /v1/stats`, `GET /healthz` |
-//! | `routes.rs` | every route in one table, and the guard in front of them all: query limit, same-origin POSTs, the read policy |
+//! | `routes.rs` | every route in one table, and the guard in front of them all: allowed hosts, query limit, same-origin POSTs, the read policy |
+//! | `authority.rs` | the names the HTTP port answers to (DNS rebinding), trusted proxies' forwarded host, the origin a sign-in must come from |
 //! | `access.rs` | the read policy: who may read (the read token) and what (forced records), bearer parsing |
 //! | `headers.rs` | the security headers of every answer, the flame graphs' policy |
 //! | `errlog.rs` | failure details for the operator's log, rate-limited |
@@ -71,7 +72,7 @@
 //! | `mod.rs` (here) | [`ServeConfig`], starting and stopping a [`Collector`] |
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -83,6 +84,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 
 mod access;
 mod admission;
+mod authority;
 mod errlog;
 mod grpc_api;
 mod headers;
@@ -109,11 +111,13 @@ use store::{Durability, Store, StoreError};
 use writer::write_loop;
 
 pub use crate::ingest::IngestLimits;
+pub use authority::check_allowed_host;
 pub use http_api::SOURCE_HEADER;
 pub use retention::{
     DEFAULT_HOURLY_ROLLUPS_FOR, DEFAULT_RETAIN_FOR, DEFAULT_RETENTION_INTERVAL,
     DEFAULT_ROLLUPS_RETAIN_FOR, Keep, RetentionConfig, format_duration, parse_duration, parse_size,
 };
+pub use routes::MAX_TARGET_BYTES;
 pub use tls::{TlsError, TlsFiles};
 
 /// Default for [`ServeConfig::max_pending_batches`].
@@ -225,6 +229,14 @@ pub struct ServeConfig {
     /// that scrapes without credentials). The counters say nothing of any
     /// one request.
     pub metrics_open: bool,
+    /// Host names the HTTP port answers to, besides IP addresses and
+    /// `localhost` (a request for any other name is refused with 421:
+    /// DNS rebinding). See [`ServeConfig::with_allowed_host`].
+    pub allowed_hosts: Vec<String>,
+    /// Peers whose `Forwarded` / `X-Forwarded-Host` / `X-Forwarded-Proto`
+    /// headers name the host and scheme a request was sent to (a reverse
+    /// proxy's address); from other peers those headers are ignored.
+    pub trusted_proxies: Vec<IpAddr>,
 }
 
 impl ServeConfig {
@@ -253,7 +265,24 @@ impl ServeConfig {
             tls: None,
             retention: RetentionConfig::keep_everything(),
             metrics_open: false,
+            allowed_hosts: Vec::new(),
+            trusted_proxies: Vec::new(),
         }
+    }
+
+    /// Answer HTTP requests for `name` too (`cpt serve --allowed-host`; see
+    /// [`ServeConfig::allowed_hosts`]); [`Collector::start`] refuses a
+    /// value that is not a host name ([`check_allowed_host`]).
+    pub fn with_allowed_host(mut self, name: impl Into<String>) -> Self {
+        self.allowed_hosts.push(name.into());
+        self
+    }
+
+    /// Take the forwarded host and scheme from `proxy`
+    /// (`cpt serve --trusted-proxy`; see [`ServeConfig::trusted_proxies`]).
+    pub fn with_trusted_proxy(mut self, proxy: IpAddr) -> Self {
+        self.trusted_proxies.push(proxy);
+        self
     }
 
     /// Set [`ServeConfig::retention`].
@@ -484,6 +513,10 @@ impl Collector {
         // Before anything is opened: a bad certificate fails the start.
         let tls = config.tls.as_ref().map(tls::server_config).transpose()?;
         config.retention.check().map_err(ServeError::Config)?;
+        for name in &config.allowed_hosts {
+            check_allowed_host(name)
+                .map_err(|e| ServeError::Config(format!("--allowed-host {e}")))?;
+        }
         if let Some(bound) = config.retention.max_store_bytes {
             let least = RetentionConfig::min_store_bytes(config.max_batch_bytes);
             if bound < least {
@@ -627,7 +660,11 @@ impl Collector {
                 .layer(axum::middleware::from_fn_with_state(
                     routes::Guard {
                         read: ingest.read.clone(),
-                        tls: tls.is_some(),
+                        authorities: authority::Authorities::new(
+                            &config.allowed_hosts,
+                            &config.trusted_proxies,
+                            tls.is_some(),
+                        ),
                         metrics_open: config.metrics_open,
                     },
                     routes::guard,

@@ -1,8 +1,15 @@
 //! Replayed force credentials, made visible: a forced record carries its
 //! credential's nonce ([`NONCE_LABEL`], set by the service that accepted
-//! it), and a forced record of another request start with a nonce an
-//! earlier one carried is labelled [`REPLAYED_LABEL`] `=true` at ingest,
-//! before it is stored. A service refuses a credential it accepted once,
+//! it), and of the forced records with one nonce every one but the one
+//! that started first is labelled [`REPLAYED_LABEL`] `=true`.
+//!
+//! Records arrive in the order their requests ended, not started: a long
+//! request that used the credential first may arrive after its replay. A
+//! record is labelled at ingest, before it is stored, when an earlier-started
+//! record with its nonce was seen; when the record that arrives started
+//! before the one seen so far, that stored one is the replay, and the
+//! writer labels it in the store ([`LaterUse`]) once the arriving batch is
+//! committed. (A Parquet file keeps the labels a record was written with.) A service refuses a credential it accepted once,
 //! but not one another replica accepted, nor (without a state directory)
 //! one it accepted before a restart: this is where such a replay shows.
 //!
@@ -32,6 +39,14 @@ struct First {
     /// When it was seen (its start, for those read back from the store),
     /// Unix seconds: forgotten [`MAX_TTL_SECS`] later.
     seen_unix_secs: u64,
+}
+
+/// A stored forced record that turned out to be a replay: one with its
+/// nonce that started earlier arrived after it (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct LaterUse {
+    pub(super) nonce: String,
+    pub(super) start_unix_nanos: u64,
 }
 
 /// The nonces of recent forced records (see the module docs).
@@ -74,27 +89,42 @@ impl ForcedNonces {
         nonces
     }
 
-    /// Label the forced records of `records` whose nonce an earlier record
-    /// of another start carried, and remember the new nonces.
-    pub(super) fn label(&self, records: &mut [Record]) {
-        self.label_at(records, cpt_sdk::force::now_unix_secs());
+    /// Label the forced records of `records` whose nonce a record that
+    /// started earlier carried, and remember the new nonces; returns the
+    /// stored records that these records show to be replays.
+    pub(super) fn label(&self, records: &mut [Record]) -> Vec<LaterUse> {
+        self.label_at(records, cpt_sdk::force::now_unix_secs())
     }
 
-    fn label_at(&self, records: &mut [Record], now: u64) {
-        let mut forced = records
+    fn label_at(&self, records: &mut [Record], now: u64) -> Vec<LaterUse> {
+        let mut forced: Vec<&mut Record> = records
             .iter_mut()
             .filter(|r| r.trigger == Trigger::Forced && r.labels.contains_key(NONCE_LABEL))
-            .peekable();
-        if forced.peek().is_none() {
-            return;
+            .collect();
+        let mut later_uses = Vec::new();
+        if forced.is_empty() {
+            return later_uses;
         }
+        // In the order they started (a record without a start last), so
+        // that of one batch's uses of a nonce the first is the original.
+        forced.sort_by_key(|r| (r.start_unix_nanos.is_none(), r.start_unix_nanos));
         let mut first = self.lock();
         for r in forced {
-            let nonce = &r.labels[NONCE_LABEL];
-            let replayed = match first.get(nonce.as_str()) {
-                Some(f) => f.start_unix_nanos != r.start_unix_nanos,
+            let nonce = r.labels[NONCE_LABEL].clone();
+            let replayed = match first.get_mut(nonce.as_str()) {
+                Some(f) => match (f.start_unix_nanos, r.start_unix_nanos) {
+                    // Started before the one seen so far: that one is the replay.
+                    (Some(seen), Some(start)) if start < seen => {
+                        later_uses.push(LaterUse {
+                            nonce: nonce.clone(),
+                            start_unix_nanos: seen,
+                        });
+                        f.start_unix_nanos = Some(start);
+                        false
+                    }
+                    (seen, start) => seen != start,
+                },
                 None => {
-                    let nonce = nonce.clone();
                     remember(&mut first, &nonce, r.start_unix_nanos, now, now);
                     false
                 }
@@ -104,6 +134,7 @@ impl ForcedNonces {
                     .insert(REPLAYED_LABEL.to_owned(), "true".to_owned());
             }
         }
+        later_uses
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, First>> {
@@ -172,6 +203,7 @@ mod tests {
             ("the same record resent", vec![forced(Some("n1"), 10)],                          vec![false]),
             ("a replay",               vec![forced(Some("n1"), 20)],                          vec![true]),
             ("two uses in one batch",  vec![forced(Some("n2"), 10), forced(Some("n2"), 30)],  vec![false, true]),
+            ("the later first",        vec![forced(Some("n3"), 30), forced(Some("n3"), 10)],  vec![true, false]),
             ("no nonce",               vec![forced(None, 10), forced(None, 40)],              vec![false, false]),
         ];
         for (name, mut records, want) in cases {
@@ -185,6 +217,29 @@ mod tests {
         let mut records = vec![s];
         n.label_at(&mut records, NOW);
         assert!(!replayed(&records[0]));
+    }
+
+    #[test]
+    fn a_record_that_started_first_but_arrived_later_marks_the_stored_one_replayed() {
+        let n = ForcedNonces::default();
+        // The replay (started at 20) arrives first and is stored unlabelled.
+        let mut replay = vec![forced(Some("n1"), 20)];
+        assert_eq!(n.label_at(&mut replay, NOW), vec![]);
+        assert!(!replayed(&replay[0]));
+        // The original (started at 10) arrives later: it is not labelled,
+        // the stored record of 20 is.
+        let mut original = vec![forced(Some("n1"), 10)];
+        let later = n.label_at(&mut original, NOW);
+        assert!(!replayed(&original[0]));
+        let want = LaterUse {
+            nonce: "n1".into(),
+            start_unix_nanos: 20,
+        };
+        assert_eq!(later, vec![want]);
+        // Another use, between the two, is a replay of the original.
+        let mut between = vec![forced(Some("n1"), 15)];
+        assert_eq!(n.label_at(&mut between, NOW), vec![]);
+        assert!(replayed(&between[0]));
     }
 
     #[test]

@@ -4,14 +4,19 @@
 //! The guard is a layer on the whole router, so it sees every request,
 //! whatever route answers it. For each one it:
 //!
+//! 0. refuses a request for a name the port does not answer to with 421
+//!    ([`super::authority`]: an IP address, `localhost` or an
+//!    `--allowed-host` name; DNS rebinding is refused here);
 //! 1. looks the path and method up in [`ROUTES`]: a path the table does not
 //!    list is 404 and a method it does not list 405, even when a handler
 //!    exists (a route added to the router but not to the table fails
 //!    closed, and its own tests say so);
-//! 2. refuses a query of more than [`MAX_QUERY_PARAMS`] parameters with 400
+//! 2. refuses a target longer than [`MAX_TARGET_BYTES`] with 414 and a
+//!    query of more than [`MAX_QUERY_PARAMS`] parameters with 400, each
 //!    naming the limit, the same on every route;
 //! 3. for a sign-in form ([`Access::SignIn`]), refuses a request another
-//!    site sent (`Sec-Fetch-Site`, else `Origin`) with 403;
+//!    site sent (`Sec-Fetch-Site`, else an `Origin` other than the one
+//!    step 0 found) with 403;
 //! 4. for a read ([`Access::Read`]), asks the read policy
 //!    ([`ReadAccess::decide`]) what the caller may see: 401 (or the sign-in
 //!    form for a browser on a page) without the read token where one is
@@ -19,6 +24,9 @@
 //!    extension and, when it withholds forced records, the answer says so
 //!    in [`FORCED_HEADER`];
 //! 5. adds the security headers to the answer ([`super::headers`]).
+//!
+//! Every answer the guard gives itself is JSON, `{"error": "…"}`, as the
+//! API's are.
 //!
 //! A new route joins by one row in [`ROUTES`] (its path, methods, access and
 //! kind) beside its handler in the router; a read handler takes
@@ -32,13 +40,20 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 
 use super::access::{ReadAccess, Reader};
+use super::authority::{Authorities, Origin};
 use super::headers;
+use super::receiving::PeerIp;
 use crate::records::query;
 
 /// Most parameters one query may have, on every route (400 beyond, naming
 /// this limit). A profile's selection needs a handful; a query of
 /// thousands is a mistake or an attack on the store.
 pub const MAX_QUERY_PARAMS: usize = 64;
+
+/// Longest request target (path and query), in bytes, on every route (414
+/// beyond, naming this limit). The longest selection a page links to is a
+/// few hundred bytes.
+pub const MAX_TARGET_BYTES: usize = 32 * 1024;
 
 /// On every read answer of a collector without a read token:
 /// `withheld`, forced records were left out.
@@ -128,8 +143,8 @@ pub(crate) const ROUTES: &[Route] = &[
 #[derive(Clone, Debug)]
 pub(crate) struct Guard {
     pub(crate) read: ReadAccess,
-    /// The port serves TLS (the origin a same-origin POST names).
-    pub(crate) tls: bool,
+    /// The names the port answers to, and the trusted proxies.
+    pub(crate) authorities: Authorities,
     /// `/metrics` is open to anyone (`cpt serve --metrics-open`).
     pub(crate) metrics_open: bool,
 }
@@ -151,7 +166,7 @@ fn find(method: &Method, path: &str) -> Result<&'static Route, Vec<&'static str>
 }
 
 fn not_allowed(path: &str, method: &Method, allow: &[&str]) -> Response {
-    let mut resp = text(
+    let mut resp = error(
         StatusCode::METHOD_NOT_ALLOWED,
         format!("{path} takes {}, not {method}", allow.join(", ")),
     );
@@ -162,7 +177,7 @@ fn not_allowed(path: &str, method: &Method, allow: &[&str]) -> Response {
 }
 
 fn not_found(path: &str) -> Response {
-    text(
+    error(
         StatusCode::NOT_FOUND,
         format!("no such page or API: {path} (the collector's pages start at /)"),
     )
@@ -174,19 +189,33 @@ pub(crate) async fn fallback(uri: http::Uri) -> Response {
     not_found(uri.path())
 }
 
-fn text(status: StatusCode, msg: String) -> Response {
+/// An error answer: `{"error": msg}`.
+pub(crate) fn error(status: StatusCode, msg: String) -> Response {
     (
         status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        format!("{msg}\n"),
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{}\n", serde_json::json!({ "error": msg })),
     )
         .into_response()
+}
+
+/// The 414 every route gives a target over [`MAX_TARGET_BYTES`].
+fn too_long(target: usize) -> Option<Response> {
+    (target > MAX_TARGET_BYTES).then(|| {
+        error(
+            StatusCode::URI_TOO_LONG,
+            format!(
+                "request target of {target} bytes, over the limit of {MAX_TARGET_BYTES} bytes; \
+                 narrow the selection"
+            ),
+        )
+    })
 }
 
 /// The 400 every route gives a query over [`MAX_QUERY_PARAMS`].
 fn over_limit(params: usize) -> Option<Response> {
     (params > MAX_QUERY_PARAMS).then(|| {
-        text(
+        error(
             StatusCode::BAD_REQUEST,
             format!(
                 "bad query: {params} parameters, over the limit of {MAX_QUERY_PARAMS} \
@@ -198,22 +227,17 @@ fn over_limit(params: usize) -> Option<Response> {
 
 /// Whether a browser's POST comes from this collector's own pages:
 /// `Sec-Fetch-Site: same-origin` when the browser sends it (every current
-/// one does), else an `Origin` equal to this port's own
-/// (`http(s)://` + `Host`). A request with neither is refused too: a form
-/// post from a browser always carries one.
-pub(crate) fn same_origin(headers: &HeaderMap, tls: bool) -> bool {
+/// one does), else an `Origin` equal to `own`, the allowed origin the
+/// request was sent to ([`Authorities::origin`]: `Host`, HTTP/2's
+/// `:authority`, or what a trusted proxy forwarded). A request with
+/// neither is refused too: a form post from a browser always carries one.
+pub(crate) fn same_origin(headers: &HeaderMap, own: &Origin) -> bool {
     if let Some(site) = headers.get("sec-fetch-site") {
         return site.as_bytes() == b"same-origin";
     }
-    let (Some(origin), Some(host)) = (headers.get(header::ORIGIN), headers.get(header::HOST))
-    else {
-        return false;
-    };
-    let scheme: &[u8] = if tls { b"https://" } else { b"http://" };
-    origin
-        .as_bytes()
-        .strip_prefix(scheme)
-        .is_some_and(|o| o.eq_ignore_ascii_case(host.as_bytes()))
+    headers
+        .get(header::ORIGIN)
+        .is_some_and(|origin| own.is(origin.as_bytes()))
 }
 
 /// The answer to a caller the read policy turned away.
@@ -237,15 +261,7 @@ fn denied(kind: Kind, req: &Request) -> Response {
              or sign in at /ui/login"
         }
     };
-    let mut resp = match kind {
-        Kind::Api => (
-            StatusCode::UNAUTHORIZED,
-            [(header::CONTENT_TYPE, "application/json")],
-            format!("{}\n", serde_json::json!({ "error": msg })),
-        )
-            .into_response(),
-        Kind::Page => text(StatusCode::UNAUTHORIZED, msg.to_owned()),
-    };
+    let mut resp = error(StatusCode::UNAUTHORIZED, msg.to_owned());
     resp.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     resp
@@ -286,8 +302,17 @@ enum Admit {
     Refuse(Response),
 }
 
-/// Steps 1–4 of the module docs.
+/// Steps 0–4 of the module docs.
 fn admit(g: &Guard, req: &mut Request) -> Admit {
+    let peer = req.extensions().get::<PeerIp>().map(|p| p.0);
+    let origin = match g.authorities.origin(req.uri(), req.headers(), peer) {
+        Ok(origin) => origin,
+        Err(e) => return Admit::Refuse(error(StatusCode::MISDIRECTED_REQUEST, e.0)),
+    };
+    let target = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if let Some(resp) = too_long(target) {
+        return Admit::Refuse(resp);
+    }
     let path = req.uri().path();
     let route = match find(req.method(), path) {
         Ok(route) => route,
@@ -300,10 +325,12 @@ fn admit(g: &Guard, req: &mut Request) -> Admit {
     match route.access {
         Access::Open | Access::Ingest => Admit::Pass(None),
         Access::SignIn => {
-            if same_origin(req.headers(), g.tls) {
+            if same_origin(req.headers(), &origin) {
+                // The form's handler sets a `Secure` cookie for an HTTPS origin.
+                req.extensions_mut().insert(origin);
                 Admit::Pass(None)
             } else {
-                Admit::Refuse(text(
+                Admit::Refuse(error(
                     StatusCode::FORBIDDEN,
                     "this form only takes posts from this collector's own pages \
                      (Sec-Fetch-Site or Origin of another site, or neither)"
@@ -342,23 +369,24 @@ mod tests {
 
     #[test]
     fn a_post_is_same_origin_only_by_fetch_metadata_or_origin() {
-        let host = ("host", "127.0.0.1:7071");
+        // The origin the request was sent to (its allowed `Host`).
+        let own = |tls| Origin::new(if tls { "https" } else { "http" }, "127.0.0.1:7071");
         #[rustfmt::skip]
         let cases: &[Case<'_>] = &[
             ("same-origin fetch",   &[("sec-fetch-site", "same-origin")], false, true),
-            ("cross-site fetch",    &[("sec-fetch-site", "cross-site"), ("origin", "http://127.0.0.1:7071"), host], false, false),
+            ("cross-site fetch",    &[("sec-fetch-site", "cross-site"), ("origin", "http://127.0.0.1:7071")], false, false),
             ("same-site fetch",     &[("sec-fetch-site", "same-site")], false, false),
             ("typed url",           &[("sec-fetch-site", "none")], false, false),
-            ("own origin",          &[("origin", "http://127.0.0.1:7071"), host], false, true),
-            ("own origin over tls", &[("origin", "https://127.0.0.1:7071"), host], true, true),
-            ("http origin on tls",  &[("origin", "http://127.0.0.1:7071"), host], true, false),
-            ("other origin",        &[("origin", "https://evil.example"), host], false, false),
-            ("null origin",         &[("origin", "null"), host], false, false),
-            ("origin prefix",       &[("origin", "http://127.0.0.1:70711"), host], false, false),
-            ("neither",             &[host], false, false),
+            ("own origin",          &[("origin", "http://127.0.0.1:7071")], false, true),
+            ("own origin over tls", &[("origin", "https://127.0.0.1:7071")], true, true),
+            ("http origin on tls",  &[("origin", "http://127.0.0.1:7071")], true, false),
+            ("other origin",        &[("origin", "https://evil.example")], false, false),
+            ("null origin",         &[("origin", "null")], false, false),
+            ("origin prefix",       &[("origin", "http://127.0.0.1:70711")], false, false),
+            ("neither",             &[], false, false),
         ];
         for (case, headers, tls, want) in cases {
-            assert_eq!(same_origin(&h(headers), *tls), *want, "{case}");
+            assert_eq!(same_origin(&h(headers), &own(*tls)), *want, "{case}");
         }
     }
 
@@ -380,5 +408,8 @@ mod tests {
         assert!(over_limit(MAX_QUERY_PARAMS).is_none());
         let r = over_limit(MAX_QUERY_PARAMS + 1).unwrap();
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert!(too_long(MAX_TARGET_BYTES).is_none());
+        let r = too_long(MAX_TARGET_BYTES + 1).unwrap();
+        assert_eq!(r.status(), StatusCode::URI_TOO_LONG);
     }
 }

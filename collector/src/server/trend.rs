@@ -1,7 +1,8 @@
 //! `GET /v1/trend?service=S&endpoint=E&last=30d`: an endpoint's trend from
 //! the roll-ups (per hour, per day past the hourly roll-ups: requests,
 //! mean, p50, p99 and the top frames' mean time), as CSV or, with
-//! `format=text`, as `cpt trend` prints it. A read like the others: the
+//! `format=text`, as `cpt trend` prints it; an error is JSON,
+//! `{"error": "…"}`, as on every API route. A read like the others: the
 //! read token when the collector has one. Roll-ups hold sampled requests
 //! only, so nothing forced is in it.
 
@@ -14,6 +15,7 @@ use axum::routing::get;
 use http::{StatusCode, header};
 
 use super::admission::Ingest;
+use super::routes::error;
 use super::store::Store;
 use super::store::rollup::TrendQuery;
 use crate::records::query;
@@ -49,7 +51,7 @@ async fn get_trend(State(ingest): State<Arc<Ingest>>, RawQuery(raw): RawQuery) -
         });
     let (q, csv) = match parsed {
         Ok(q) => q,
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("bad trend query: {e}\n")),
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad trend query: {e}")),
     };
     let path = ingest.store_path.clone();
     let built =
@@ -58,14 +60,14 @@ async fn get_trend(State(ingest): State<Arc<Ingest>>, RawQuery(raw): RawQuery) -
         Ok(Ok(t)) => text(StatusCode::OK, if csv { t.to_csv() } else { t.to_text() }),
         Ok(Err(e)) => {
             super::errlog::error("building a trend failed", || e.to_string());
-            text(
+            error(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "building a trend failed: the store could not be read (the collector's log has the detail); retry later\n".into(),
+                "building a trend failed: the store could not be read (the collector's log has the detail); retry later".into(),
             )
         }
-        Err(e) => text(
+        Err(e) => error(
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("trend task failed: {e}\n"),
+            format!("trend task failed: {e}"),
         ),
     }
 }

@@ -145,6 +145,18 @@ fn commit_group(
         }
         match inserted {
             Ok(results) => {
+                let later_uses: Vec<(&str, u64)> = group
+                    .iter()
+                    .flat_map(|j| &j.later_uses)
+                    .map(|u| (u.nonce.as_str(), u.start_unix_nanos))
+                    .collect();
+                if !later_uses.is_empty()
+                    && let Err(e) = store.mark_replayed(&later_uses)
+                {
+                    super::errlog::error("labelling replayed forced records failed", || {
+                        e.to_string()
+                    });
+                }
                 for (job, result) in group.into_iter().zip(results) {
                     let _ = job.ack.send(result.map_err(Arc::new));
                 }

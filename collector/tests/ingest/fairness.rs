@@ -37,7 +37,7 @@ fn assert_quiet_peer_is_served(c: &TestCollector) {
 
 fn slow_head(len: usize) -> String {
     format!(
-        "POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: {CONTENT_TYPE_JSON_LINES}\r\n\
+        "POST /v1/records HTTP/1.1\r\nHost: localhost\r\nContent-Type: {CONTENT_TYPE_JSON_LINES}\r\n\
          Content-Length: {len}\r\n\r\n"
     )
 }

@@ -237,7 +237,7 @@ fn slow_http_senders(addr: std::net::SocketAddr, n: usize) -> Vec<TcpStream> {
             let mut s = TcpStream::connect(addr).unwrap();
             write!(
                 s,
-                "POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: {CONTENT_TYPE_JSON_LINES}\r\nContent-Length: 100000\r\n\r\n{{\"service\""
+                "POST /v1/records HTTP/1.1\r\nHost: localhost\r\nContent-Type: {CONTENT_TYPE_JSON_LINES}\r\nContent-Length: 100000\r\n\r\n{{\"service\""
             )
             .unwrap();
             s
@@ -363,13 +363,13 @@ fn hostile_idle_and_half_sent_header_connections_are_closed() {
         closed_by_server(&mut idle).expect("an idle connection is closed");
     }
     let mut half = TcpStream::connect(c.http()).unwrap();
-    half.write_all(b"POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Ty")
+    half.write_all(b"POST /v1/records HTTP/1.1\r\nHost: localhost\r\nContent-Ty")
         .unwrap();
     closed_by_server(&mut half).expect("a half-sent header is cut off");
 
     // A keep-alive connection left idle after a request is closed too.
     let mut kept = TcpStream::connect(c.http()).unwrap();
-    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     let raw = closed_by_server(&mut kept).expect("an idle keep-alive connection is closed");
     assert!(String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 200"));

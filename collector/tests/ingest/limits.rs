@@ -69,7 +69,7 @@ async fn half_sent(from: [u8; 4], to: SocketAddr) -> TcpStream {
     let mut s = connect_from(from, to).await;
     s.write_all(
         format!(
-            "POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: {CONTENT_TYPE_JSON_LINES}\r\n\
+            "POST /v1/records HTTP/1.1\r\nHost: localhost\r\nContent-Type: {CONTENT_TYPE_JSON_LINES}\r\n\
              Content-Length: 1000\r\n\r\n{{"
         )
         .as_bytes(),

@@ -64,7 +64,7 @@ fn ingest_overload_pushes_back_with_429_and_resource_exhausted() {
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(
         s,
-        "POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: {CONTENT_TYPE_JSON_LINES}\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/records HTTP/1.1\r\nHost: localhost\r\nContent-Type: {CONTENT_TYPE_JSON_LINES}\r\nContent-Length: {}\r\n\r\n",
         64 << 20
     )
     .unwrap();

@@ -334,3 +334,46 @@ fn roll_up_one(
     };
     add_rows(conn, &key, &[packed], &pf, frames, added)
 }
+
+impl Store {
+    /// Label each stored forced record of one of these (nonce, start)
+    /// pairs `cpt.force.replayed=true`, in its labels and its record: a
+    /// record of the same nonce that started earlier arrived after it
+    /// (`server/replays.rs`). Returns how many were labelled.
+    ///
+    /// # Errors
+    ///
+    /// When the store cannot be written.
+    pub(in crate::server) fn mark_replayed(
+        &mut self,
+        uses: &[(&str, u64)],
+    ) -> Result<usize, StoreError> {
+        let key = cpt_sdk::force::REPLAYED_LABEL;
+        let nonce = cpt_sdk::force::NONCE_LABEL;
+        let path = self.path.clone();
+        let sqlite = |source| StoreError::Sqlite {
+            path: path.clone(),
+            context: "label replayed forced records",
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sqlite)?;
+        let mut n = 0;
+        {
+            let mut update = tx
+                .prepare(&format!(
+                    "UPDATE records SET labels = json_set(labels, '$.\"{key}\"', 'true'), \
+                 record = json_set(record, '$.labels.\"{key}\"', 'true') \
+                 WHERE trigger = 'forced' AND start_unix_nanos = ?1 \
+                 AND json_extract(labels, '$.\"{nonce}\"') = ?2"
+                ))
+                .map_err(sqlite)?;
+            for (nonce, start) in uses {
+                n += update
+                    .execute(rusqlite::params![to_i64(*start), nonce])
+                    .map_err(sqlite)?;
+            }
+        }
+        tx.commit().map_err(sqlite)?;
+        Ok(n)
+    }
+}

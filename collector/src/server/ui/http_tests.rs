@@ -126,7 +126,7 @@ pub(super) fn request(
 ) -> Answer {
     let mut c = TcpStream::connect(s.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
     for h in headers {
         req.push_str(h);
         req.push_str("\r\n");
@@ -157,6 +157,62 @@ pub(super) fn request(
         head,
         body: String::from_utf8_lossy(&body).into_owned(),
     }
+}
+
+impl Served {
+    /// `IP:PORT` of the collector's HTTP port.
+    pub(super) fn authority(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+/// One request over HTTP/2 (prior knowledge, as a browser's TLS
+/// connection negotiates it): `authority` goes in `:authority`, and no
+/// `Host` header is sent.
+pub(super) fn h2_request(
+    s: &Served,
+    method: &str,
+    authority: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    use http_body_util::BodyExt as _;
+    s.rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        let (mut send, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tcp),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{authority}{target}"));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                body.to_owned(),
+            )))
+            .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        let status = resp.status().as_u16();
+        let head = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("")))
+            .collect();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        Answer {
+            status,
+            head,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    })
 }
 
 pub(super) fn get(s: &Served, target: &str, headers: &[&str]) -> Answer {

@@ -10,6 +10,7 @@
 //! collector's own pages only (the route guard's same-origin check), so
 //! another site can neither sign a browser in nor out.
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
@@ -17,6 +18,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 
 use super::page::{self, Params, Tab, esc};
 use super::{READ_COOKIE, UiState};
+use crate::server::authority::Origin;
 
 /// Where to go after signing in: a path on this site, else `/`.
 ///
@@ -80,7 +82,11 @@ pub(super) async fn form(State(state): State<UiState>, RawQuery(q): RawQuery) ->
     form_page(&state, &next)
 }
 
-pub(super) async fn submit(State(state): State<UiState>, body: Bytes) -> Response {
+pub(super) async fn submit(
+    State(state): State<UiState>,
+    origin: Option<Extension<Origin>>,
+    body: Bytes,
+) -> Response {
     let text = String::from_utf8_lossy(&body);
     let params = Params::parse(Some(&text)).unwrap_or_default();
     let next = local_next(params.get("next"));
@@ -119,21 +125,31 @@ pub(super) async fn submit(State(state): State<UiState>, body: Bytes) -> Respons
         return refuse("That is not this collector's read token.");
     }
     let mut resp = page::redirect(&next);
-    if let Ok(cookie) = HeaderValue::from_str(&cookie(&state, &token, "")) {
+    if let Ok(cookie) = HeaderValue::from_str(&cookie(secure(&state, origin), &token, "")) {
         resp.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     resp
 }
 
+/// Whether the sign-in cookie is `Secure`: the pages are served over TLS,
+/// or the browser reached them over HTTPS through a trusted proxy (the
+/// origin the route guard found).
+fn secure(state: &UiState, origin: Option<Extension<Origin>>) -> bool {
+    state.tls || origin.is_some_and(|o| o.0.is_https())
+}
+
 /// The `Set-Cookie` value carrying `token`, with `extra` attributes.
-fn cookie(state: &UiState, token: &str, extra: &str) -> String {
-    let secure = if state.tls { "; Secure" } else { "" };
+fn cookie(secure: bool, token: &str, extra: &str) -> String {
+    let secure = if secure { "; Secure" } else { "" };
     format!("{READ_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/{secure}{extra}")
 }
 
-pub(super) async fn logout(State(state): State<UiState>) -> Response {
+pub(super) async fn logout(
+    State(state): State<UiState>,
+    origin: Option<Extension<Origin>>,
+) -> Response {
     let mut resp = page::redirect("/ui/login");
-    if let Ok(cleared) = HeaderValue::from_str(&cookie(&state, "", "; Max-Age=0")) {
+    if let Ok(cleared) = HeaderValue::from_str(&cookie(secure(&state, origin), "", "; Max-Age=0")) {
         resp.headers_mut().insert(header::SET_COOKIE, cleared);
     }
     resp
@@ -193,11 +209,12 @@ mod tests {
             .with_tls(tls);
             let signed_in = submit(
                 State(state.clone()),
+                None,
                 Bytes::from_static(b"token=tok3n&next=%2F"),
             )
             .await;
             assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
-            let cleared = logout(State(state)).await;
+            let cleared = logout(State(state), None).await;
             let secure = if tls { "; Secure" } else { "" };
             assert_eq!(
                 set_cookie(&signed_in),

@@ -11,10 +11,11 @@ use crate::records::query;
 use crate::records::selection::{Selection, format_time};
 use crate::server::store::{Store, StoreError};
 
-/// `s` with `& < > " '` escaped, for HTML text and attribute values.
-/// Control characters (a NUL a service sent in a name, an escape
-/// sequence) are shown as their Unicode control pictures (`␀`, `␛`),
-/// never written raw into the page.
+/// `s` with `& < > " '` escaped, for HTML text and attribute values, and
+/// every other character as a reader is shown it
+/// ([`push_visible`](crate::visible::push_visible)): control characters as
+/// their control pictures (`␀`, `␛`), bidirectional and invisible ones as
+/// `⟨U+202E⟩`, never written raw into the page.
 pub(super) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -24,12 +25,7 @@ pub(super) fn esc(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            '\t' | '\n' | '\r' => out.push(c),
-            // C0 controls map onto U+2400..U+241F, DEL onto U+2421.
-            '\0'..='\x1f' => out.push(char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}')),
-            '\x7f' => out.push('\u{2421}'),
-            c if c.is_control() => out.push('\u{fffd}'),
-            c => out.push(c),
+            c => crate::visible::push_visible(&mut out, c),
         }
     }
     out
@@ -378,8 +374,8 @@ mod tests {
     #[test]
     fn control_characters_never_reach_the_page_raw() {
         assert_eq!(
-            esc("a\0b\x1bc\x7fd\u{85}e\tf"),
-            "a\u{2400}b\u{241b}c\u{2421}d\u{fffd}e\tf"
+            esc("a\0b\x1bc\x7fd\u{85}e\tf\u{202e}<"),
+            "a\u{2400}b\u{241b}c\u{2421}d⟨U+0085⟩e\u{2409}f⟨U+202E⟩&lt;"
         );
     }
 

@@ -10,7 +10,7 @@ use cpt_sdk::path::{CriticalPath, Frame, SegmentKind};
 use cpt_sdk::record::Record;
 use cpt_sdk::trigger::Trigger;
 
-use super::http_tests::{SAME_ORIGIN, get, request, serve, version};
+use super::http_tests::{SAME_ORIGIN, get, h2_request, request, serve, version};
 use crate::server::MAX_QUERY_PARAMS;
 
 const PAGES: &[&str] = &[
@@ -125,7 +125,7 @@ fn posts_from_another_site_neither_sign_in_nor_out() {
         ("other origin", &["Origin: https://evil.example"][..]),
         (
             "cross-site fetch",
-            &["Sec-Fetch-Site: cross-site", "Origin: http://x"][..],
+            &["Sec-Fetch-Site: cross-site", "Origin: http://localhost"][..],
         ),
         ("same-site fetch", &["Sec-Fetch-Site: same-site"][..]),
         ("null origin", &["Origin: null"][..]),
@@ -137,12 +137,59 @@ fn posts_from_another_site_neither_sign_in_nor_out() {
             assert!(a.header("set-cookie").is_none(), "{case} {path}");
         }
     }
-    // The collector's own form (the test client's Host is `x`).
-    for headers in [&[SAME_ORIGIN][..], &["Origin: http://x"][..]] {
+    // The collector's own form (the test client's Host is `localhost`).
+    for headers in [&[SAME_ORIGIN][..], &["Origin: http://localhost"][..]] {
         let a = request(&s, "POST", "/ui/login", headers, body);
         assert_eq!(a.status, 303, "{headers:?}");
         assert!(a.header("set-cookie").is_some());
     }
+}
+
+#[test]
+fn sign_in_over_http2_compares_the_origin_with_the_authority() {
+    // A browser over HTTP/2 sends `:authority`, no `Host`; one without
+    // Fetch Metadata sends only `Origin` with its form.
+    let s = serve(&version("v1", 4), Some("tok3n"));
+    let own = s.authority();
+    let body = "token=tok3n&next=%2F";
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    // (case, :authority, Origin, status)
+    let cases = [
+        ("own origin", own.clone(), format!("http://{own}"), 303),
+        (
+            "localhost",
+            "localhost:1".to_owned(),
+            "http://localhost:1".to_owned(),
+            303,
+        ),
+        (
+            "other origin",
+            own.clone(),
+            "http://evil.example".to_owned(),
+            403,
+        ),
+        (
+            "other port",
+            own.clone(),
+            "http://127.0.0.1:1".to_owned(),
+            403,
+        ),
+    ];
+    for (case, authority, origin, want) in cases {
+        let a = h2_request(
+            &s,
+            "POST",
+            &authority,
+            "/ui/login",
+            &[form, ("origin", &origin)],
+            body,
+        );
+        assert_eq!(a.status, want, "{case}: {}", a.body);
+        assert_eq!(a.header("set-cookie").is_some(), want == 303, "{case}");
+    }
+    // A page of another site that resolved its name to the collector.
+    let a = h2_request(&s, "GET", "rebind.attacker.example", "/", &[], "");
+    assert_eq!(a.status, 421, "{}", a.body);
 }
 
 #[test]
