@@ -182,20 +182,28 @@ impl Histogram {
     /// The `q`-quantile (`0.0..=1.0`), as the midpoint of the bucket holding
     /// it, clamped to `[min, max]` (exact below 16 ns). 0 when empty.
     pub fn quantile(&self, q: f64) -> u64 {
+        match self.bucket_of_quantile(q) {
+            Some(i) => {
+                let (lo, hi) = Self::bucket_range(i);
+                let mid = lo + (hi - lo - 1) / 2;
+                mid.clamp(self.min, self.max)
+            }
+            None if self.count == 0 => 0,
+            None => self.max,
+        }
+    }
+
+    /// The bucket holding the `q`-quantile's rank (`None` when empty).
+    fn bucket_of_quantile(&self, q: f64) -> Option<usize> {
         if self.count == 0 {
-            return 0;
+            return None;
         }
         let rank = ((q.clamp(0.0, 1.0) * self.count as f64).ceil() as u64).max(1);
         let mut seen = 0;
-        for (i, &c) in self.counts.iter().enumerate() {
+        self.counts.iter().position(|&c| {
             seen += c;
-            if seen >= rank {
-                let (lo, hi) = Self::bucket_range(i);
-                let mid = lo + (hi - lo - 1) / 2;
-                return mid.clamp(self.min, self.max);
-            }
-        }
-        self.max
+            seen >= rank
+        })
     }
 }
 
@@ -263,24 +271,17 @@ impl Histogram {
     /// max]`. Exact below 16 ns, and when the bucket holds one distinct
     /// value.
     pub fn quantile_range(&self, q: f64) -> Quantile {
-        if self.count == 0 {
-            return Quantile::exact(0);
-        }
-        let rank = ((q.clamp(0.0, 1.0) * self.count as f64).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (i, &c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= rank {
+        match self.bucket_of_quantile(q) {
+            Some(i) => {
                 let (lo, hi) = Self::bucket_range(i);
-                let (lo, hi) = (lo.max(self.min), (hi - 1).min(self.max));
-                return Quantile {
+                Quantile {
                     value: self.quantile(q),
-                    lo,
-                    hi,
-                };
+                    lo: lo.max(self.min),
+                    hi: (hi - 1).min(self.max),
+                }
             }
+            None => Quantile::exact(self.quantile(q)),
         }
-        Quantile::exact(self.max)
     }
 }
 

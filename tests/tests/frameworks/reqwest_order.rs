@@ -9,9 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::time::Duration;
 
-use cpt_middleware::{
-    ActixServer, ClientLayer, ReqwestMiddleware, Route, ServerLayer, SharedSecret,
-};
+use cpt_middleware::{ActixServer, ClientLayer, ReqwestMiddleware, ServerLayer, SharedSecret};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
@@ -60,86 +58,93 @@ async fn flaky(service: &'static str) -> SocketAddr {
     serve_router(app).await
 }
 
+/// The body of `GET url` through `client`, which must succeed.
+async fn text_of(client: &ClientWithMiddleware, url: String) -> String {
+    let resp = client.get(url).send().await.unwrap();
+    resp.text().await.unwrap()
+}
+
 /// Two traced calls of `GET /items/7` through `client`; both succeed.
 async fn call_twice(client: &ClientWithMiddleware, addr: SocketAddr) {
     for _ in 0..2 {
-        let call = async {
-            client
-                .get(format!("http://{addr}/items/7"))
-                .with_extension(Route::new("/items/{id}"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        };
+        let call = async { text_of(client, format!("http://{addr}/items/7")).await };
         let (body, done) = traced("order-caller", call).await;
         assert_eq!(body, "7");
         assert_sums(&done.path, done.latency);
     }
 }
 
-/// The one warning naming `callee`, which must say the order to use.
-fn the_order_warning(callee: &str) -> String {
-    let lines = warnings_naming(callee);
+/// `lines` is one warning, which says the order to use and each of `says`.
+fn the_order_warning(lines: &[String], says: &[&str]) {
     assert_eq!(lines.len(), 1, "one warning per client: {lines:#?}");
-    let line = lines[0].clone();
+    let line = &lines[0];
     assert!(
         line.contains(".with(RetryTransientMiddleware::…).with(ReqwestMiddleware::…).with(TracingMiddleware::default())"),
         "names the order to use: {line}"
     );
-    line
+    for s in says {
+        assert!(line.contains(s), "says {s:?}: {line}");
+    }
+}
+
+/// Two traced calls to `callee` (its first answer a 503 when `flaky`)
+/// through cpt's middleware for it, with the rest of the chain `around`
+/// adds; then the warnings that name `callee`.
+fn warnings_of_chain(
+    callee: &'static str,
+    flaky_callee: bool,
+    around: impl FnOnce(ReqwestMiddleware) -> ClientWithMiddleware,
+) -> Vec<String> {
+    rt().block_on(async {
+        let addr = if flaky_callee {
+            flaky(callee).await
+        } else {
+            serve_axum(callee, Cpt::Internal).await
+        };
+        call_twice(&around(cpt(callee)), addr).await;
+    });
+    warnings_naming(callee)
+}
+
+fn client() -> ClientBuilder {
+    ClientBuilder::new(reqwest::Client::new())
 }
 
 #[test]
 fn reqwest_tracing_outside_cpt_is_warned_once_with_the_order_to_use() {
-    rt().block_on(async {
-        let addr = serve_axum("ord-tracing", Cpt::Internal).await;
-        let client = ClientBuilder::new(reqwest::Client::new())
+    let lines = warnings_of_chain("ord-tracing", false, |cpt| {
+        client()
             .with(TracingMiddleware::default())
-            .with(cpt("ord-tracing"))
-            .build();
-        call_twice(&client, addr).await;
+            .with(cpt)
+            .build()
     });
-    let line = the_order_warning("ord-tracing");
-    assert!(
-        line.contains("TracingMiddleware runs before (outside)"),
-        "{line}"
+    the_order_warning(
+        &lines,
+        &["TracingMiddleware runs before (outside)", "[unattributed]"],
     );
-    assert!(line.contains("[unattributed]"), "{line}");
 }
 
 #[test]
 fn a_retry_inside_cpt_is_warned_once_with_the_order_to_use() {
-    rt().block_on(async {
-        let addr = flaky("ord-retry").await;
-        let client = ClientBuilder::new(reqwest::Client::new())
-            .with(cpt("ord-retry"))
-            .with(retry())
-            .build();
-        call_twice(&client, addr).await;
+    let lines = warnings_of_chain("ord-retry", true, |cpt| {
+        client().with(cpt).with(retry()).build()
     });
-    let line = the_order_warning("ord-retry");
-    assert!(
-        line.contains("was sent 2 times inside one cpt RPC node"),
-        "{line}"
+    the_order_warning(
+        &lines,
+        &["was sent 2 times inside one cpt RPC node", "[network]"],
     );
-    assert!(line.contains("[network]"), "{line}");
 }
 
 #[test]
 fn the_documented_order_says_nothing() {
-    rt().block_on(async {
-        let addr = flaky("ord-right").await;
-        let client = ClientBuilder::new(reqwest::Client::new())
+    let lines = warnings_of_chain("ord-right", true, |cpt| {
+        client()
             .with(retry())
-            .with(cpt("ord-right"))
+            .with(cpt)
             .with(TracingMiddleware::default())
-            .build();
-        call_twice(&client, addr).await;
+            .build()
     });
-    assert_eq!(warnings_naming("ord-right"), Vec::<String>::new());
+    assert_eq!(lines, Vec::<String>::new());
 }
 
 /// One chain per callee: each names its own, and neither warns. One chain
@@ -156,22 +161,8 @@ fn a_client_of_two_callees_needs_one_chain_each_and_one_chain_for_two_is_warned(
             .with(cpt("fan-pricing"))
             .build();
         let both = async {
-            let a = to_inventory
-                .get(format!("http://{inventory}/items/1"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            let b = to_pricing
-                .get(format!("http://{pricing}/items/2"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let a = text_of(&to_inventory, format!("http://{inventory}/items/1")).await;
+            let b = text_of(&to_pricing, format!("http://{pricing}/items/2")).await;
             (a, b)
         };
         let ((a, b), done) = traced("fan-caller", both).await;
@@ -194,13 +185,7 @@ fn a_client_of_two_callees_needs_one_chain_each_and_one_chain_for_two_is_warned(
             .build();
         let (_, _) = traced("fan-caller", async {
             for addr in [inventory, pricing, pricing] {
-                let _ = one
-                    .get(format!("http://{addr}/items/3"))
-                    .send()
-                    .await
-                    .unwrap()
-                    .text()
-                    .await;
+                text_of(&one, format!("http://{addr}/items/3")).await;
             }
         })
         .await;
@@ -244,16 +229,7 @@ fn an_actix_stream_counts_its_path_unsent_and_the_caller_is_told_why() {
             .with(client_cpt.clone())
             .build();
         for _ in 0..3 {
-            let read = async {
-                client
-                    .get(format!("http://{addr}/stream"))
-                    .send()
-                    .await
-                    .unwrap()
-                    .text()
-                    .await
-                    .unwrap()
-            };
+            let read = async { text_of(&client, format!("http://{addr}/stream")).await };
             let (text, done) = traced("unsent-caller", read).await;
             assert_eq!(text.lines().count(), 3);
             assert_blind_spot(&done.path, "ac-unsent GET /stream", CHUNK_GAP);
