@@ -525,10 +525,8 @@ impl CollectorClient {
                 c.exported_batches.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
-            Err(SendError::Rejected { .. }) => {
-                c.rejected_records.fetch_add(n, Ordering::Relaxed);
-                result
-            }
+            // Counted in `rejected_records` by `deliver`, before its warning.
+            Err(SendError::Rejected { .. }) => result,
             Err(SendError::GaveUp { reason, .. }) if self.spool.is_some() => {
                 self.replay_failed();
                 self.spool_batch(&id, &pb, n, &reason)
@@ -653,10 +651,6 @@ impl CollectorClient {
                 }
                 Err(SendError::Rejected { .. }) => {
                     let spool = self.spool.as_mut().expect("replaying a spool");
-                    self.stats
-                        .counters
-                        .rejected_records
-                        .fetch_add(n, Ordering::Relaxed);
                     if let Err(e) = spool.pop_front() {
                         self.stats.set_last_error(&e.to_string());
                         self.replay_failed();
@@ -681,7 +675,9 @@ impl CollectorClient {
         delivered
     }
 
-    /// One batch, up to `max_attempts` attempts with backoff.
+    /// One batch, up to `max_attempts` attempts with backoff. A refused
+    /// batch's records are counted in `rejected_records` here, before the
+    /// line that reports the total.
     fn deliver(
         &mut self,
         id: &str,
@@ -732,6 +728,10 @@ impl CollectorClient {
                     }
                     Err(Attempt::Refused { reason }) => {
                         stats.set_last_error(&reason);
+                        stats
+                            .counters
+                            .rejected_records
+                            .fetch_add(pb.records.len() as u64, Ordering::Relaxed);
                         health.refused(&config.endpoint, &reason, &stats);
                         return Err(SendError::Rejected { reason });
                     }

@@ -4,8 +4,11 @@
 //!
 //! # Files
 //!
-//! A spool is a directory that belongs to one process at a time:
+//! A spool is a directory that belongs to one process at a time (see
+//! [`SpoolError::Locked`]):
 //!
+//! - `lock`: the process id of the process that has the spool open, which
+//!   holds an exclusive lock on the file while it does.
 //! - `NNNNNNNNNNNNNNNNNNNN.seg` (a 20-digit sequence number): append-only
 //!   segments. A segment starts with the 12-byte header `CPTSPOOL` + the
 //!   format version (`u32` little-endian, 1); then entries, each
@@ -57,6 +60,10 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+mod lock;
+
+use lock::DirLock;
+
 const MAGIC: &[u8; 8] = b"CPTSPOOL";
 const VERSION: u32 = 1;
 /// Bytes of a segment's header.
@@ -89,6 +96,20 @@ pub enum SpoolError {
         /// The error.
         #[source]
         source: io::Error,
+    },
+    /// Another process has this spool open (it holds the lock on
+    /// `DIR/lock`): a spool belongs to one process at a time.
+    #[error(
+        "spool {dir}: in use by another process{}: give each process a spool directory of \
+         its own (CPT_SPOOL_DIR, or CollectorClientBuilder::with_spool)",
+        pid.map(|p| format!(" (pid {p}, from {}/lock)", dir.display())).unwrap_or_default()
+    )]
+    Locked {
+        /// The spool directory.
+        dir: PathBuf,
+        /// The process id the other process wrote in the lock file, when it
+        /// could be read.
+        pid: Option<u32>,
     },
     /// A file named like a segment is not one.
     #[error(
@@ -266,6 +287,8 @@ struct Tail {
 /// A bounded on-disk queue of batches; see the [module docs](self).
 pub struct Spool {
     dir: PathBuf,
+    /// Held while the spool is open.
+    _lock: DirLock,
     max_bytes: u64,
     segment_bytes: u64,
     entries: VecDeque<Pos>,
@@ -341,6 +364,7 @@ impl Spool {
     pub fn open(dir: impl Into<PathBuf>, max_bytes: u64) -> Result<Spool, SpoolError> {
         let dir = dir.into();
         fs::create_dir_all(&dir).map_err(io_err(&dir, "create the spool directory"))?;
+        let lock = DirLock::acquire(&dir)?;
         let mut recovery = Recovery::default();
         let cursor = match read_cursor(&dir) {
             Ok(c) => c,
@@ -371,6 +395,7 @@ impl Spool {
                 + 1,
             recovery,
             dir,
+            _lock: lock,
         };
         for &seq in &seqs {
             let path = spool.dir.join(seg_name(seq));

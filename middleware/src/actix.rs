@@ -16,8 +16,11 @@
 //! - a streaming response (`HttpResponse::streaming`) ends the root at its
 //!   last chunk (CPT's definition of a stream's segment). actix-web sends no
 //!   trailers, so its path cannot be returned: a caller that asked sees the
-//!   call as a blind spot; an entry service's record covers the whole
-//!   stream.
+//!   call as a blind spot, and the response says why in
+//!   [`header::NO_PATH`](crate::header::NO_PATH) (`no-trailers`), so the
+//!   caller's warning names this cause; the path is counted in
+//!   [`Stats::path_unsent`], not in `paths_returned`. An entry service's
+//!   record covers the whole stream.
 //!
 //! actix-web runs each worker on a single-threaded runtime and its services
 //! and futures are not `Send`: this middleware needs neither. Untraced
@@ -280,13 +283,23 @@ where
             }
         };
         if matches!(res.response().body().size(), BodySize::Stream) {
+            let mut ending = ending;
+            if ending.returns_path() {
+                // No trailers in actix-web: the path has nowhere to go. Say
+                // so to the caller, whose blind spot then names the cause.
+                ending.cannot_return_path();
+                res.headers_mut().insert(
+                    ActixName::from_static(header::NO_PATH_NAME),
+                    ActixValue::from_static(header::NO_PATH_NO_TRAILERS),
+                );
+            }
             return Poll::Ready(Ok(res.map_body(|_, body| RootBody {
                 inner: body,
                 ending: Finisher(Some(ending)),
             })));
         }
         if let Some(path) = ending.finish() {
-            insert_path(res.headers_mut(), path);
+            insert_path(res.headers_mut(), path.send());
         }
         Poll::Ready(Ok(res.map_body(|_, body| RootBody::plain(body))))
     }
@@ -313,8 +326,8 @@ struct Finisher(Option<Box<Ending>>);
 impl Finisher {
     fn finish(&mut self) {
         if let Some(ending) = self.0.take() {
-            // No trailers in actix-web: the path, if one was asked for, has
-            // nowhere to go.
+            // No trailers in actix-web: a path asked for was given up when
+            // the response's headers went (`cannot_return_path`).
             drop(ending.finish());
         }
     }

@@ -9,6 +9,7 @@
 //! | [`REQUEST_ID`] `x-request-id` | request | the request's id (the MAC input of [`FORCE`]); generated when absent |
 //! | [`PATH`] `x-cpt-path-bin` | response headers (unary, trailers-only) or trailers (streaming) | the callee's critical path in the codec's wire form, base64 (gRPC binary metadata): the whole path (version 1), or its segments (version 2); marked sensitive (never HPACK-indexed) |
 //! | [`FRAMES`] `x-cpt-frames-bin` | next to [`PATH`], version 2 only | the path's frame dictionary (codec split form), base64; the same bytes for every path over the same frames, so HTTP/2's HPACK indexes it (from its second sighting on a thread: the first is marked sensitive) |
+//! | [`NO_PATH`] `x-cpt-no-path` | response headers, callee → caller | why a callee that was asked for its path and trusts the caller cannot return it: [`NO_PATH_NO_TRAILERS`] (a streamed response of a server that sends no trailers, actix-web) |
 //! | [`TRACEPARENT`] `traceparent` | request | W3C trace context; its trace id goes into the record |
 //!
 //! Binary gRPC metadata keys must end in `-bin`; tonic base64-encodes their
@@ -46,6 +47,18 @@ pub const FRAMES: HeaderName = HeaderName::from_static(FRAMES_NAME);
 
 /// [`FRAMES`]'s name, for header maps of other `http` versions.
 pub(crate) const FRAMES_NAME: &str = "x-cpt-frames-bin";
+
+/// `x-cpt-no-path`: the callee cannot return the path its trusted caller
+/// asked for, and says why (see [`NO_PATH_NO_TRAILERS`]). The caller's
+/// blind-spot warning names that cause instead of a missing layer or trust.
+pub const NO_PATH: HeaderName = HeaderName::from_static(NO_PATH_NAME);
+
+/// [`NO_PATH`]'s name, for header maps of other `http` versions.
+pub(crate) const NO_PATH_NAME: &str = "x-cpt-no-path";
+
+/// [`NO_PATH`]'s value when the response streams and its server sends no
+/// trailers (actix-web), so the path has nowhere to go.
+pub const NO_PATH_NO_TRAILERS: &str = "no-trailers";
 
 /// `traceparent`: W3C trace context.
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");

@@ -31,6 +31,13 @@
 //! before `reqwest-tracing`'s `TracingMiddleware`, so that its span is
 //! inside the RPC node (its span ends with the response headers, the node
 //! with the body: the other way round, the node would outlive its parent).
+//! The middleware warns once (`WARN`, target `cpt_middleware`), naming this
+//! order, when it finds reqwest-tracing's span around it or the request sent
+//! more than once below it.
+//!
+//! A middleware names one callee. A client that calls several services
+//! builds one chain per callee (sharing one `reqwest::Client` if it likes);
+//! one chain that calls two hosts is warned about once.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -57,6 +64,10 @@ use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
 use tracing::Instrument as _;
 
+mod order;
+
+use self::order::AttemptProbe;
+pub(crate) use self::order::OrderChecks;
 use crate::ClientLayer;
 use crate::client::{ClientConfig, PendingCallee, Resolver, ResponseBody};
 use crate::glue;
@@ -135,11 +146,20 @@ impl Middleware for ReqwestMiddleware {
                 route::http_name_of_path(req.method(), req.url().path(), extensions.get::<Route>())
             }
         };
+        config.order.before(config, req.url());
+        let probe = config.order.probing().then(AttemptProbe::new);
+        if let Some(probe) = &probe {
+            req = order::with_probe(req, probe);
+        }
         let rpc = glue::begin_rpc(&config.callee, &name);
         // Resolves the node as a blind spot if this future is dropped
         // before the response (the caller's own timeout).
         let mut pending = Resolver(Some(PendingCallee::new(rpc.clone(), config.clone())));
-        let response = match next.run(req, extensions).instrument(rpc).await {
+        let result = next.run(req, extensions).instrument(rpc).await;
+        if let Some(probe) = &probe {
+            config.order.after(config, probe);
+        }
+        let response = match result {
             Ok(response) => response,
             Err(err) => {
                 // The call failed (refused, timed out, …): the whole RPC is

@@ -61,6 +61,7 @@ pub(crate) struct Counters {
     pub(crate) trigger_untrusted: AtomicU64,
     pub(crate) path_withheld: AtomicU64,
     pub(crate) paths_returned: AtomicU64,
+    pub(crate) path_unsent: AtomicU64,
     pub(crate) callee_path_merged: AtomicU64,
     pub(crate) callee_path_missing: AtomicU64,
     pub(crate) callee_path_invalid: AtomicU64,
@@ -144,6 +145,7 @@ impl Counters {
             trigger_untrusted: self.trigger_untrusted.load(Relaxed),
             path_withheld: self.path_withheld.load(Relaxed),
             paths_returned: self.paths_returned.load(Relaxed),
+            path_unsent: self.path_unsent.load(Relaxed),
             callee_path_merged: self.callee_path_merged.load(Relaxed),
             callee_path_missing: self.callee_path_missing.load(Relaxed),
             callee_path_invalid: self.callee_path_invalid.load(Relaxed),
@@ -180,8 +182,14 @@ pub struct Stats {
     pub trigger_untrusted: u64,
     /// Server: paths asked for by untrusted callers and not returned.
     pub path_withheld: u64,
-    /// Server: paths returned to trusted callers.
+    /// Server: paths returned to trusted callers (put in a response's
+    /// headers or trailers).
     pub paths_returned: u64,
+    /// Server: paths trusted callers asked for that no response carried: a
+    /// streamed response whose server sends no trailers (actix-web; the
+    /// caller is told so in [`header::NO_PATH`](crate::header::NO_PATH)), or
+    /// a response or stream that failed.
+    pub path_unsent: u64,
     /// Client: callee paths merged into the caller's path.
     pub callee_path_merged: u64,
     /// Client: traced calls whose callee returned no path (blind spots).

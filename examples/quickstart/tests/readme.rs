@@ -1,31 +1,51 @@
 //! README's "Instrument your service" shows the quickstart's code, so what a
 //! user copies from it compiles and runs: the `install` block is the
 //! quickstart's `install` region to the letter, and every line of the
-//! layers block is a line of the quickstart. Every other page sets the SDK
+//! layers block is a line of the quickstart; the reqwest block is
+//! `examples/reqwest`'s client region to the letter. Every other page sets the SDK
 //! up the same way, and the book says truly which examples set TCP nodelay.
 
 const README: &str = include_str!("../../../README.md");
 const MAIN: &str = include_str!("../src/main.rs");
 
-/// The lines between `// ANCHOR: name` and `// ANCHOR_END: name`, without
-/// nested anchor lines (as mdBook's `{{#include file:name}}` shows them).
-fn region(name: &str) -> String {
+/// The lines between `// ANCHOR: name` and `// ANCHOR_END: name` of
+/// `source`, without nested anchor lines and without their common
+/// indentation (as mdBook's `{{#include file:name}}` shows them).
+fn region_of(source: &str, name: &str) -> String {
     let start = format!("// ANCHOR: {name}");
     let end = format!("// ANCHOR_END: {name}");
-    let mut lines = MAIN.lines().skip_while(|l| l.trim() != start);
-    assert!(lines.next().is_some(), "no `{start}` in the quickstart");
+    let mut lines = source.lines().skip_while(|l| l.trim() != start);
+    assert!(lines.next().is_some(), "no `{start}` in the example");
     let body: Vec<&str> = lines
         .take_while(|l| l.trim() != end)
         .filter(|l| !l.trim().starts_with("// ANCHOR"))
         .collect();
-    body.join("\n")
+    let indent = body
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    body.iter()
+        .map(|l| l.get(indent..).unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The quickstart's region `name`.
+fn region(name: &str) -> String {
+    region_of(MAIN, name)
 }
 
 /// The ```rust block after `<!-- quickstart:NAME -->` in README.
 fn readme_block(name: &str) -> String {
-    let marker = format!("<!-- quickstart:{name} -->");
+    readme_block_after(&format!("<!-- quickstart:{name} -->"))
+}
+
+/// The ```rust block after `marker` in README.
+fn readme_block_after(marker: &str) -> String {
     let after = README
-        .split_once(&marker)
+        .split_once(marker)
         .unwrap_or_else(|| panic!("README has no {marker}"))
         .1;
     let code = after
@@ -36,6 +56,17 @@ fn readme_block(name: &str) -> String {
         .expect("unterminated block")
         .0
         .to_owned()
+}
+
+/// README's reqwest block is `examples/reqwest`'s client to the letter:
+/// what a user copies compiles, runs, and is in the order cpt asks for.
+#[test]
+fn readme_reqwest_block_is_the_reqwest_examples_client() {
+    const REQWEST: &str = include_str!("../../reqwest/src/main.rs");
+    assert_eq!(
+        readme_block_after("<!-- reqwest:client -->"),
+        region_of(REQWEST, "reqwest_client")
+    );
 }
 
 #[test]

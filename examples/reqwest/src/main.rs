@@ -29,6 +29,9 @@ use cpt_sdk::export::{ExportHandle, Exporter, JsonLines, RecordSink as _};
 use cpt_sdk::layer::{CriticalPathLayer, Handle};
 use cpt_sdk::trigger::DefaultSampler;
 use cpt_sdk::{Record, SegmentKind};
+use reqwest_retry::RetryTransientMiddleware;
+use reqwest_retry::policies::ExponentialBackoff;
+use reqwest_tracing::TracingMiddleware;
 use tracing::Instrument as _;
 use tracing_subscriber::prelude::*;
 
@@ -210,10 +213,18 @@ async fn serve_front(
     secret: String,
 ) -> anyhow::Result<()> {
     // ANCHOR: reqwest_client
+    // One chain per callee, in this order (`with` adds from the outside in):
+    // retries outermost, so each attempt is an RPC node and the backoff is
+    // the caller's time; then cpt; then reqwest-tracing, whose span ends with
+    // the response headers and so must be inside cpt's node (which ends with
+    // the body). cpt warns once if it finds itself in another order.
+    let retry = ExponentialBackoff::builder().build_with_max_retries(2);
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(RetryTransientMiddleware::new_with_policy(retry))
         .with(ReqwestMiddleware::from(
             ClientLayer::http("pricing").with_caller_secret(&secret),
         ))
+        .with(TracingMiddleware::default())
         .build();
     // ANCHOR_END: reqwest_client
     let app = axum::Router::new()

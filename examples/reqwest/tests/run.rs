@@ -24,6 +24,10 @@ fn every_quote_has_one_path_across_the_three_frameworks() {
         !stderr.contains("blind spot"),
         "no misconfiguration warning: {stderr}"
     );
+    assert!(
+        !stderr.contains("Build the client as"),
+        "the reqwest chain is in the order cpt asks for: {stderr}"
+    );
     let lines = std::fs::read_to_string(dir.path().join("records.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 10);
 }

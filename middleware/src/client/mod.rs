@@ -49,6 +49,9 @@ pub(crate) struct ClientConfig {
     pub(crate) caller_secret: Option<HeaderValue>,
     pub(crate) max_path_bytes: usize,
     pub(crate) counters: Arc<Counters>,
+    /// What a `ReqwestMiddleware` saw of its chain's order.
+    #[cfg(feature = "reqwest")]
+    pub(crate) order: crate::reqwest::OrderChecks,
 }
 
 impl ClientConfig {
@@ -93,6 +96,8 @@ impl ClientConfig {
             caller_secret: self.caller_secret.clone(),
             max_path_bytes: self.max_path_bytes,
             counters: Counters::new(),
+            #[cfg(feature = "reqwest")]
+            order: Default::default(),
         }
     }
 }
@@ -150,6 +155,8 @@ impl ClientLayer {
                 caller_secret: None,
                 max_path_bytes: glue::DEFAULT_DECODE_MAX_BYTES,
                 counters: Counters::new(),
+                #[cfg(feature = "reqwest")]
+                order: Default::default(),
             }),
         }
     }
@@ -345,6 +352,8 @@ pub(crate) struct PendingCallee {
     rpc: tracing::Span,
     config: Arc<ClientConfig>,
     header_path: Option<glue::PathHeaders>,
+    /// The callee's [`header::NO_PATH`]: why it could not return its path.
+    no_path: Option<HeaderValue>,
 }
 
 impl PendingCallee {
@@ -353,6 +362,7 @@ impl PendingCallee {
             rpc,
             config,
             header_path: None,
+            no_path: None,
         })
     }
 
@@ -364,6 +374,7 @@ impl PendingCallee {
     /// see it); the trailers' path, if any, wins over it.
     pub(crate) fn take_header_path(&mut self, headers: &mut http::HeaderMap) {
         self.header_path = glue::PathHeaders::take_from(headers);
+        self.no_path = headers.remove(header::NO_PATH);
     }
 
     /// Attach what the callee returned (the trailer's path, else the
@@ -374,7 +385,21 @@ impl PendingCallee {
         let outcome = match value {
             None => {
                 Counters::bump(&config.counters.callee_path_missing);
-                if let Some(unsaid) = config.counters.missing.due() {
+                let no_trailers = self
+                    .no_path
+                    .as_ref()
+                    .is_some_and(|v| v == header::NO_PATH_NO_TRAILERS);
+                if no_trailers {
+                    if let Some(unsaid) = config.counters.missing.due() {
+                        tracing::warn!(
+                            target: "cpt_middleware",
+                            callee = %config.callee,
+                            "cpt: {} trusts this caller but could not return its critical path                              for a traced call{}: it streamed its response from a server that                              sends no trailers (actix-web's HttpResponse::streaming), and the                              path goes in the trailers of a stream. The call shows as                              [blind spot] in the record; a sized body (what handlers return)                              carries the path in its headers",
+                            config.callee,
+                            crate::stats::more(unsaid),
+                        );
+                    }
+                } else if let Some(unsaid) = config.counters.missing.due() {
                     tracing::warn!(
                         target: "cpt_middleware",
                         callee = %config.callee,

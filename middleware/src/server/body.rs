@@ -12,7 +12,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::Ending;
-use crate::glue::PathHeaders;
+use super::OutgoingPath;
 
 pin_project! {
     /// Response body of a [`Server`](super::Server).
@@ -32,7 +32,7 @@ pin_project! {
         buffered: VecDeque<Frame<B::Data>>,
         buffered_err: Option<B::Error>,
         ending: Option<Box<Ending>>,
-        ready_path: Option<PathHeaders>,
+        ready_path: Option<OutgoingPath>,
         // The inner body already ended (seen while polling ahead): replay the
         // buffered frames and never poll it again.
         inner_done: bool,
@@ -68,7 +68,7 @@ impl<B: Body> ResponseBody<B> {
         buffered: VecDeque<Frame<B::Data>>,
         buffered_err: Option<B::Error>,
         ending: Option<Box<Ending>>,
-        ready_path: Option<PathHeaders>,
+        ready_path: Option<OutgoingPath>,
         inner_done: bool,
     ) -> Self {
         ResponseBody {
@@ -213,7 +213,7 @@ impl<B: Body> std::fmt::Debug for ResponseBody<B> {
 /// ends the root; its path waits for the trailers.
 fn first_message<D>(
     ending: &mut Option<Box<Ending>>,
-    ready_path: &mut Option<PathHeaders>,
+    ready_path: &mut Option<OutgoingPath>,
     frame: &Frame<D>,
 ) {
     if frame.is_data() && ending.as_ref().is_some_and(|e| e.at_first_message()) {
@@ -223,8 +223,8 @@ fn first_message<D>(
 
 fn take_path(
     ending: &mut Option<Box<Ending>>,
-    ready_path: &mut Option<PathHeaders>,
-) -> Option<PathHeaders> {
+    ready_path: &mut Option<OutgoingPath>,
+) -> Option<OutgoingPath> {
     match ending.take() {
         Some(e) => e.finish(),
         None => ready_path.take(),

@@ -665,22 +665,72 @@ impl Ending {
         &self.root
     }
 
+    /// Whether a trusted caller asked for the path.
+    #[cfg_attr(not(feature = "actix-web"), allow(dead_code))]
+    pub(crate) fn returns_path(&self) -> bool {
+        self.return_path
+    }
+
+    /// The response cannot carry the path (a stream without trailers): end
+    /// the root as an entry service's would, without computing a path no
+    /// one receives, and count it in [`Stats::path_unsent`].
+    #[cfg_attr(not(feature = "actix-web"), allow(dead_code))]
+    pub(crate) fn cannot_return_path(&mut self) {
+        if self.return_path {
+            self.return_path = false;
+            Counters::bump(&self.config.counters.path_unsent);
+        }
+    }
+
     /// End the root node now; the encoded path when it is to be returned.
     ///
     /// When no path is returned (this service is the entry point), the path
     /// is computed and the record emitted in the background: the response
     /// does not wait for either.
-    pub(crate) fn finish(self) -> Option<glue::PathHeaders> {
+    pub(crate) fn finish(self) -> Option<OutgoingPath> {
         if !self.return_path {
             cpt_sdk::request::finish_detached(&self.root);
             return None;
         }
         // The SDK emits the record when this service is the entry point.
         let path = cpt_sdk::request::finish(&self.root)?.path;
-        let value = glue::encode_header(&path, self.config.max_path_bytes, self.path_version);
-        if value.is_some() {
-            Counters::bump(&self.config.counters.paths_returned);
+        let value = glue::encode_header(&path, self.config.max_path_bytes, self.path_version)?;
+        Some(OutgoingPath {
+            headers: Some(value),
+            counters: self.config.counters.clone(),
+        })
+    }
+}
+
+/// A path encoded for the caller that asked for it: counted in
+/// [`Stats::paths_returned`] when it goes into a response's headers or
+/// trailers, in [`Stats::path_unsent`] when it is dropped without (the
+/// response failed, the stream ended in an error).
+pub(crate) struct OutgoingPath {
+    headers: Option<glue::PathHeaders>,
+    counters: Arc<Counters>,
+}
+
+impl OutgoingPath {
+    /// Put the path in a response's headers or trailers.
+    pub(crate) fn insert_into(self, headers: &mut http::HeaderMap) {
+        self.send().insert_into(headers);
+    }
+
+    /// The headers to send, counted as returned (for header maps of other
+    /// `http` versions).
+    pub(crate) fn send(mut self) -> glue::PathHeaders {
+        Counters::bump(&self.counters.paths_returned);
+        self.headers
+            .take()
+            .expect("an OutgoingPath is sent at most once; this is a bug")
+    }
+}
+
+impl Drop for OutgoingPath {
+    fn drop(&mut self) {
+        if self.headers.is_some() {
+            Counters::bump(&self.counters.path_unsent);
         }
-        value
     }
 }

@@ -10,6 +10,7 @@
 //! test); each test names its services apart and reads only their paths.
 
 mod actix_tonic;
+mod reqwest_order;
 mod reqwest_pairs;
 mod support;
 mod tonic_actix;

@@ -11,6 +11,7 @@ use cpt_middleware::{ActixServer, ServerLayer, SharedSecret};
 use cpt_sdk::layer::{CriticalPathLayer, Handle};
 use cpt_sdk::request::{Finished, RequestOptions};
 use cpt_sdk::testing::RecordingSink;
+use cpt_sdk::testing::log::LogBuffer;
 use cpt_sdk::{CriticalPath, Record, SegmentKind, Trigger};
 use tracing::Instrument;
 use tracing_subscriber::prelude::*;
@@ -29,12 +30,35 @@ pub(crate) fn layer() -> &'static (RecordingSink, Handle) {
             .with_service("frameworks")
             .with_sink(sink.clone())
             .build();
+        let writer = log().clone();
         tracing_subscriber::registry()
             .with(layer)
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(false)
+                    .with_writer(move || writer.clone())
+                    .with_filter(tracing_subscriber::filter::LevelFilter::WARN),
+            )
             .with(tracing_subscriber::filter::LevelFilter::INFO)
             .init();
         (sink, handle)
     })
+}
+
+/// What the process logged at `WARN` and above (every test's: read the
+/// lines that name your own services).
+pub(crate) fn log() -> &'static LogBuffer {
+    static LOG: OnceLock<LogBuffer> = OnceLock::new();
+    LOG.get_or_init(LogBuffer::default)
+}
+
+/// The middleware's warnings (`cpt:` lines) that name `name`.
+pub(crate) fn warnings_naming(name: &str) -> Vec<String> {
+    log()
+        .lines_with("cpt: ")
+        .into_iter()
+        .filter(|l| l.contains(" WARN ") && l.contains(name))
+        .collect()
 }
 
 /// A current-thread runtime under the global layer.

@@ -500,6 +500,7 @@ pub fn read_path(path: &Path) -> Result<AggregateFile, AggregateFileError> {
         requests: h.requests,
         latency_sum_nanos: h.latency_sum_ns,
         latency: Some(latency),
+        latencies: None,
         accounting,
         start_range,
         comments: vec![format!("cpt selection: {selection}")],

@@ -53,7 +53,7 @@ use cpt_sdk::record::Record;
 use rayon::prelude::*;
 use rustc_hash::FxBuildHasher;
 
-use super::histogram::Histogram;
+use super::histogram::{Histogram, Quantile};
 use crate::records::selection::Selection;
 
 #[cfg(feature = "parquet")]
@@ -172,6 +172,9 @@ pub struct Aggregate {
     requests: u64,
     latency_sum_nanos: u64,
     latency: Option<Detail>,
+    /// Every selected request's latency, ns, when the aggregator kept them
+    /// ([`Aggregator::with_exact_latencies`]), so quantiles can be exact.
+    latencies: Option<Vec<u64>>,
     accounting: Accounting,
     start_range: Option<(u64, u64)>,
     comments: Vec<String>,
@@ -185,6 +188,7 @@ impl Default for Aggregate {
             requests: 0,
             latency_sum_nanos: 0,
             latency: Some(Detail::default()),
+            latencies: None,
             accounting: Accounting::default(),
             start_range: None,
             comments: Vec::new(),
@@ -271,6 +275,7 @@ impl Aggregate {
             requests,
             latency_sum_nanos,
             latency: None,
+            latencies: None,
             accounting: Accounting::default(),
             start_range: None,
             comments,
@@ -305,6 +310,7 @@ impl Aggregate {
             requests,
             latency_sum_nanos,
             latency,
+            latencies: None,
             accounting,
             start_range,
             comments: Vec::new(),
@@ -346,6 +352,26 @@ impl Aggregate {
     /// Distribution of request latency, when computed from records.
     pub fn latency_detail(&self) -> Option<&Detail> {
         self.latency.as_ref()
+    }
+
+    /// The `q`-quantile of the selected requests' latency: exact (nearest
+    /// rank, as the store's endpoint summaries compute it) when the
+    /// aggregator kept every latency
+    /// ([`Aggregator::with_exact_latencies`]), else from the latency
+    /// histogram with the range the exact value lies in.
+    pub fn latency_quantile(&self, q: f64) -> Quantile {
+        match &self.latencies {
+            Some(v) if !v.is_empty() => {
+                let mut v = v.clone();
+                let i = super::histogram::nearest_rank(q, v.len());
+                Quantile::exact(*v.select_nth_unstable(i).1)
+            }
+            _ => self
+                .latency
+                .as_ref()
+                .map(|d| d.histogram.quantile_range(q))
+                .unwrap_or(Quantile::exact(0)),
+        }
     }
 
     /// The selected records' accounting, summed.
@@ -409,6 +435,17 @@ impl Aggregate {
             s.stack = s.stack.iter().map(|&i| remap[i as usize]).collect();
             self.stacks.push(s);
         }
+        // Exact latencies survive only if both sides kept them (an empty
+        // side has none to keep).
+        self.latencies = match (self.latencies.take(), &other.latencies) {
+            (a, _) if other.requests == 0 => a,
+            (_, b) if self.requests == 0 => b.clone(),
+            (Some(mut a), Some(b)) => {
+                a.extend_from_slice(b);
+                Some(a)
+            }
+            _ => None,
+        };
         self.requests += other.requests;
         self.latency_sum_nanos = self
             .latency_sum_nanos

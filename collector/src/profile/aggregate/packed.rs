@@ -106,13 +106,10 @@ impl Aggregator {
         }
         let keep = self.sel.percentile().is_some();
         let histograms = self.parts.first().is_some_and(|p| p.histograms);
+        let exact = self.parts.first().is_some_and(|p| p.exact.is_some());
         let base = self.ordinal;
         let observe = mix.is_some();
-        let fresh = || {
-            let mut p = Partial::new(keep);
-            p.histograms = histograms;
-            p
-        };
+        let fresh = || Partial::with_options(keep, histograms, exact);
         let free = Mutex::new(std::mem::take(&mut self.parts));
         let lock = || free.lock().unwrap_or_else(PoisonError::into_inner);
         let results: Vec<Result<EntryServices, PackedRowError>> = rows

@@ -30,13 +30,13 @@ pub struct EndpointSummary {
     pub last_seen_unix_nanos: Option<u64>,
 }
 
-/// The value at quantile `q` of sorted `v` (nearest rank; 0 when empty).
+/// The value at quantile `q` of sorted `v` (nearest rank, the one
+/// definition the profile page shares; 0 when empty).
 fn nearest_rank(v: &[u64], q: f64) -> u64 {
     if v.is_empty() {
         return 0;
     }
-    let rank = (q * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
+    v[crate::profile::histogram::nearest_rank(q, v.len())]
 }
 
 impl Store {

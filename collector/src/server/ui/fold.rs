@@ -101,7 +101,9 @@ pub(super) fn fold(
         let f = fold_all(store, sel)?;
         return Ok(keep(cache, key, f));
     }
-    let mut agg = Aggregator::new(sel.clone()).with_histograms(true);
+    let mut agg = Aggregator::new(sel.clone())
+        .with_histograms(true)
+        .with_exact_latencies(true);
     // From the packed paths; a store older than them, from its records.
     let (matching, folded) = match store.fold_newest_into(&mut agg, sample.0, BATCH)? {
         Some(counts) => counts,

@@ -38,6 +38,7 @@ use axum::routing::get;
 use http::header;
 
 mod diff;
+mod figure;
 mod fold;
 mod index;
 mod login;
@@ -114,6 +115,8 @@ async fn stylesheet() -> Response {
         .into_response()
 }
 
+#[cfg(test)]
+mod figures_tests;
 #[cfg(test)]
 mod http_tests;
 #[cfg(test)]

@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
 
 use super::UiState;
+use super::figure;
 use super::fold::{Folded, Sample, fold};
 use super::page::{self, PageError, Params, Tab, bar, esc, selection_query};
 use crate::format::{fmt_ns, plural};
@@ -123,8 +124,8 @@ fn render(params: &Params, sel: &Selection, f: &Folded, sample: Sample, top: usi
         f.coverage(),
         agg.requests(),
         fmt_ns(mean),
-        fmt_ns(report.latency.quantile(0.5)),
-        fmt_ns(report.latency.quantile(0.99)),
+        figure::quantile(&agg.latency_quantile(0.5)),
+        figure::quantile(&agg.latency_quantile(0.99)),
         agg.stacks().len(),
     );
     let depth = agg
@@ -145,7 +146,7 @@ fn render(params: &Params, sel: &Selection, f: &Folded, sample: Sample, top: usi
     let _ = writeln!(
         b,
         r#"<h2>Top stacks</h2>
-<p class="note">Each row is one frame stack on the path. <em>share</em>: of the mean latency; <em>on path</em>: of the requests; p50 / p99: its time in the requests it is on the path of.</p>
+<p class="note">Each row is one frame stack on the path. <em>share</em>: of the mean latency; <em>on path</em>: of the requests; p50 / p99: its time in the requests it is on the path of, read from a histogram: <em>≈</em> marks a value within the ± bound of the exact one (hover for the range).</p>
 <table id="stacks"><thead><tr><th>stack</th><th class="num">mean / request</th><th class="num">share</th><th class="num">on path</th><th class="num">p50</th><th class="num">p99</th></tr></thead><tbody>"#
     );
     for row in report.rows.iter().take(top) {
@@ -164,8 +165,8 @@ fn render(params: &Params, sel: &Selection, f: &Folded, sample: Sample, top: usi
             share * 100.0,
             bar(share),
             row.fraction_on_path * 100.0,
-            fmt_ns(row.p50_nanos),
-            fmt_ns(row.p99_nanos),
+            figure::quantile(&row.histogram.quantile_range(0.5)),
+            figure::quantile(&row.histogram.quantile_range(0.99)),
         );
     }
     b.push_str("</tbody></table>\n");

@@ -13,6 +13,7 @@ use axum::response::Response;
 use http::StatusCode;
 
 use super::UiState;
+use super::figure;
 use super::page::{self, Params, Tab, esc};
 use crate::format::fmt_ns;
 use crate::records::query;
@@ -355,8 +356,8 @@ fn table(q: &TrendQuery, t: &Trend) -> String {
             },
             p.requests,
             fmt_ns(p.mean_nanos),
-            fmt_ns(p.p50_nanos),
-            fmt_ns(p.p99_nanos),
+            figure::quantile(&figure::trend_quantile(p.p50_nanos)),
+            figure::quantile(&figure::trend_quantile(p.p99_nanos)),
             esc(top),
             fmt_ns(ns)
         );

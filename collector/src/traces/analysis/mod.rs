@@ -63,20 +63,9 @@ pub fn quantile(values: &[u64], q: f64) -> u64 {
     v[nearest_rank(q, v.len())]
 }
 
-/// The 0-based index of the `q`-quantile (0..=1) of `n > 0` sorted values by
-/// the nearest-rank method: the ⌈q·n⌉-th value (the first for `q = 0`).
-/// The one definition of a percentile in the trace analyses (the
-/// `topdown` header and its windows use it).
-pub fn nearest_rank(q: f64, n: usize) -> usize {
-    let x = q.clamp(0.0, 1.0) * n as f64;
-    // q·n that is an integer up to rounding (0.55 × 20) is that integer.
-    let rank = if (x - x.round()).abs() < 1e-9 {
-        x.round()
-    } else {
-        x.ceil()
-    };
-    (rank as usize).clamp(1, n.max(1)) - 1
-}
+/// The one definition of a percentile, shared with the collector's pages
+/// (the `topdown` header and its windows use it here).
+pub use crate::profile::histogram::nearest_rank;
 
 #[cfg(test)]
 mod tests {
