@@ -157,7 +157,10 @@ fn fold_all(store: &Store, sel: &Selection) -> Result<Folded, PageError> {
         StoreError::BeyondRetention(gap) => PageError::BadQuery(gap.to_string()),
         e => PageError::Store(e),
     };
-    let agg = match store.profile(Aggregator::new(sel.clone()).with_histograms(true), BATCH) {
+    let raw = Aggregator::new(sel.clone())
+        .with_histograms(true)
+        .with_exact_latencies(true);
+    let agg = match store.profile(raw, BATCH) {
         Ok((agg, _)) => agg,
         Err(StoreError::BeyondRetention(_)) => {
             store
