@@ -32,7 +32,9 @@
 //!    whose batch id was committed before) are written as Parquet inside
 //!    that transaction, before it commits ([`Store::insert_group_then`]):
 //!    one file per hour partition per group (split past
-//!    [`ServeConfig::parquet_max_file_bytes`]), each finished (footer,
+//!    [`ServeConfig::parquet_max_file_bytes`]) for at most 16 hours, the
+//!    records of a group's other hours in one `date=mixed/hour=mixed`
+//!    file (`writer.rs`), each finished (footer,
 //!    fsync, rename from a hidden `.tmp`, fsync of the directory) in a
 //!    hidden staging directory, and moved into its partition once the
 //!    store committed (`staging.rs`). If writing fails the group's files
@@ -209,7 +211,9 @@ pub struct ServeConfig {
     /// When set, every accepted batch is also written as Parquet (schema
     /// `cpt.records.v1`) into `DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet`,
     /// and acknowledged only once its file is finished (fsynced and renamed):
-    /// each group commit closes its own file per hour (see the module docs).
+    /// each group commit closes its own file per hour, for at most 16 hours
+    /// (the others' records in `DIR/date=mixed/hour=mixed/`; see the module
+    /// docs).
     pub parquet_dir: Option<PathBuf>,
     /// A group's Parquet file is split once it passes this many bytes.
     pub parquet_max_file_bytes: u64,
@@ -530,7 +534,7 @@ impl Collector {
                 // store committed them, deleted if not.
                 let committed = staging::max_id(&reader).map_err(ServeError::Staging)?;
                 let settled = staging::settle(dir, committed).map_err(ServeError::Staging)?;
-                if settled != staging::Settled::default() {
+                if settled.published + settled.discarded + settled.orphans > 0 {
                     eprintln!(
                         "cpt serve: Parquet groups a stopped collector left: {} committed (moved into place), \
                          {} not committed (deleted), {} unnamed staged files deleted",
@@ -543,7 +547,8 @@ impl Collector {
                         dir.join(staging::STAGING),
                     )
                     .map_err(ServeError::Parquet)?
-                    .with_max_file_bytes(config.parquet_max_file_bytes),
+                    .with_max_file_bytes(config.parquet_max_file_bytes)
+                    .with_max_hour_partitions(writer::PARQUET_HOURS_PER_GROUP),
                     reader,
                 })
             }
