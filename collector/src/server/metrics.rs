@@ -210,13 +210,13 @@ pub(super) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String {
         ingest.connections.open(),
     );
     out.one(
-        "cpt_connections_max",
+        "cpt_open_connections_max",
         "gauge",
         "--max-connections (as fitted to the open-file limit).",
         ingest.connections.max(),
     );
     out.one(
-        "cpt_connections_per_peer_max",
+        "cpt_open_connections_per_peer_max",
         "gauge",
         "--max-connections-per-peer (as fitted to the open-file limit).",
         ingest.connections.max_per_peer(),

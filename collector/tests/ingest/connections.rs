@@ -159,7 +159,7 @@ fn idle_connections_from_one_address_leave_room_for_another() {
 
     let metrics = http_with_headers(http, "GET", "/metrics", &[], b"").unwrap();
     let text = metrics.text();
-    let per_peer = metric(&text, "cpt_connections_per_peer_max");
+    let per_peer = metric(&text, "cpt_open_connections_per_peer_max");
     assert_eq!(per_peer, 512.0, "a sixteenth of the default 8192");
     assert!(
         metric(&text, "cpt_open_connections") <= per_peer + 2.0,
@@ -201,6 +201,6 @@ fn a_descriptor_limit_below_the_bounds_warns_and_lowers_them() {
     let text = http_with_headers(s.http, "GET", "/metrics", &[], b"")
         .unwrap()
         .text();
-    assert_eq!(metric(&text, "cpt_connections_max"), 768.0);
-    assert_eq!(metric(&text, "cpt_connections_per_peer_max"), 48.0);
+    assert_eq!(metric(&text, "cpt_open_connections_max"), 768.0);
+    assert_eq!(metric(&text, "cpt_open_connections_per_peer_max"), 48.0);
 }
