@@ -21,10 +21,10 @@
 //!
 //! Each connection is a file descriptor; the store, the Parquet files and
 //! the listeners need [`RESERVED_DESCRIPTORS`] more. At start
-//! [`fit_to_descriptors`] raises the process's soft `RLIMIT_NOFILE` to its
-//! hard limit, and when that is still below what the bounds need, warns
-//! and lowers the bounds to what the limit leaves: the connections are
-//! refused, never the store's files.
+//! [`descriptor_limit`] raises the process's soft `RLIMIT_NOFILE` to its
+//! hard limit, and when that is still below what the bounds need, [`fit`]
+//! warns and lowers the bounds to what the limit leaves: the connections
+//! are refused, never the store's files.
 
 use std::net::IpAddr;
 use std::sync::Arc;
