@@ -13,9 +13,10 @@ use crate::ingest::limits::{
 };
 use crate::server::store::Durability;
 use crate::server::{
-    Collector, DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_GROUP_RECORDS, DEFAULT_MAX_PENDING_BATCHES,
-    DEFAULT_MAX_RECEIVING_BODIES, DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_MIN_BODY_RATE, Keep,
-    RetentionConfig, ServeConfig, check_allowed_host, format_duration, parse_duration, parse_size,
+    Collector, DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_GROUP_RECORDS,
+    DEFAULT_MAX_PENDING_BATCHES, DEFAULT_MAX_RECEIVING_BODIES, DEFAULT_MAX_STREAMS_PER_CONNECTION,
+    DEFAULT_MIN_BODY_RATE, Keep, RetentionConfig, ServeConfig, check_allowed_host,
+    format_duration, parse_duration, parse_size,
 };
 
 /// Run the collector: accept record batches over gRPC (cpt.collector.v1.Collector/Export) and
@@ -73,6 +74,17 @@ pub struct ServeArgs {
     /// Concurrent HTTP/2 streams per connection, at most.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STREAMS_PER_CONNECTION, value_parser = at_least_one::<u32>)]
     pub max_streams_per_connection: u32,
+    /// Connections open on the gRPC and HTTP ports together, at most; one beyond is closed as
+    /// soon as it is accepted. Each is a file descriptor: when the open-file limit (raised to
+    /// its hard limit at start) cannot hold this and 256 more for the store, it is lowered to
+    /// fit, with a warning.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = at_least_one::<usize>)]
+    pub max_connections: usize,
+    /// Connections one peer address (IP) may have open on both ports together; one beyond is
+    /// closed as soon as it is accepted, while other peers still connect (default: a sixteenth
+    /// of --max-connections, at least 1).
+    #[arg(long, value_name = "N", value_parser = at_least_one::<usize>)]
+    pub max_connections_per_peer: Option<usize>,
     /// Require `Authorization: Bearer <token>` on ingest, the token being this file's content
     /// (surrounding whitespace trimmed). Without it anyone who can reach the ports may send
     /// records.
@@ -94,7 +106,8 @@ pub struct ServeArgs {
     pub tls_key: Option<PathBuf>,
     /// Also write every accepted batch as Parquet (schema cpt.records.v1, docs/src/reference/parquet.md) into
     /// DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet; a batch is acknowledged only once it is in
-    /// a finished (fsynced, renamed) file. Each group commit closes its own file per hour.
+    /// a finished (fsynced, renamed) file. Each group commit closes its own file per hour, for at
+    /// most 16 hours (the records of its other hours go to one file in date=mixed/hour=mixed).
     #[arg(long, value_name = "DIR")]
     pub parquet_dir: Option<PathBuf>,
     /// Split a group's Parquet file past this many MiB.
@@ -270,6 +283,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_header_read_timeout(args.header_read_timeout)
         .with_idle_timeout(args.idle_timeout)
         .with_max_streams_per_connection(args.max_streams_per_connection)
+        .with_max_connections(args.max_connections)
         .with_limits(
             IngestLimits::new()
                 .with_max_string_bytes(args.max_string_bytes)
@@ -286,6 +300,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     if let Some(n) = args.max_receiving_bodies_per_peer {
         config = config.with_max_receiving_bodies_per_peer(n);
+    }
+    if let Some(n) = args.max_connections_per_peer {
+        config = config.with_max_connections_per_peer(n);
     }
     if let Some(path) = &args.ingest_token_file {
         config = config.with_ingest_token(read_token("ingest-token-file", path)?);

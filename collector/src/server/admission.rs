@@ -260,8 +260,8 @@ pub(super) struct Ingest {
     pub(super) gauges: Arc<super::retention::StoreGauges>,
     /// `--max-store-bytes`, for `/metrics`.
     pub(super) max_store_bytes: Option<u64>,
-    /// Connections open on either port.
-    pub(super) connections: Arc<AtomicU64>,
+    /// Connections open on either port, and their bounds.
+    pub(super) connections: Arc<super::connections::Connections>,
     /// Labels replayed forced records before they are stored.
     pub(super) forced_nonces: Arc<super::replays::ForcedNonces>,
 }

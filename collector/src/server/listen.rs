@@ -8,7 +8,9 @@
 //!   or received nothing for [`ConnLimits::idle_timeout`] is closed (this
 //!   also covers a connection that never sends a byte, HTTP/1 or HTTP/2);
 //! - **HTTP/2 streams**: at most [`ConnLimits::max_streams`] concurrent
-//!   streams per connection.
+//!   streams per connection;
+//! - **connections**: at most so many open, in total and per peer address
+//!   (`connections.rs`); one beyond them is closed as soon as accepted.
 //!
 //! With TLS, the handshake must finish within the header-read timeout.
 //!
@@ -40,6 +42,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::codegen::Service;
 
+use super::connections::Connections;
+
 /// How long a stopping collector lets in-flight requests finish.
 pub(super) const DRAIN: Duration = Duration::from_secs(1);
 
@@ -64,7 +68,7 @@ pub(super) async fn serve<S, B>(
     limits: ConnLimits,
     tls: Option<Arc<rustls::ServerConfig>>,
     mut stop: watch::Receiver<bool>,
-    open: Arc<AtomicU64>,
+    connections: Arc<Connections>,
 ) -> io::Result<()>
 where
     S: Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible>
@@ -89,10 +93,15 @@ where
                         continue;
                     }
                 };
+                let peer = peer.ip();
+                let Ok(open) = connections.admit(peer) else {
+                    // Beyond the bounds: closed now, with a reset.
+                    let _ = stream.set_zero_linger();
+                    drop(stream);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let (service, stop, tls) = (service.clone(), conn_stop.clone(), tls.clone());
-                let peer = peer.ip();
-                let open = OpenConnection::count(open.clone());
                 conns.spawn(async move {
                     let _open = open;
                     match tls {
@@ -301,21 +310,5 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
 
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
-    }
-}
-
-/// One open connection, counted while it lives (`/metrics`).
-struct OpenConnection(Arc<AtomicU64>);
-
-impl OpenConnection {
-    fn count(open: Arc<AtomicU64>) -> OpenConnection {
-        open.fetch_add(1, Ordering::Relaxed);
-        OpenConnection(open)
-    }
-}
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -19,6 +19,7 @@ use axum::routing::get;
 use http::{StatusCode, header};
 
 use super::admission::{BOUNDS, Counters, Histogram, Ingest, Reject};
+use super::connections::Refused;
 use super::retention::StoreGauges;
 
 /// Write `h` as the Prometheus histogram `name`: cumulative buckets at
@@ -206,8 +207,34 @@ pub(super) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String {
         "cpt_open_connections",
         "gauge",
         "Connections open on the gRPC and HTTP ports.",
-        load(&ingest.connections),
+        ingest.connections.open(),
     );
+    out.one(
+        "cpt_open_connections_max",
+        "gauge",
+        "--max-connections (as fitted to the open-file limit).",
+        ingest.connections.max(),
+    );
+    out.one(
+        "cpt_open_connections_per_peer_max",
+        "gauge",
+        "--max-connections-per-peer (as fitted to the open-file limit).",
+        ingest.connections.max_per_peer(),
+    );
+    out.head(
+        "cpt_connections_refused_total",
+        "counter",
+        "Connections closed as soon as accepted, by reason: peer (its address had its share \
+         open) or total (both ports had --max-connections open).",
+    );
+    for r in Refused::ALL {
+        let _ = writeln!(
+            out.text,
+            "cpt_connections_refused_total{{reason=\"{}\"}} {}",
+            r.as_str(),
+            ingest.connections.refused(r)
+        );
+    }
     out.one(
         "cpt_receiving_bodies",
         "gauge",

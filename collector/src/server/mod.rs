@@ -32,7 +32,9 @@
 //!    whose batch id was committed before) are written as Parquet inside
 //!    that transaction, before it commits ([`Store::insert_group_then`]):
 //!    one file per hour partition per group (split past
-//!    [`ServeConfig::parquet_max_file_bytes`]), each finished (footer,
+//!    [`ServeConfig::parquet_max_file_bytes`]) for at most 16 hours, the
+//!    records of a group's other hours in one `date=mixed/hour=mixed`
+//!    file (`writer.rs`), each finished (footer,
 //!    fsync, rename from a hidden `.tmp`, fsync of the directory) in a
 //!    hidden staging directory, and moved into its partition once the
 //!    store committed (`staging.rs`). If writing fails the group's files
@@ -68,6 +70,7 @@
 //! | `tls.rs` | the TLS certificate and key of both ports |
 //! | `ui/` | the web pages: `/`, `/ui/profile`, `/ui/request`, `/ui/diff` |
 //! | `listen.rs` | accepting connections: header-read and idle timeouts, HTTP/2 stream limit |
+//! | `connections.rs` | connections open, bounded in total and per peer address; the open-file limit |
 //! | [`store`] | the SQLite store both the server and `cpt import` write |
 //! | `mod.rs` (here) | [`ServeConfig`], starting and stopping a [`Collector`] |
 
@@ -85,6 +88,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 mod access;
 mod admission;
 mod authority;
+mod connections;
 mod errlog;
 mod grpc_api;
 mod headers;
@@ -137,6 +141,9 @@ pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default for [`ServeConfig::idle_timeout`].
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default for [`ServeConfig::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
+pub use connections::RESERVED_DESCRIPTORS;
 /// Default for [`ServeConfig::max_streams_per_connection`].
 pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 64;
 /// Records `GET /v1/records` returns when the query gives no `limit`.
@@ -198,6 +205,16 @@ pub struct ServeConfig {
     pub idle_timeout: Duration,
     /// Concurrent HTTP/2 streams per connection, at most.
     pub max_streams_per_connection: u32,
+    /// Connections open on the gRPC and HTTP ports together, at most; one
+    /// beyond is closed as soon as it is accepted. Lowered at start, with a
+    /// warning, when the open-file limit cannot hold it and
+    /// [`RESERVED_DESCRIPTORS`]. See `connections.rs` for the rule.
+    pub max_connections: usize,
+    /// Connections one peer address may have open on both ports together;
+    /// one beyond is closed as soon as it is accepted, while other peers
+    /// still connect. `None`: a sixteenth of
+    /// [`ServeConfig::max_connections`], at least one.
+    pub max_connections_per_peer: Option<usize>,
     /// When set, ingest requires `Authorization: Bearer <token>` (HTTP) or
     /// `authorization: Bearer <token>` metadata (gRPC); others get 401 /
     /// `UNAUTHENTICATED`. `None` (the default): anyone who can reach the
@@ -213,7 +230,9 @@ pub struct ServeConfig {
     /// When set, every accepted batch is also written as Parquet (schema
     /// `cpt.records.v1`) into `DIR/date=YYYY-MM-DD/hour=HH/part-*.parquet`,
     /// and acknowledged only once its file is finished (fsynced and renamed):
-    /// each group commit closes its own file per hour (see the module docs).
+    /// each group commit closes its own file per hour, for at most 16 hours
+    /// (the others' records in `DIR/date=mixed/hour=mixed/`; see the module
+    /// docs).
     pub parquet_dir: Option<PathBuf>,
     /// A group's Parquet file is split once it passes this many bytes.
     pub parquet_max_file_bytes: u64,
@@ -258,6 +277,8 @@ impl ServeConfig {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: None,
             ingest_token: None,
             read_token: None,
             parquet_dir: None,
@@ -342,6 +363,18 @@ impl ServeConfig {
     /// Set [`ServeConfig::idle_timeout`].
     pub fn with_idle_timeout(mut self, d: Duration) -> Self {
         self.idle_timeout = d;
+        self
+    }
+
+    /// Set [`ServeConfig::max_connections`] (at least 1).
+    pub fn with_max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// Set [`ServeConfig::max_connections_per_peer`] (at least 1).
+    pub fn with_max_connections_per_peer(mut self, n: usize) -> Self {
+        self.max_connections_per_peer = Some(n.max(1));
         self
     }
 
@@ -563,7 +596,7 @@ impl Collector {
                 // store committed them, deleted if not.
                 let committed = staging::max_id(&reader).map_err(ServeError::Staging)?;
                 let settled = staging::settle(dir, committed).map_err(ServeError::Staging)?;
-                if settled != staging::Settled::default() {
+                if settled.published + settled.discarded + settled.orphans > 0 {
                     eprintln!(
                         "cpt serve: Parquet groups a stopped collector left: {} committed (moved into place), \
                          {} not committed (deleted), {} unnamed staged files deleted",
@@ -576,7 +609,8 @@ impl Collector {
                         dir.join(staging::STAGING),
                     )
                     .map_err(ServeError::Parquet)?
-                    .with_max_file_bytes(config.parquet_max_file_bytes),
+                    .with_max_file_bytes(config.parquet_max_file_bytes)
+                    .with_max_hour_partitions(writer::PARQUET_HOURS_PER_GROUP),
                     reader,
                 })
             }
@@ -589,6 +623,14 @@ impl Collector {
             .spawn(move || write_loop(store, rx, max_group, parquet, upkeep))
             .map_err(ServeError::Writer)?;
         let max_receiving = config.max_receiving_bodies.max(1);
+        let conns = connections::fit(
+            connections::descriptor_limit(),
+            config.max_connections,
+            config.max_connections_per_peer,
+        );
+        if let Some(w) = &conns.warning {
+            eprintln!("cpt serve: warning: {w}");
+        }
         let ingest = Arc::new(Ingest {
             admission: Arc::new(Semaphore::new(max_pending)),
             receiving: Arc::new(Semaphore::new(max_receiving)),
@@ -611,7 +653,7 @@ impl Collector {
             keep_records,
             gauges,
             max_store_bytes: config.retention.max_store_bytes,
-            connections: Arc::default(),
+            connections: Arc::new(connections::Connections::new(conns.max, conns.max_per_peer)),
             forced_nonces,
         });
         let (stop, stopped) = watch::channel(false);
@@ -632,9 +674,9 @@ impl Collector {
             };
             let stopped = stopped.clone();
             let tls = tls.clone();
-            let open = ingest.connections.clone();
+            let conns = ingest.connections.clone();
             servers.push(tokio::spawn(async move {
-                listen::serve(listener, svc, conn_limits, tls, stopped, open)
+                listen::serve(listener, svc, conn_limits, tls, stopped, conns)
                     .await
                     .map_err(|e| ServeError::Server {
                         what: "grpc",
@@ -671,9 +713,9 @@ impl Collector {
                 ));
             let stopped = stopped.clone();
             let tls = tls.clone();
-            let open = ingest.connections.clone();
+            let conns = ingest.connections.clone();
             servers.push(tokio::spawn(async move {
-                listen::serve(listener, app, conn_limits, tls, stopped, open)
+                listen::serve(listener, app, conn_limits, tls, stopped, conns)
                     .await
                     .map_err(|e| ServeError::Server {
                         what: "http",

@@ -46,7 +46,7 @@ pub(super) struct PeerSlots {
 impl PeerSlots {
     /// Take one of `peer`'s at most `max` slots; `false` when it holds them
     /// all.
-    fn take(&self, peer: IpAddr, max: usize) -> bool {
+    pub(super) fn take(&self, peer: IpAddr, max: usize) -> bool {
         let mut held = self
             .held
             .lock()
@@ -59,7 +59,8 @@ impl PeerSlots {
         true
     }
 
-    fn give_back(&self, peer: IpAddr) {
+    /// Give back one of `peer`'s slots.
+    pub(super) fn give_back(&self, peer: IpAddr) {
         let mut held = self
             .held
             .lock()

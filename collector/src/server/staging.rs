@@ -27,8 +27,13 @@
 //! (The store has one writer, and nothing is settled while it writes, so no
 //! other group can have inserted those ids.) Files in `.staging` without a
 //! manifest (a crash before the manifest was written: the group never
-//! committed) are deleted. Readers skip `.staging`: hidden names are not
-//! records.
+//! committed) are deleted, and so are the directories left empty. Readers
+//! skip `.staging`: hidden names are not records.
+//!
+//! Whatever happens to a group, the staging directory ends up as it was
+//! before: publishing and discarding remove the partition directories the
+//! group's files were in once they are empty, and a write that fails before
+//! its manifest removes what it wrote (`PartitionedWriter::discard`).
 
 use std::fs;
 use std::io::Write as _;
@@ -99,15 +104,44 @@ pub(super) fn stage(
     for f in &rel {
         text.push_str(&format!("file {}\n", f.display()));
     }
-    let mut file = fs::File::create(&manifest).map_err(|e| io("create", &manifest, e))?;
-    file.write_all(text.as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(|e| io("write", &manifest, e))?;
-    sync_dir(staging)?;
-    Ok(Staged {
+    let written = fs::File::create(&manifest)
+        .map_err(|e| io("create", &manifest, e))
+        .and_then(|mut file| {
+            file.write_all(text.as_bytes())
+                .and_then(|()| file.sync_all())
+                .map_err(|e| io("write", &manifest, e))
+        })
+        .and_then(|()| sync_dir(staging));
+    let staged = Staged {
         manifest,
         files: rel,
-    })
+    };
+    match written {
+        Ok(()) => Ok(staged),
+        Err(e) => {
+            discard(staging.parent().unwrap_or(staging), &staged);
+            Err(e)
+        }
+    }
+}
+
+/// Remove the directories under `staging` that held `files` (relative to
+/// it) once they are empty, deepest first; a directory still holding
+/// something stays.
+fn remove_empty_dirs(staging: &Path, files: &[PathBuf]) {
+    let mut dirs = std::collections::BTreeSet::new();
+    for f in files {
+        let mut d = f.parent();
+        while let Some(dir) = d.filter(|d| !d.as_os_str().is_empty()) {
+            dirs.insert(dir.to_path_buf());
+            d = dir.parent();
+        }
+    }
+    let mut dirs: Vec<PathBuf> = dirs.into_iter().collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for d in dirs {
+        let _ = fs::remove_dir(staging.join(d));
+    }
 }
 
 /// Move a committed group's files into place and drop its manifest.
@@ -138,6 +172,7 @@ pub(super) fn publish(root: &Path, staged: &Staged) -> Result<(), String> {
         sync_dir(d)?;
     }
     fs::remove_file(&staged.manifest).map_err(|e| io("remove", &staged.manifest, e))?;
+    remove_empty_dirs(&staging, &staged.files);
     Ok(())
 }
 
@@ -148,6 +183,7 @@ pub(super) fn discard(root: &Path, staged: &Staged) {
         let _ = fs::remove_file(staging.join(rel));
     }
     let _ = fs::remove_file(&staged.manifest);
+    remove_empty_dirs(&staging, &staged.files);
 }
 
 fn read_manifest(path: &Path) -> Option<(i64, u64, Vec<PathBuf>)> {
@@ -173,6 +209,8 @@ pub(super) struct Settled {
     pub(super) discarded: usize,
     /// Staged files without a manifest, deleted.
     pub(super) orphans: usize,
+    /// Directories left empty, removed.
+    pub(super) empty_dirs: usize,
 }
 
 /// Settle what a stopped collector left in `root/.staging` (see the module
@@ -209,19 +247,26 @@ pub(super) fn settle(root: &Path, committed: i64) -> Result<Settled, String> {
             settled.discarded += 1;
         }
     }
-    // Whatever is left was never named by a manifest.
+    // Whatever is left was never named by a manifest; then the directories.
     let mut dirs = vec![staging.clone()];
+    let mut seen = Vec::new();
     while let Some(d) = dirs.pop() {
         for entry in fs::read_dir(&d).map_err(|e| io("list", &d, e))? {
             let entry = entry.map_err(|e| io("list", &d, e))?;
             let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(path.clone());
+                seen.push(path);
             } else {
                 fs::remove_file(&path).map_err(|e| io("remove", &path, e))?;
                 settled.orphans += 1;
             }
         }
+    }
+    // Listed parents first: children go first in reverse.
+    for d in seen.iter().rev() {
+        fs::remove_dir(d).map_err(|e| io("remove", d, e))?;
+        settled.empty_dirs += 1;
     }
     Ok(settled)
 }
@@ -255,7 +300,10 @@ mod tests {
             Settled {
                 published: 1,
                 discarded: 1,
-                orphans: 1
+                orphans: 1,
+                // date=2026-01-01 and its hour=02 (hour=00 and hour=01
+                // went when their groups were settled).
+                empty_dirs: 2,
             }
         );
         assert!(
@@ -263,7 +311,7 @@ mod tests {
                 .is_file()
         );
         assert!(!root.join("date=2026-01-01/hour=01/part-b.parquet").exists());
-        let left: Vec<_> = walk(&staging);
+        let left: Vec<_> = fs::read_dir(&staging).unwrap().collect();
         assert!(left.is_empty(), "{left:?}");
     }
 
@@ -285,16 +333,38 @@ mod tests {
         );
     }
 
-    fn walk(d: &Path) -> Vec<PathBuf> {
+    /// The entries under `d`, directories too.
+    fn entries(d: &Path) -> Vec<PathBuf> {
         let mut out = Vec::new();
         for e in fs::read_dir(d).unwrap() {
             let p = e.unwrap().path();
             if p.is_dir() {
-                out.extend(walk(&p));
-            } else {
-                out.push(p);
+                out.extend(entries(&p));
             }
+            out.push(p);
         }
         out
+    }
+
+    #[test]
+    fn publishing_or_discarding_a_group_leaves_staging_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let staging = root.join(STAGING);
+        let files = [
+            staged_file(root, "date=2026-01-01/hour=00/part-a.parquet"),
+            staged_file(root, "date=2026-01-02/hour=05/part-b.parquet"),
+        ];
+        let published = stage(&staging, &files, 0, 2).unwrap();
+        publish(root, &published).unwrap();
+        assert_eq!(entries(&staging), Vec::<PathBuf>::new());
+        assert!(
+            root.join("date=2026-01-02/hour=05/part-b.parquet")
+                .is_file()
+        );
+        let files = [staged_file(root, "date=mixed/hour=mixed/part-c.parquet")];
+        let discarded = stage(&staging, &files, 2, 1).unwrap();
+        discard(root, &discarded);
+        assert_eq!(entries(&staging), Vec::<PathBuf>::new());
     }
 }

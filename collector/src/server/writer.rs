@@ -4,7 +4,12 @@
 //! With `--parquet-dir`, the new batches of a group (not those whose batch
 //! id was committed before) are written as Parquet inside the store's
 //! transaction, before it commits: one file per hour partition per group
-//! (split past the size bound), each finished (footer, fsync, rename, fsync
+//! (split past the size bound), for at most [`PARQUET_HOURS_PER_GROUP`]
+//! hours, those with the most records; the records of a group's other
+//! hours go to one file in `date=mixed/hour=mixed`
+//! ([`crate::records::parquet::MIXED_PARTITION`]). However far apart the
+//! start times of a group's records, it writes a bounded number of files.
+//! Each is finished (footer, fsync, rename, fsync
 //! of the directory) in the hidden staging directory, and moved into its
 //! partition only once the store committed (`staging.rs`), before any batch
 //! of the group is acknowledged. A failed Parquet write rolls the group
@@ -26,6 +31,10 @@ use super::retention::Upkeep;
 use super::staging::{self, Staged};
 use super::store::{EncodedBatch, Store, StoreError};
 use crate::records::parquet::PartitionedWriter;
+
+/// Hour partitions one group commit writes Parquet files for, at most (see
+/// the module docs).
+pub(super) const PARQUET_HOURS_PER_GROUP: usize = 16;
 
 /// The Parquet side of the writer: files staged under `root/.staging`.
 #[derive(Debug)]
@@ -207,14 +216,10 @@ fn write_parquet(
             return Err(failed(e.to_string()));
         }
     };
+    // A failure removes the staged files and their directories.
     staging::stage(w.dir(), &files, before, stored.len() as u64)
         .map(Some)
-        .map_err(|e| {
-            for f in &files {
-                let _ = std::fs::remove_file(f);
-            }
-            failed(e)
-        })
+        .map_err(failed)
 }
 
 /// Remove the hidden `.part-*.parquet.tmp` files a killed collector left

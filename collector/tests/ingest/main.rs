@@ -4,6 +4,7 @@
 
 mod support;
 
+mod connections;
 mod durability;
 mod fairness;
 mod hostile;

@@ -141,3 +141,100 @@ fn a_failed_write_answers_503_naming_no_file() {
     );
     assert!(c.stored().is_empty());
 }
+
+const HOUR: u64 = 3_600_000_000_000;
+
+/// Every entry under `dir` (directories too), relative to it; none when it
+/// is missing.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        let Ok(list) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in list {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p.clone());
+            }
+            out.push(p.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `cpt serve --parquet-dir`'s finished files (the staging directory
+/// aside).
+fn parquet_files(pq: &Path) -> Vec<String> {
+    entries(pq)
+        .into_iter()
+        .filter(|e| !e.starts_with(".staging") && e.ends_with(".parquet"))
+        .collect()
+}
+
+/// One batch whose records started over 5 000 different hours: a bounded
+/// number of files (the 16 busiest hours and one mixed partition), every
+/// record in them once, and nothing left staged.
+#[test]
+fn a_batch_over_5000_hours_writes_a_bounded_number_of_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let pq = dir.path().join("pq");
+    let c = TestCollector::start(|c| c.with_parquet_dir(&pq));
+    let mut sent = records("hours", 5000);
+    for (i, r) in sent.iter_mut().enumerate() {
+        r.start_unix_nanos = Some(an_hour_ago() - i as u64 * HOUR);
+    }
+    let resp = post_records(c.http(), CONTENT_TYPE_JSON_LINES, &json_lines(&sent));
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let files = parquet_files(&pq);
+    assert!(
+        files.len() <= 17,
+        "{} files, the first {:?}",
+        files.len(),
+        &files[..5]
+    );
+    assert_eq!(
+        files
+            .iter()
+            .filter(|f| f.starts_with("date=mixed/hour=mixed/"))
+            .count(),
+        1,
+        "{files:?}"
+    );
+    let back = counted(read_dir(&pq));
+    assert_eq!(back.len(), 5000);
+    assert!(back.values().all(|n| *n == 1), "a record written twice");
+    assert_eq!(back, counted(sent));
+    assert_eq!(entries(&pq.join(".staging")), Vec::<String>::new());
+}
+
+/// A group whose Parquet write fails (a partition directory cannot be
+/// created) answers 503 and leaves the staging directory as it was: no
+/// file, no directory of the group's other partitions. The resend, once
+/// the obstacle is gone, is written once.
+#[test]
+fn a_failed_parquet_write_leaves_nothing_staged() {
+    let dir = tempfile::tempdir().unwrap();
+    let pq = dir.path().join("pq");
+    let c = TestCollector::start(|c| c.with_parquet_dir(&pq));
+    // Three days: the middle one's date directory is blocked by a file.
+    let mut sent = records("fails", 3);
+    for (i, r) in sent.iter_mut().enumerate() {
+        r.start_unix_nanos = Some(an_hour_ago() - (2 - i as u64) * 24 * HOUR);
+    }
+    let staging = pq.join(".staging");
+    let (date, _) = cpt_collector::records::parquet::partition_of(an_hour_ago() - 24 * HOUR);
+    let blocker = format!("date={date}");
+    std::fs::write(staging.join(&blocker), b"in the way").unwrap();
+    let resp = post_records(c.http(), CONTENT_TYPE_JSON_LINES, &json_lines(&sent));
+    assert_eq!(resp.status, 503, "{}", resp.text());
+    assert_eq!(entries(&staging), std::slice::from_ref(&blocker));
+    assert!(parquet_files(&pq).is_empty());
+    std::fs::remove_file(staging.join(&blocker)).unwrap();
+    let resp = post_records(c.http(), CONTENT_TYPE_JSON_LINES, &json_lines(&sent));
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(entries(&staging), Vec::<String>::new());
+    assert_eq!(counted(read_dir(&pq)), counted(sent));
+}

@@ -344,15 +344,33 @@ pub(crate) struct Served {
     /// `None` when started with `--grpc off`.
     pub(crate) grpc: Option<SocketAddr>,
     pub(crate) http: SocketAddr,
+    /// What it printed until it listened.
+    pub(crate) log: Vec<String>,
 }
 
 /// `cpt serve --store STORE` with HTTP on a free port, gRPC on a free port
 /// when `grpc` (else `--grpc off`), and `args` after those; returns once it
 /// printed every address it listens on.
 pub(crate) fn serve_child(store: &Path, grpc: bool, args: &[&std::ffi::OsStr]) -> Served {
+    serve_command(
+        std::process::Command::new(env!("CARGO_BIN_EXE_cpt")),
+        store,
+        grpc,
+        args,
+    )
+}
+
+/// [`serve_child`] run by `command` (the `cpt` binary, or a shell that
+/// execs it), with `serve` and the arguments appended.
+pub(crate) fn serve_command(
+    mut command: std::process::Command,
+    store: &Path,
+    grpc: bool,
+    args: &[&std::ffi::OsStr],
+) -> Served {
     use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cpt"))
+    use std::process::Stdio;
+    let mut child = command
         .args(["serve", "--store"])
         .arg(store)
         .args(["--grpc", if grpc { "127.0.0.1:0" } else { "off" }])
@@ -365,11 +383,13 @@ pub(crate) fn serve_child(store: &Path, grpc: bool, args: &[&std::ffi::OsStr]) -
         .expect("start cpt serve");
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let (mut grpc_addr, mut http) = (None, None);
+    let mut log = Vec::new();
     while (grpc && grpc_addr.is_none()) || http.is_none() {
         let line = lines
             .next()
             .expect("cpt serve exited before listening")
             .unwrap();
+        log.push(line.clone());
         if let Some(a) = line.strip_prefix("cpt serve: grpc listening on ") {
             grpc_addr = Some(a.parse().unwrap());
         }
@@ -383,6 +403,7 @@ pub(crate) fn serve_child(store: &Path, grpc: bool, args: &[&std::ffi::OsStr]) -
         child,
         grpc: grpc_addr,
         http: http.unwrap(),
+        log,
     }
 }
 

@@ -6,7 +6,9 @@
 //!
 //! - [`schema`], [`to_batch`], [`from_batch`]: Record ⇄ Arrow [`RecordBatch`](arrow_array::RecordBatch).
 //! - [`PartitionedWriter`]: records into the Hive-partitioned layout
-//!   `DIR/date=YYYY-MM-DD/hour=HH/part-<unique>.parquet`. A file is written as
+//!   `DIR/date=YYYY-MM-DD/hour=HH/part-<unique>.parquet` (and, for a write
+//!   bounded to a few hours, the others' records in
+//!   `DIR/date=mixed/hour=mixed/`: [`MIXED_PARTITION`]). A file is written as
 //!   `.part-<unique>.parquet.tmp` (hidden: Spark and cpt skip it), fsynced,
 //!   renamed, and its directory fsynced: a reader sees a whole file or none.
 //! - [`ParquetRecords`]: the records of a file or a directory tree of files,
@@ -49,6 +51,17 @@ pub const BATCH_ROWS: usize = 8 * 1024;
 /// A file is finished once its encoded size passes this (see
 /// [`PartitionedWriter::with_max_file_bytes`]).
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 128 << 20;
+/// Files a [`PartitionedWriter`] keeps open at once unless told otherwise
+/// ([`PartitionedWriter::with_max_open_files`]).
+pub const DEFAULT_MAX_OPEN_FILES: usize = 32;
+/// The partition of records of many hours (`date=mixed/hour=mixed`), as
+/// its two directory names: a write bounded by
+/// [`PartitionedWriter::with_max_hour_partitions`] puts the records of the
+/// hours beyond the bound there. Its name keeps the Hive layout's two
+/// levels (`date=`, `hour=`), so readers that discover partitions from
+/// directory names see the same columns; cpt and the Spark job read its
+/// files like any other and select by each record's start time.
+pub const MIXED_PARTITION: (&str, &str) = ("date=mixed", "hour=mixed");
 
 pub(crate) const ACCOUNTING: [&str; 7] = [
     "network_ns",

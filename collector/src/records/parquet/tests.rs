@@ -210,3 +210,103 @@ fn files_roll_past_the_size_bound() {
     }
     assert_eq!(w.finish().unwrap().len(), 3);
 }
+
+const HOUR: u64 = 3_600_000_000_000;
+
+/// Record `i` of `n` that started in hour `hours[i]` after 2023-11-14T22:00Z.
+fn in_hour(i: u64, hour: u64) -> Record {
+    let mut r = record(0);
+    r.start_unix_nanos = Some(1_699_999_200_000_000_000 + hour * HOUR + i);
+    r.request_id = Some(format!("r{i}"));
+    r
+}
+
+/// Every entry under `dir`, directories too, relative to it.
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p.clone());
+            }
+            out.push(p.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_write_over_many_hours_goes_to_the_busiest_hours_and_one_mixed_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    // 2 000 hours, one record each, and hours 7 and 1 500 with 3 more.
+    let mut recs: Vec<Record> = (0..2000).map(|h| in_hour(h, h)).collect();
+    recs.extend((2000..2003).map(|i| in_hour(i, 7)));
+    recs.extend((2003..2006).map(|i| in_hour(i, 1500)));
+    let mut w = PartitionedWriter::new(dir.path())
+        .unwrap()
+        .with_max_hour_partitions(3);
+    w.write(&recs).unwrap();
+    let files = w.finish().unwrap();
+    let mut parts: Vec<String> = files
+        .iter()
+        .map(|f| {
+            let p = f.parent().unwrap().strip_prefix(dir.path()).unwrap();
+            p.to_string_lossy().into_owned()
+        })
+        .collect();
+    parts.sort();
+    // The two busiest hours, then the earliest of the one-record hours.
+    assert_eq!(
+        parts,
+        [
+            "date=2023-11-14/hour=22",
+            "date=2023-11-15/hour=05",
+            "date=2024-01-16/hour=10",
+            "date=mixed/hour=mixed",
+        ]
+    );
+    let mut r = ParquetRecords::open(dir.path(), 1000).unwrap();
+    let mut back = Vec::new();
+    while let Some(b) = r.next_batch().unwrap() {
+        back.extend(b);
+    }
+    let mut ids: Vec<String> = back.into_iter().map(|r| r.request_id.unwrap()).collect();
+    ids.sort();
+    let mut want: Vec<String> = (0..2006).map(|i| format!("r{i}")).collect();
+    want.sort();
+    assert_eq!(ids, want, "every record once");
+}
+
+#[test]
+fn open_files_stay_within_their_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs: Vec<Record> = (0..40).map(|h| in_hour(h, h)).collect();
+    let mut w = PartitionedWriter::new(dir.path())
+        .unwrap()
+        .with_max_open_files(4);
+    w.write(&recs).unwrap();
+    let unfinished = entries(dir.path())
+        .iter()
+        .filter(|e| e.ends_with(".parquet.tmp"))
+        .count();
+    assert_eq!(unfinished, 4);
+    assert_eq!(w.finish().unwrap().len(), 40);
+}
+
+#[test]
+fn a_failed_write_discarded_leaves_the_directory_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    // The partition of the third hour cannot be created.
+    fs::write(dir.path().join("date=2023-11-15"), b"in the way").unwrap();
+    let recs: Vec<Record> = (0..40).map(|h| in_hour(h, h)).collect();
+    let mut w = PartitionedWriter::new(dir.path())
+        .unwrap()
+        .with_max_file_bytes(1);
+    let err = w.write(&recs).unwrap_err();
+    assert!(err.to_string().contains("date=2023-11-15"), "{err}");
+    assert!(w.discard() > 0, "files were finished before the failure");
+    assert_eq!(entries(dir.path()), ["date=2023-11-15"]);
+}

@@ -13,7 +13,35 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
 use super::batch::batch_of;
-use super::{BATCH_ROWS, DEFAULT_MAX_FILE_BYTES, ParquetError, SCHEMA_KEY, SCHEMA_VERSION, schema};
+use super::{
+    BATCH_ROWS, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_OPEN_FILES, MIXED_PARTITION, ParquetError,
+    SCHEMA_KEY, SCHEMA_VERSION, schema,
+};
+
+/// The partition a record goes to: the UTC hour it started in, or the one
+/// partition of records of many hours.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Partition {
+    /// `date=YYYY-MM-DD/hour=HH`.
+    Hour(String, u8),
+    /// [`MIXED_PARTITION`].
+    Mixed,
+}
+
+impl Partition {
+    /// Its directory under `root`, and the parent directory in it.
+    fn dirs(&self, root: &Path) -> (PathBuf, PathBuf) {
+        let date = match self {
+            Partition::Hour(date, _) => root.join(format!("date={date}")),
+            Partition::Mixed => root.join(MIXED_PARTITION.0),
+        };
+        let hour = match self {
+            Partition::Hour(_, hour) => date.join(format!("hour={hour:02}")),
+            Partition::Mixed => date.join(MIXED_PARTITION.1),
+        };
+        (date, hour)
+    }
+}
 
 /// The `date=YYYY-MM-DD/hour=HH` partition of a time (ns since the epoch, UTC).
 pub fn partition_of(unix_nanos: u64) -> (String, u8) {
@@ -71,6 +99,8 @@ struct OpenFile {
     done: PathBuf,
     writer: ArrowWriter<File>,
     rows: u64,
+    /// When it was last written to, in writes of this writer.
+    last_write: u64,
 }
 
 /// Writes records into `DIR/date=YYYY-MM-DD/hour=HH/part-<unique>.parquet`,
@@ -79,7 +109,13 @@ struct OpenFile {
 ///
 /// Files stay open (as hidden `.part-*.parquet.tmp`) until
 /// [`finish`](Self::finish), or until they pass the size bound, when they are
-/// finished and a new one is started. Finishing a file closes its Parquet
+/// finished and a new one is started. At most
+/// [`with_max_open_files`](Self::with_max_open_files) are open at once: a
+/// partition that needs a file beyond that finishes the file written to
+/// least recently. With
+/// [`with_max_hour_partitions`](Self::with_max_hour_partitions), the records
+/// of one write go to a bounded number of partitions (and so of files).
+/// Finishing a file closes its Parquet
 /// footer, fsyncs it, renames it to its final name and fsyncs the directory:
 /// after `finish` returns, its records survive a crash (`kill -9`, power
 /// loss) and no reader ever sees a partial file. Dropping the writer without
@@ -87,9 +123,15 @@ struct OpenFile {
 pub struct PartitionedWriter {
     dir: PathBuf,
     max_file_bytes: u64,
+    max_open_files: usize,
+    max_hour_partitions: Option<usize>,
     props: WriterProperties,
-    open: BTreeMap<(String, u8), OpenFile>,
+    open: BTreeMap<Partition, OpenFile>,
     finished: Vec<PathBuf>,
+    /// Partition directories created since the last successful `finish`
+    /// (parents first), removed by `discard` when left empty.
+    created: Vec<PathBuf>,
+    writes: u64,
 }
 
 impl std::fmt::Debug for PartitionedWriter {
@@ -132,10 +174,38 @@ impl PartitionedWriter {
         Ok(PartitionedWriter {
             dir,
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            max_open_files: DEFAULT_MAX_OPEN_FILES,
+            max_hour_partitions: None,
             props: writer_properties(),
             open: BTreeMap::new(),
             finished: Vec::new(),
+            created: Vec::new(),
+            writes: 0,
         })
+    }
+
+    /// Keep at most `n` files open (at least 1): a partition that needs a
+    /// file beyond that finishes the open file written to least recently
+    /// (default [`DEFAULT_MAX_OPEN_FILES`]).
+    #[must_use]
+    pub fn with_max_open_files(mut self, n: usize) -> Self {
+        self.max_open_files = n.max(1);
+        self
+    }
+
+    /// Write the records of one [`write`](Self::write) into at most `n`
+    /// hour partitions (at least 1): the `n` hours with the most records
+    /// (the earlier hour on a tie) get their own partition, and the records
+    /// of every other hour go to [`MIXED_PARTITION`], in one file per
+    /// write. Without it (the default) every hour gets its partition.
+    ///
+    /// The files of one write are then at most `n + 1` (and more only past
+    /// [`with_max_file_bytes`](Self::with_max_file_bytes)), however many
+    /// hours its records started in.
+    #[must_use]
+    pub fn with_max_hour_partitions(mut self, n: usize) -> Self {
+        self.max_hour_partitions = Some(n.max(1));
+        self
     }
 
     /// Finish a file once its encoded size passes `bytes` (at least one
@@ -173,24 +243,31 @@ impl PartitionedWriter {
     /// As [`write`](Self::write).
     pub fn write_refs(&mut self, records: &[&Record]) -> Result<(), ParquetError> {
         let now = now_nanos();
-        let mut parts: BTreeMap<(String, u8), Vec<&Record>> = BTreeMap::new();
-        let mut last: Option<(u64, (String, u8))> = None;
+        let mut parts: BTreeMap<Partition, Vec<&Record>> = BTreeMap::new();
+        let mut last: Option<(u64, Partition)> = None;
         for r in records.iter().copied() {
             let hour_start = r.start_unix_nanos.unwrap_or(now) / 3_600_000_000_000;
             let key = match &last {
                 Some((h, k)) if *h == hour_start => k.clone(),
                 _ => {
-                    let k = partition_of(r.start_unix_nanos.unwrap_or(now));
+                    let (date, hour) = partition_of(r.start_unix_nanos.unwrap_or(now));
+                    let k = Partition::Hour(date, hour);
                     last = Some((hour_start, k.clone()));
                     k
                 }
             };
             parts.entry(key).or_default().push(r);
         }
+        if let Some(max) = self.max_hour_partitions {
+            parts = bound_partitions(parts, max);
+        }
         for (key, recs) in parts {
             for chunk in recs.chunks(BATCH_ROWS) {
                 let batch = batch_of(chunk)?;
+                self.writes += 1;
+                let writes = self.writes;
                 let file = self.file(&key)?;
+                file.last_write = writes;
                 file.writer
                     .write(&batch)
                     .map_err(|error| ParquetError::Encode {
@@ -208,20 +285,53 @@ impl PartitionedWriter {
         Ok(())
     }
 
-    fn file(&mut self, key: &(String, u8)) -> Result<&mut OpenFile, ParquetError> {
+    /// Create `dir` if missing, noting it for [`discard`](Self::discard).
+    fn create_dir(&mut self, dir: &Path) -> Result<bool, ParquetError> {
+        if dir.is_dir() {
+            return Ok(false);
+        }
+        match fs::create_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {
+                return Ok(false);
+            }
+            Err(error) => {
+                return Err(ParquetError::Io {
+                    path: dir.to_path_buf(),
+                    error,
+                });
+            }
+        }
+        self.created.push(dir.to_path_buf());
+        Ok(true)
+    }
+
+    fn file(&mut self, key: &Partition) -> Result<&mut OpenFile, ParquetError> {
         if !self.open.contains_key(key) {
-            let part = self
-                .dir
-                .join(format!("date={}", key.0))
-                .join(format!("hour={:02}", key.1));
-            if !part.is_dir() {
-                fs::create_dir_all(&part).map_err(|error| ParquetError::Io {
-                    path: part.clone(),
+            if self.open.len() >= self.max_open_files {
+                let oldest = self
+                    .open
+                    .iter()
+                    .min_by_key(|(_, f)| f.last_write)
+                    .map(|(k, _)| k.clone())
+                    .expect("at least one file is open");
+                let f = self.open.remove(&oldest).expect("just found");
+                self.finished.push(finish_file(f)?);
+            }
+            let (date, part) = key.dirs(&self.dir);
+            if !self.dir.is_dir() {
+                fs::create_dir_all(&self.dir).map_err(|error| ParquetError::Io {
+                    path: self.dir.clone(),
                     error,
                 })?;
+            }
+            let new_date = self.create_dir(&date)?;
+            if self.create_dir(&part)? {
                 // The new directories' names must be durable too.
-                sync_dir(part.parent().unwrap_or(&self.dir))?;
-                sync_dir(&self.dir)?;
+                sync_dir(&date)?;
+                if new_date {
+                    sync_dir(&self.dir)?;
+                }
             }
             let name = unique();
             let tmp = part.join(format!(".part-{name}.parquet.tmp"));
@@ -244,6 +354,7 @@ impl PartitionedWriter {
                     done,
                     writer,
                     rows: 0,
+                    last_write: 0,
                 },
             );
         }
@@ -273,8 +384,32 @@ impl PartitionedWriter {
             }
         }
         result?;
+        self.created.clear();
         Ok(std::mem::take(&mut self.finished))
     }
+}
+
+/// `parts` with at most `max` hour partitions: the `max` with the most
+/// records (the earlier hour on a tie) keep theirs, and the records of the
+/// others go to [`Partition::Mixed`], in the order of their hours.
+fn bound_partitions(
+    parts: BTreeMap<Partition, Vec<&Record>>,
+    max: usize,
+) -> BTreeMap<Partition, Vec<&Record>> {
+    if parts.len() <= max {
+        return parts;
+    }
+    let mut by_size: Vec<(Partition, Vec<&Record>)> = parts.into_iter().collect();
+    // Stable: the earlier hour first among equals.
+    by_size.sort_by_key(|(_, recs)| std::cmp::Reverse(recs.len()));
+    let mut rest = by_size.split_off(max);
+    rest.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut kept: BTreeMap<Partition, Vec<&Record>> = by_size.into_iter().collect();
+    let mixed = kept.entry(Partition::Mixed).or_default();
+    for (_, recs) in rest {
+        mixed.extend(recs);
+    }
+    kept
 }
 
 fn finish_file(f: OpenFile) -> Result<PathBuf, ParquetError> {
@@ -333,6 +468,10 @@ impl PartitionedWriter {
         }
         if let Some(d) = done.first().and_then(|f| f.parent()) {
             let _ = sync_dir(d);
+        }
+        // Children before parents; a directory another file is in stays.
+        for d in std::mem::take(&mut self.created).iter().rev() {
+            let _ = fs::remove_dir(d);
         }
         done.len()
     }
