@@ -23,7 +23,11 @@
 //! One process keeps one cache per state directory, shared by every
 //! `ForceAuth` given it. Two processes must not share a directory: each reads
 //! the file only when it starts, so neither would see what the other
-//! accepted since.
+//! accepted since, and their rewrites would overwrite each other. The first
+//! holds a lock on `DIR/`[`LOCK_FILE`] (with its pid in it) for as long as
+//! it runs; a second one is refused the directory with an error naming it
+//! and that pid (`ERROR`, target `cpt_middleware`), and remembers the
+//! credentials it accepts in memory only.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -48,6 +52,10 @@ pub(crate) enum Refused {
 
 /// The journal's file name in the state directory.
 pub(crate) const JOURNAL_FILE: &str = "force-replay";
+
+/// The lock file's name in the state directory: held by the process that
+/// journals there, its pid inside.
+pub(crate) const LOCK_FILE: &str = "lock";
 
 /// Lines beyond twice the live entries the journal may hold before it is
 /// rewritten.
@@ -75,12 +83,20 @@ impl ReplayCache {
     /// with the entries still valid at `now` (Unix seconds).
     pub(crate) fn journaled(dir: &Path, capacity: usize, now: u64) -> ReplayCache {
         let mut cache = ReplayCache::new(capacity);
+        let lock = match lock_dir(dir) {
+            Ok(lock) => lock,
+            Err(message) => {
+                tracing::error!(target: "cpt_middleware", "cpt: {message}");
+                return cache;
+            }
+        };
         let mut journal = Journal {
             path: dir.join(JOURNAL_FILE),
             file: None,
             lines: 0,
             lines_at_purge: 0,
             warned: false,
+            _lock: lock,
         };
         match journal.load(now) {
             Ok((lines, entries)) => {
@@ -133,6 +149,51 @@ struct Journal {
     lines_at_purge: usize,
     /// A failure was logged.
     warned: bool,
+    /// The directory's lock, held while the journal is (`None`: the file
+    /// system cannot lock).
+    _lock: Option<File>,
+}
+
+/// Take the lock that keeps `dir` to this process, writing the pid into
+/// it: `Ok(None)` where the file system cannot lock (the journal is kept
+/// all the same), `Err` with what to tell the operator when another process
+/// holds it.
+fn lock_dir(dir: &Path) -> Result<Option<File>, String> {
+    let path = dir.join(LOCK_FILE);
+    let Ok(mut file) = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+    else {
+        // Not even the lock file: the journal's own first use says why.
+        return Ok(None);
+    };
+    match file.try_lock() {
+        Ok(()) => {
+            let _ = file
+                .set_len(0)
+                .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()));
+            Ok(Some(file))
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = std::io::Read::read_to_string(&mut file, &mut holder);
+            let holder = match holder.trim() {
+                "" => "another process".to_owned(),
+                pid => format!("another process (pid {pid})"),
+            };
+            Err(format!(
+                "the state directory {} (CPT_STATE_DIR) is in use by {holder}; two processes \
+                 sharing it would each miss the force credentials the other accepted. Give each \
+                 process a directory of its own. Credentials this process accepts are remembered \
+                 in memory only, so a restart within their lifetime would accept them again",
+                dir.display()
+            ))
+        }
+        Err(std::fs::TryLockError::Error(_)) => Ok(None),
+    }
 }
 
 impl Journal {
@@ -299,6 +360,41 @@ pub(crate) fn journaled_cache(dir: &Path) -> Arc<Mutex<ReplayCache>> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_state_directory_another_process_holds_is_refused_naming_it_and_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        // Another process's lock: a lock on an open file of its own.
+        let mut other = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join(LOCK_FILE))
+            .unwrap();
+        other.try_lock().unwrap();
+        other.write_all(b"4242\n").unwrap();
+        let message = lock_dir(dir.path()).unwrap_err();
+        assert!(
+            message.contains(&dir.path().display().to_string()) && message.contains("pid 4242"),
+            "{message}"
+        );
+        // Refused, it journals nothing (in memory only).
+        let mut cache = ReplayCache::journaled(dir.path(), 8, 1_000);
+        assert!(cache.journal.is_none());
+        cache.insert(tag(1), 2_000, 1_000).unwrap();
+        assert!(!dir.path().join(JOURNAL_FILE).exists());
+        // Once it is gone, the directory is this process's, its pid inside.
+        drop(other);
+        let mut cache = ReplayCache::journaled(dir.path(), 8, 1_000);
+        assert!(cache.journal.is_some());
+        cache.insert(tag(2), 2_000, 1_000).unwrap();
+        assert!(dir.path().join(JOURNAL_FILE).exists());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(LOCK_FILE)).unwrap(),
+            format!("{}\n", std::process::id())
+        );
+    }
+
     const NOW: u64 = 1_800_000_000;
 
     fn tag(i: u8) -> [u8; 32] {
@@ -352,6 +448,7 @@ mod tests {
         let mut t = [0u8; 32];
         t[..8].copy_from_slice(&last.to_le_bytes());
         let now = NOW + 10 * last;
+        drop(c); // the process that held the directory ends
         let mut again = ReplayCache::journaled(dir.path(), 16, now);
         assert_eq!(again.insert(t, now + 60, now), Err(Refused::Replayed));
     }
