@@ -15,8 +15,8 @@ use crate::server::store::Durability;
 use crate::server::{
     Collector, DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_GROUP_RECORDS,
     DEFAULT_MAX_PENDING_BATCHES, DEFAULT_MAX_RECEIVING_BODIES, DEFAULT_MAX_STREAMS_PER_CONNECTION,
-    DEFAULT_MIN_BODY_RATE, Keep, RetentionConfig, ServeConfig, check_allowed_host,
-    format_duration, parse_duration, parse_size,
+    DEFAULT_MIN_BODY_RATE, Keep, RetentionConfig, ServeConfig, check_allowed_host, format_duration,
+    parse_duration, parse_size,
 };
 
 /// Run the collector: accept record batches over gRPC (cpt.collector.v1.Collector/Export) and
