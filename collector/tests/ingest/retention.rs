@@ -330,3 +330,125 @@ fn retention_and_rollups_survive_kill_9_at_any_point() {
         "retention never ran before the kills: {state:?}"
     );
 }
+
+/// `n` records of batch `batch` with random labels (a fresh value for
+/// each of four keys on every record), started a moment ago: the shape
+/// of a fleet whose labels carry request-scoped values.
+fn random_labelled(batch: &str, n: usize, rng: &mut SplitMix64) -> Vec<Record> {
+    let now = now_nanos();
+    (0..n)
+        .map(|i| {
+            let mut r = record(batch, i);
+            r.start_unix_nanos = Some(now - rng.below(2_000_000_000));
+            for key in ["user", "session", "shard", "build"] {
+                let value = format!("{:016x}{:08x}", rng.next_u64(), rng.below(1 << 32));
+                r.labels.insert(key.into(), value);
+            }
+            r
+        })
+        .collect()
+}
+
+/// The database file plus its WAL, sampled every 100 ms until `stop`:
+/// the largest sum seen and the largest WAL.
+fn sample_disk(
+    store: std::path::PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(u64, u64)> {
+    std::thread::spawn(move || {
+        let (mut most, mut most_wal) = (0u64, 0u64);
+        let mut wal = store.clone().into_os_string();
+        wal.push("-wal");
+        let size = |p: &std::ffi::OsStr| std::fs::metadata(p).map_or(0, |m| m.len());
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let w = size(&wal);
+            most = most.max(size(store.as_os_str()) + w);
+            most_wal = most_wal.max(w);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (most, most_wal)
+    })
+}
+
+/// Eight connections sending records with random labels at once: the
+/// database file plus its WAL, as the disk sees them every 100 ms, never
+/// pass `--max-store-bytes`, nor does `cpt_store_file_bytes` +
+/// `cpt_store_wal_bytes`; acknowledged = raw + deleted by retention.
+#[test]
+fn the_disk_never_sees_more_than_the_bound_under_eight_senders_of_random_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store.db");
+    let bound: u64 = 64 << 20;
+    let served = serve_child(
+        &store,
+        false,
+        &[
+            "--max-store-bytes",
+            "64MiB",
+            "--max-batch-bytes",
+            "1048576",
+            "--retain-for",
+            "forever",
+            "--metrics-open",
+        ]
+        .map(std::ffi::OsStr::new),
+    );
+    let addr = served.http;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_disk(store.clone(), stop.clone());
+    // Each sender sends about its share of four times the bound (records
+    // take about four times their JSON Lines in the store).
+    let senders: Vec<_> = (0..8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut rng = SplitMix64::new(40 + t);
+                let (mut sent, mut bytes, mut b) = (0u64, 0u64, 0);
+                while bytes < bound / 2 {
+                    let batch = random_labelled(&format!("/s{t}b{b}"), 200, &mut rng);
+                    let body = json_lines(&batch);
+                    let resp = post_records(addr, CONTENT_TYPE_JSON_LINES, &body);
+                    assert_eq!(resp.status, 200, "sender {t} batch {b}: {}", resp.text());
+                    sent += batch.len() as u64;
+                    bytes += body.len() as u64 * 4;
+                    b += 1;
+                }
+                sent
+            })
+        })
+        .collect();
+    let sent: u64 = senders.into_iter().map(|s| s.join().unwrap()).sum();
+    // The gauges follow the writer's upkeep within a second.
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (most, most_wal) = sampler.join().unwrap();
+    let metrics = get(addr, "/metrics").text();
+    let value = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing from\n{metrics}"))
+    };
+    let on_disk = value("cpt_store_file_bytes") + value("cpt_store_wal_bytes");
+    let (deleted, accepted) = (
+        value("cpt_records_deleted_by_retention_total"),
+        value("cpt_records_accepted_total"),
+    );
+    kill_9(served);
+    assert!(
+        most <= bound,
+        "database + WAL reached {most} bytes, over the bound of {bound} (the WAL at most {most_wal})"
+    );
+    assert!(on_disk <= bound, "/metrics: file + WAL {on_disk} > {bound}");
+    assert!(deleted > 0, "nothing deleted: the bound was never reached");
+    assert_eq!(accepted, sent);
+    let read = Store::open_read_only(&store).unwrap();
+    let (raw, deleted) = (
+        read.len().unwrap(),
+        read.state().unwrap().deleted_by_retention,
+    );
+    assert_eq!(
+        raw + deleted,
+        sent,
+        "acknowledged = raw + deleted by retention"
+    );
+}
