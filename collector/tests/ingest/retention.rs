@@ -452,3 +452,82 @@ fn the_disk_never_sees_more_than_the_bound_under_eight_senders_of_random_labels(
         "acknowledged = raw + deleted by retention"
     );
 }
+
+/// `CptStoreNearlyFull`, as the operations page writes it, under
+/// promtool's rule tests: quiet for a store at its working bound (the file
+/// at its three quarters, the WAL up to a tenth), firing after 15 minutes
+/// for one whose file holds 95 % of the bound. Skipped without promtool
+/// unless CPT_REQUIRE_PROMTOOL is set.
+#[test]
+fn the_store_nearly_full_alert_is_quiet_at_a_working_bound_and_fires_past_it() {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/src/operations/retention.md"
+    ))
+    .unwrap();
+    let rules = page
+        .split("```yaml\n")
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.contains("alert: CptStoreNearlyFull"))
+        .expect("the operations page has the alert rules");
+    if std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CPT_REQUIRE_PROMTOOL").is_none(),
+            "CPT_REQUIRE_PROMTOOL is set but promtool is not installed (Debian: prometheus)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cpt-alerts.yml"), rules).unwrap();
+    let bound: u64 = 64 << 20;
+    let file_at_share = bound / 4 * 3;
+    let tests = format!(
+        r#"rule_files: [cpt-alerts.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'cpt_store_max_bytes{{instance="working"}}'
+        values: '{bound}x60'
+      - series: 'cpt_store_file_bytes{{instance="working"}}'
+        values: '{file_at_share}x60'
+      - series: 'cpt_store_wal_bytes{{instance="working"}}'
+        values: '0 {wal} 0 {wal} 0 {wal} 0 {wal} 0 {wal} {wal}x50'
+      - series: 'cpt_store_max_bytes{{instance="full"}}'
+        values: '{bound}x60'
+      - series: 'cpt_store_file_bytes{{instance="full"}}'
+        values: '{full}x60'
+      - series: 'cpt_store_wal_bytes{{instance="full"}}'
+        values: '0x60'
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: CptStoreNearlyFull
+        exp_alerts: []
+      - eval_time: 45m
+        alertname: CptStoreNearlyFull
+        exp_alerts:
+          - exp_labels: {{severity: warning, instance: full}}
+            exp_annotations:
+              summary: "cpt store on full is nearly full"
+              description: "Lower --retain-for, raise --max-store-bytes, or add disk. Roll-ups keep every endpoint's profile regardless."
+"#,
+        wal = bound / 10,
+        full = bound / 100 * 95,
+    );
+    std::fs::write(dir.path().join("tests.yml"), tests).unwrap();
+    let out = std::process::Command::new("promtool")
+        .args(["test", "rules", "tests.yml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool test rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
