@@ -16,8 +16,9 @@
 //!    second (and at once when 20 000 records wait);
 //! 3. every `interval` (and at start), a pass: delete raw records older
 //!    than `retain_for`, merge hourly roll-ups into daily ones and drop
-//!    roll-ups past theirs, forget old batch ids, remove Parquet
-//!    partitions past theirs.
+//!    roll-ups past theirs (under a size bound, in transactions sized as
+//!    the deletions are), forget old batch ids, remove Parquet partitions
+//!    past theirs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -312,6 +313,8 @@ pub(super) struct Upkeep {
     can_shrink: Option<bool>,
     /// Records per transaction while over the size bound.
     size_chunk: u64,
+    /// Roll-ups per compaction transaction under a size bound.
+    compact_chunk: u64,
     /// The highest record id at the last step.
     seen_id: i64,
     pending: i64,
@@ -336,6 +339,7 @@ impl Upkeep {
             owed: 0,
             can_shrink: None,
             size_chunk: FIRST_SIZE_CHUNK,
+            compact_chunk: FIRST_SIZE_CHUNK,
             seen_id: i64::MAX,
             pending: i64::MAX,
             gauges,
@@ -507,12 +511,27 @@ impl Upkeep {
                 }
             }
             Some(Stage::Compact) => {
+                // Under a size bound, as small as the WAL's share of it
+                // needs, sized as the deletions are.
+                let chunk = match self.config.max_store_bytes {
+                    Some(_) => self.compact_chunk,
+                    None => CHUNK as u64,
+                };
                 let step = store.compact_rollups(
                     sys,
                     hourly,
                     self.config.rollups_retain_for.duration(),
-                    CHUNK,
+                    chunk as usize,
                 )?;
+                if self.config.max_store_bytes.is_some() {
+                    self.compact_chunk = next_size_chunk(
+                        chunk,
+                        step.merged + step.dropped,
+                        store.last_commit_wal_bytes(),
+                        store.wal_cut_bytes(),
+                    )
+                    .min(CHUNK as u64);
+                }
                 if !step.more {
                     self.pass = Some(Stage::Batches);
                 }

@@ -531,3 +531,78 @@ tests:
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A sender that keeps sending to a store held at its bound: the roll-ups
+/// keep their pace, so `cpt_rollup_backlog_records`, sampled throughout,
+/// never holds more than the writer rolls up at once (20 000) and a
+/// group, and ends at zero.
+#[test]
+fn rollups_keep_their_pace_while_a_store_is_held_at_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store.db");
+    let bound: u64 = 32 << 20;
+    let served = serve_child(
+        &store,
+        false,
+        &[
+            "--max-store-bytes",
+            "32MiB",
+            "--max-batch-bytes",
+            "1048576",
+            "--retain-for",
+            "forever",
+            "--metrics-open",
+        ]
+        .map(std::ffi::OsStr::new),
+    );
+    let addr = served.http;
+    let backlog = move || -> u64 {
+        get(addr, "/metrics")
+            .text()
+            .lines()
+            .find_map(|l| l.strip_prefix("cpt_rollup_backlog_records ")?.parse().ok())
+            .expect("cpt_rollup_backlog_records in /metrics")
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let sampler = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            seen.push(backlog());
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        seen
+    });
+    let mut rng = SplitMix64::new(50);
+    let (mut bytes, mut b) = (0u64, 0);
+    while bytes < 4 * bound {
+        let batch = random_labelled(&format!("/p{b}"), 400, &mut rng);
+        let body = json_lines(&batch);
+        let resp = post_records(addr, CONTENT_TYPE_JSON_LINES, &body);
+        assert_eq!(resp.status, 200, "batch {b}: {}", resp.text());
+        bytes += body.len() as u64 * 4;
+        b += 1;
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = sampler.join().unwrap();
+    let last = backlog();
+    let deleted: u64 = get(addr, "/metrics")
+        .text()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("cpt_records_deleted_by_retention_total ")?
+                .parse()
+                .ok()
+        })
+        .unwrap();
+    kill_9(served);
+    assert!(deleted > 0, "the store never reached its bound");
+    assert!(seen.len() > 10, "only {} samples", seen.len());
+    let most = seen.iter().copied().max().unwrap();
+    assert!(
+        most <= 20_000 + 2_000,
+        "the roll-up backlog reached {most} records (samples: {seen:?})"
+    );
+    assert_eq!(last, 0, "records left to roll up after the sender stopped");
+}
