@@ -148,6 +148,25 @@ fn past_the_raw_window_records_go_and_rollups_answer_for_every_request() {
     kill_9(served);
 }
 
+/// `cpt serve` bounded to `bound` (`--max-store-bytes`), raw records
+/// otherwise kept forever, batches of at most 1 MiB, `/metrics` open.
+fn serve_bounded(store: &std::path::Path, bound: &str) -> Served {
+    serve_child(
+        store,
+        false,
+        &[
+            "--max-store-bytes",
+            bound,
+            "--max-batch-bytes",
+            "1048576",
+            "--retain-for",
+            "forever",
+            "--metrics-open",
+        ]
+        .map(std::ffi::OsStr::new),
+    )
+}
+
 /// The done-when case, scaled to a test: under `--max-store-bytes` every
 /// batch is acknowledged and the database plus its WAL, sampled as they are
 /// written, stay within 10 % of the bound; acknowledged = raw + deleted by
@@ -157,20 +176,7 @@ fn a_store_at_its_size_bound_stays_there_and_loses_no_acknowledged_request() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store.db");
     let bound: u64 = 64 << 20;
-    let served = serve_child(
-        &store,
-        false,
-        &[
-            "--max-store-bytes",
-            "64MiB",
-            "--max-batch-bytes",
-            "1048576",
-            "--retain-for",
-            "forever",
-            "--metrics-open",
-        ]
-        .map(std::ffi::OsStr::new),
-    );
+    let served = serve_bounded(&store, "64MiB");
     let addr = served.http;
     let watch_path = store.clone();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -379,20 +385,7 @@ fn the_disk_never_sees_more_than_the_bound_under_eight_senders_of_random_labels(
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store.db");
     let bound: u64 = 64 << 20;
-    let served = serve_child(
-        &store,
-        false,
-        &[
-            "--max-store-bytes",
-            "64MiB",
-            "--max-batch-bytes",
-            "1048576",
-            "--retain-for",
-            "forever",
-            "--metrics-open",
-        ]
-        .map(std::ffi::OsStr::new),
-    );
+    let served = serve_bounded(&store, "64MiB");
     let addr = served.http;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = sample_disk(store.clone(), stop.clone());
@@ -470,15 +463,7 @@ fn the_store_nearly_full_alert_is_quiet_at_a_working_bound_and_fires_past_it() {
         .map(|b| b.split("```").next().unwrap())
         .find(|b| b.contains("alert: CptStoreNearlyFull"))
         .expect("the operations page has the alert rules");
-    if std::process::Command::new("promtool")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        assert!(
-            std::env::var_os("CPT_REQUIRE_PROMTOOL").is_none(),
-            "CPT_REQUIRE_PROMTOOL is set but promtool is not installed (Debian: prometheus)"
-        );
+    if !promtool_installed() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -541,20 +526,7 @@ fn rollups_keep_their_pace_while_a_store_is_held_at_its_bound() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store.db");
     let bound: u64 = 32 << 20;
-    let served = serve_child(
-        &store,
-        false,
-        &[
-            "--max-store-bytes",
-            "32MiB",
-            "--max-batch-bytes",
-            "1048576",
-            "--retain-for",
-            "forever",
-            "--metrics-open",
-        ]
-        .map(std::ffi::OsStr::new),
-    );
+    let served = serve_bounded(&store, "32MiB");
     let addr = served.http;
     let backlog = move || -> u64 {
         get(addr, "/metrics")
