@@ -35,11 +35,14 @@
 //! - `CPT_SOAK_REPLAY=1`: send records out of time order (above);
 //! - `CPT_SOAK_MAX_GIB`: the senders stop early, saying so, when the store
 //!   (database and WAL) reaches this size (default 14);
-//! - `CPT_SOAK_MAX_STORE=4GiB`: run the collector with `--max-store-bytes`
-//!   (raw records otherwise kept forever): the oldest are deleted, once
-//!   rolled up, to keep the store within it. The report then checks
-//!   acknowledged = stored + deleted by retention, against the store and
-//!   `/metrics`, and gives the largest database + WAL sampled.
+//! - `CPT_SOAK_MAX_STORE=4GiB`: soak twice, first without a bound, then
+//!   with the collector under `--max-store-bytes` (raw records otherwise
+//!   kept forever): the records that started first are deleted, once
+//!   rolled up, to keep the store within it. The bounded report then
+//!   checks acknowledged = stored + deleted by retention, against the
+//!   store and `/metrics`, and that the database + WAL (sampled every
+//!   200 ms) never passed the bound; the end compares the ingest rates of
+//!   the two runs' last minutes and fails under 70 %.
 
 #[path = "support/records.rs"]
 #[allow(dead_code)] // figure1_path is for paths of 25–35 segments
@@ -371,6 +374,70 @@ fn main() -> ExitCode {
                 .expect("CPT_SOAK_SECS: a whole number of seconds, e.g. 480")
         })
         .unwrap_or(480);
+    let bound = std::env::var("CPT_SOAK_MAX_STORE").ok().map(|s| {
+        cpt_collector::serve::parse_size(&s).unwrap_or_else(|e| panic!("CPT_SOAK_MAX_STORE: {e}"))
+    });
+    let Some(b) = bound else {
+        return if soak(secs, None).ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    };
+    // The same soak without the bound, then with it: what the bound costs.
+    println!("=== without a bound ===");
+    let free = soak(secs, None);
+    println!();
+    println!("=== with --max-store-bytes {b} ===");
+    let bounded = soak(secs, Some(b));
+    let ratio = bounded.last_minute / free.last_minute.max(1e-9);
+    println!();
+    println!(
+        "ingest in the last minute: {:.0} records/s without a bound, {:.0} with it: {:.0} %",
+        free.last_minute,
+        bounded.last_minute,
+        100.0 * ratio
+    );
+    let mut ok = free.ok && bounded.ok;
+    if ratio < MIN_PACE_AT_BOUND {
+        println!(
+            "FAIL: at its bound the store ingests under {:.0} % of the unbounded pace",
+            100.0 * MIN_PACE_AT_BOUND
+        );
+        ok = false;
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The least share of the unbounded pace a bounded store keeps in the
+/// soak's last minute.
+const MIN_PACE_AT_BOUND: f64 = 0.70;
+
+/// What one soak found.
+struct Run {
+    /// No check failed.
+    ok: bool,
+    /// Records acknowledged a second over the last minute of sending.
+    last_minute: f64,
+}
+
+/// Records acknowledged a second in the last minute (or less) of sending.
+fn last_minute_rate(logs: &[SenderLog], sending: Duration) -> f64 {
+    let from = sending.saturating_sub(Duration::from_secs(60));
+    let acks = logs
+        .iter()
+        .flat_map(|l| &l.acks)
+        .filter(|a| a.sent + a.latency >= from && a.sent + a.latency <= sending)
+        .count();
+    (acks * BATCH) as f64 / (sending - from).as_secs_f64().max(1e-9)
+}
+
+/// One soak of `secs` seconds, under `bound` when given.
+fn soak(secs: u64, bound: Option<u64>) -> Run {
     let duration = Duration::from_secs(secs);
     let replay = std::env::var("CPT_SOAK_REPLAY").is_ok_and(|v| v == "1");
     let max_store: u64 = std::env::var("CPT_SOAK_MAX_GIB")
@@ -431,9 +498,6 @@ fn main() -> ExitCode {
         .build()
         .unwrap();
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let bound = std::env::var("CPT_SOAK_MAX_STORE").ok().map(|s| {
-        cpt_collector::serve::parse_size(&s).unwrap_or_else(|e| panic!("CPT_SOAK_MAX_STORE: {e}"))
-    });
     let mut config = ServeConfig::new(&store_path).with_http(loopback);
     if let Some(b) = bound {
         println!(
@@ -533,7 +597,7 @@ fn main() -> ExitCode {
         largest as f64 / (1u64 << 30) as f64
     );
 
-    report(&Report {
+    let ok = report(&Report {
         logs: &logs,
         profiles: &profiles,
         wal: &wal,
@@ -544,7 +608,22 @@ fn main() -> ExitCode {
         deleted,
         metrics_deleted,
         store_path: &store_path,
-    })
+    });
+    let mut ok = ok == ExitCode::SUCCESS;
+    if let Some(b) = bound {
+        println!(
+            "database + WAL at most {largest} bytes against --max-store-bytes {b} ({:.1} %)",
+            100.0 * largest as f64 / b as f64
+        );
+        if largest > b {
+            println!("FAIL: the database and its WAL passed --max-store-bytes");
+            ok = false;
+        }
+    }
+    Run {
+        ok,
+        last_minute: last_minute_rate(&logs, sending),
+    }
 }
 
 struct Report<'a> {

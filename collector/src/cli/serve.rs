@@ -152,9 +152,9 @@ pub struct ServeArgs {
     /// counted (too_old), not stored raw. Roll-ups answer profiles beyond it.
     #[arg(long, value_name = "DURATION|forever", default_value = "7d", value_parser = Keep::parse)]
     pub retain_for: Keep,
-    /// When the store (its pages in use plus the WAL) passes this size (B, KiB, MiB, GiB, TiB),
-    /// delete the raw records stored first (the oldest, but for stragglers) until it is back
-    /// under 90 % of it. Off by default.
+    /// The most the store takes on disk, its database file plus the WAL (B, KiB, MiB, GiB,
+    /// TiB): the raw records that started first are deleted, once rolled up, to keep it
+    /// there. Off by default.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_store_bytes: Option<u64>,
     /// How often the retention pass runs (it also runs at start).
@@ -242,7 +242,7 @@ fn describe_retention(r: &RetentionConfig) -> String {
     );
     if let Some(max) = r.max_store_bytes {
         s.push_str(&format!(
-            ", store (pages in use + WAL) at most {:.1} MiB",
+            ", store (file + WAL) at most {:.1} MiB",
             max as f64 / f64::from(1 << 20)
         ));
     }

@@ -147,7 +147,7 @@ pub(super) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String {
         out.one(
             "cpt_store_max_bytes",
             "gauge",
-            "--max-store-bytes: pages in use plus the WAL are kept under it.",
+            "--max-store-bytes: the database file plus the WAL are kept under it.",
             max,
         );
     }

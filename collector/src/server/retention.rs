@@ -5,16 +5,20 @@
 //! All of it runs on the writer thread, between group commits, one small
 //! transaction at a time ([`Upkeep::step`]): ingest waits for at most one
 //! such step, never for a whole pass. In order of urgency:
-//! 1. over `max_store_bytes` (pages in use plus the WAL): roll up, then
-//!    delete the records stored first until back under 90 % of it, at
-//!    least as many a step as arrived since the last, in transactions
-//!    sized to the WAL's share of the bound;
+//! 1. under `max_store_bytes` (the database file plus the WAL): once the
+//!    pages in use pass 90 % of the file's share ([`SizeShares`]), delete
+//!    the records that started first, once rolled up, until they are back
+//!    at 80 %: every step what arrived since the last and, for up to
+//!    40 ms, what is owed besides, in transactions sized to the WAL's
+//!    share; and while the file is over its share, give free pages back
+//!    to the disk, a few a step;
 //! 2. roll up what was committed since the last roll-up, at least every
 //!    second (and at once when 20 000 records wait);
 //! 3. every `interval` (and at start), a pass: delete raw records older
 //!    than `retain_for`, merge hourly roll-ups into daily ones and drop
-//!    roll-ups past theirs, forget old batch ids, remove Parquet
-//!    partitions past theirs.
+//!    roll-ups past theirs (under a size bound, in transactions sized as
+//!    the deletions are), forget old batch ids, remove Parquet partitions
+//!    past theirs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -127,8 +131,9 @@ pub struct RetentionConfig {
     /// being rolled up); records arriving that old are rolled up and not
     /// kept raw (`too_old`).
     pub retain_for: Keep,
-    /// When the store (pages in use plus the WAL) passes this, the records
-    /// stored first are deleted until it is back under 90 % of it.
+    /// The most the store takes on disk, the database file plus the WAL:
+    /// the records that started first are deleted, once rolled up, to keep
+    /// it there (see [`SizeShares`]).
     pub max_store_bytes: Option<u64>,
     /// How often the retention pass runs (it also runs at start).
     pub interval: Duration,
@@ -249,13 +254,19 @@ pub(crate) struct StoreGauges {
 /// Rows per upkeep transaction.
 const CHUNK: usize = 5_000;
 /// The most records per transaction while over the size bound (fewer when
-/// the WAL is short: see [`Upkeep::try_step`]).
-const SIZE_CHUNK: u64 = 1_000;
+/// the WAL is short: see [`next_size_chunk`]).
+const SIZE_CHUNK: u64 = 4_000;
 /// The fewest records per transaction while over the size bound.
 const MIN_SIZE_CHUNK: u64 = 16;
 /// The records of the first transaction over the size bound, before the
 /// WAL it appends is known.
 const FIRST_SIZE_CHUNK: u64 = 64;
+/// How long a step goes on deleting, past what arrived since the last,
+/// while over the size bound.
+const SIZE_STEP: Duration = Duration::from_millis(40);
+/// The most free pages one step gives back to the disk while the file is
+/// over its share (4 MiB of 32 KiB pages; 2 MiB of a new store's).
+const SHRINK_PAGES: u64 = 128;
 /// Records waiting that make the writer roll up at once.
 const ROLL_UP_AT: i64 = 20_000;
 /// Roll up at least this often while records wait.
@@ -263,18 +274,62 @@ const ROLL_UP_EVERY: Duration = Duration::from_secs(1);
 /// Refresh the gauges at least this often.
 const GAUGES_EVERY: Duration = Duration::from_secs(1);
 
-/// The records per transaction while over the size bound, after one that
-/// deleted `deleted` records and appended `wal_bytes` to the WAL: what
-/// appends a quarter of `wal_cut_bytes` (the WAL then stays within its
-/// share of the bound: see [`super::store::Store::wal_cut_bytes`]), growing
-/// at most twofold a step.
+/// The records per transaction while over the size bound, after one of
+/// `chunk` that deleted `deleted` records and appended `wal_bytes` to the
+/// WAL: the WAL then stays within its share of the bound (see
+/// [`super::store::Store::wal_cut_bytes`]) with transactions of about a
+/// half of `wal_cut_bytes`. A transaction's WAL does not grow in
+/// proportion to its records: the index pages it rewrites are shared by
+/// the neighbouring rows it deletes, so that the more it deletes, the less
+/// each record costs. The chunk therefore doubles while a transaction
+/// appends under half of that, and shrinks in proportion past it.
 fn next_size_chunk(chunk: u64, deleted: u64, wal_bytes: Option<u64>, wal_cut_bytes: u64) -> u64 {
-    let fits = match wal_bytes {
-        Some(bytes) if deleted > 0 => wal_cut_bytes / 4 / (bytes / deleted).max(1),
-        Some(_) => return chunk,
+    let target = (wal_cut_bytes / 2).max(1);
+    let next = match wal_bytes {
+        Some(_) if deleted == 0 => return chunk,
+        Some(bytes) if bytes > target => {
+            u64::try_from(u128::from(deleted) * u128::from(target) / u128::from(bytes)).unwrap_or(0)
+        }
+        Some(bytes) if bytes <= target / 2 && deleted >= chunk => 2 * chunk,
+        Some(_) => chunk,
         None => MIN_SIZE_CHUNK,
     };
-    fits.clamp(MIN_SIZE_CHUNK, SIZE_CHUNK.min(2 * chunk))
+    next.clamp(MIN_SIZE_CHUNK, SIZE_CHUNK)
+}
+
+/// How `--max-store-bytes` is shared between the database file and the
+/// WAL, and where deleting starts and stops.
+///
+/// The WAL is cut back at a sixteenth of the bound
+/// ([`super::store::Store::open_bounded`]) and holds that plus the
+/// transaction being written (a group commit, an eighth of that; a
+/// deletion, a quarter), and more while a cut waits for a reader or a
+/// checkpoint: a quarter of the bound is kept for it. The file gets the
+/// other three quarters, its `pages` share. The file grows only when no
+/// page is free, so the pages in use are kept below that share: past the
+/// `high` mark (90 % of it) the writer deletes the records that started
+/// first until they are back at the `low` mark (80 %); the room between
+/// `high` and the share takes what arrives while the freed pages catch up
+/// with the deletions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SizeShares {
+    /// The most the database file takes.
+    pub(crate) pages: u64,
+    /// Pages in use past this start deletions.
+    pub(crate) high: u64,
+    /// Deletions go on until the pages in use are back under this.
+    pub(crate) low: u64,
+}
+
+impl SizeShares {
+    pub(crate) fn of(bound: u64) -> SizeShares {
+        let pages = bound - bound / 4;
+        SizeShares {
+            pages,
+            high: pages / 10 * 9,
+            low: pages / 10 * 8,
+        }
+    }
 }
 
 /// Stages of the periodic pass.
@@ -295,11 +350,17 @@ pub(super) struct Upkeep {
     next_pass: Instant,
     last_roll_up: Instant,
     last_gauges: Instant,
+    /// Deleting for the size bound, until the pages in use are back at
+    /// the low mark.
     over_size: bool,
-    /// Records still to delete to get back under the size bound.
-    to_delete: u64,
+    /// Records still to delete for the size bound.
+    owed: u64,
+    /// Whether the store's file can shrink (read once).
+    can_shrink: Option<bool>,
     /// Records per transaction while over the size bound.
     size_chunk: u64,
+    /// Roll-ups per compaction transaction under a size bound.
+    compact_chunk: u64,
     /// The highest record id at the last step.
     seen_id: i64,
     pending: i64,
@@ -321,8 +382,10 @@ impl Upkeep {
             last_roll_up: now,
             last_gauges: now - GAUGES_EVERY,
             over_size: false,
-            to_delete: 0,
+            owed: 0,
+            can_shrink: None,
             size_chunk: FIRST_SIZE_CHUNK,
+            compact_chunk: FIRST_SIZE_CHUNK,
             seen_id: i64::MAX,
             pending: i64::MAX,
             gauges,
@@ -363,7 +426,7 @@ impl Upkeep {
             // Back off: do not spin on a failing store.
             self.pass = None;
             self.over_size = false;
-            self.to_delete = 0;
+            self.owed = 0;
             self.next_pass = Instant::now() + self.config.interval.min(Duration::from_secs(10));
         }
     }
@@ -395,36 +458,49 @@ impl Upkeep {
             self.pending -= step.records as i64;
             return self.refresh_due(store, now);
         }
-        // Over the size bound: make room. Deleting records frees whole
-        // pages only as they empty, so the store's size lags the deletions:
-        // delete what brings it to 90 % at the average record size, then
-        // measure again.
+        // Under a size bound: keep the file within its share (see
+        // [`SizeShares`]), deleting what brings the pages in use back to
+        // the low mark, and give free pages back while the file is over.
         if let Some(bound) = self.config.max_store_bytes {
-            if self.to_delete == 0 {
-                // The WAL is kept to a sixteenth of the bound
-                // (`Store::open_bounded`); the pages get the rest, less an
-                // eighth held for it.
-                let pages_bound = bound - bound / 8;
-                let size = store.size()?;
-                if size.used_bytes > pages_bound {
-                    let raw = u64::try_from(state.last_id)
-                        .unwrap_or(0)
-                        .saturating_sub(state.deleted_by_retention + state.too_old)
-                        .max(1);
-                    let per_record = (size.used_bytes / raw).max(1);
-                    self.to_delete = (size.used_bytes - pages_bound / 10 * 9).div_ceil(per_record);
-                }
+            let shares = SizeShares::of(bound);
+            let size = store.size()?;
+            if size.used_bytes <= shares.low {
+                self.over_size = false;
+                self.owed = 0;
+            } else if self.owed == 0 && (self.over_size || size.used_bytes > shares.high) {
+                // Deleting records frees whole pages only as they empty, so
+                // the pages in use lag the deletions: delete what brings
+                // them to the low mark at the average record size, then
+                // measure again.
+                let raw = u64::try_from(state.last_id)
+                    .unwrap_or(0)
+                    .saturating_sub(state.deleted_by_retention + state.too_old)
+                    .max(1);
+                let per_record = (size.used_bytes / raw).max(1);
+                self.owed = (size.used_bytes - shares.low).div_ceil(per_record);
+                self.over_size = true;
             }
-            if self.to_delete > 0 {
-                // At least one transaction, and as many as it takes to
-                // delete what arrived meanwhile (up to what brings the
-                // store back under; then it is measured again); each is its
-                // own transaction, the WAL cut back before each.
-                let mut goal = arrived.max(self.size_chunk).min(self.to_delete);
-                while goal > 0 {
+            if self.over_size {
+                // What arrived since the last step (roll-up steps
+                // included) is owed on top, so that deleting keeps pace
+                // with ingest and works the excess off besides.
+                self.owed += arrived;
+            }
+            if size.file_bytes > shares.pages && size.free_bytes() > 0 && self.shrinks(store)? {
+                let pages = (size.free_bytes() / size.page_bytes.max(1)).min(SHRINK_PAGES);
+                store.shrink(pages)?;
+            }
+            if self.owed > 0 {
+                // This step deletes the arrivals, and what is owed besides
+                // for as long as [`SIZE_STEP`] allows: ingest waits for no
+                // more than that.
+                let mut goal = self.owed;
+                let mut must = arrived.min(goal);
+                while goal > 0 && (must > 0 || now.elapsed() < SIZE_STEP) {
                     let deleted = store.delete_oldest(self.size_chunk.min(goal) as usize)?;
-                    self.to_delete = self.to_delete.saturating_sub(deleted);
+                    self.owed = self.owed.saturating_sub(deleted);
                     goal = goal.saturating_sub(deleted);
+                    must = must.saturating_sub(deleted);
                     self.size_chunk = next_size_chunk(
                         self.size_chunk,
                         deleted,
@@ -432,19 +508,19 @@ impl Upkeep {
                         store.wal_cut_bytes(),
                     );
                     if deleted == 0 {
-                        // The oldest records are not rolled up yet: roll up
-                        // (the next step deletes them).
+                        // The earliest records are not rolled up yet: roll
+                        // up (the next step deletes them).
                         let step = store.roll_up(ROLL_UP_AT as usize, sys, hourly)?;
                         self.last_roll_up = now;
                         if step.records == 0 {
                             // Nothing left to delete: only the WAL or the
                             // roll-ups hold the room.
-                            self.to_delete = 0;
+                            self.owed = 0;
+                            self.over_size = false;
                         }
                         break;
                     }
                 }
-                self.over_size = self.to_delete > 0;
                 return self.refresh_due(store, now);
             }
         }
@@ -481,12 +557,27 @@ impl Upkeep {
                 }
             }
             Some(Stage::Compact) => {
+                // Under a size bound, as small as the WAL's share of it
+                // needs, sized as the deletions are.
+                let chunk = match self.config.max_store_bytes {
+                    Some(_) => self.compact_chunk,
+                    None => CHUNK as u64,
+                };
                 let step = store.compact_rollups(
                     sys,
                     hourly,
                     self.config.rollups_retain_for.duration(),
-                    CHUNK,
+                    chunk as usize,
                 )?;
+                if self.config.max_store_bytes.is_some() {
+                    self.compact_chunk = next_size_chunk(
+                        chunk,
+                        step.merged + step.dropped,
+                        store.last_commit_wal_bytes(),
+                        store.wal_cut_bytes(),
+                    )
+                    .min(CHUNK as u64);
+                }
                 if !step.more {
                     self.pass = Some(Stage::Batches);
                 }
@@ -535,6 +626,14 @@ impl Upkeep {
             return self.refresh(store, false);
         }
         self.refresh_due(store, now)
+    }
+
+    /// Whether the store's file can give free pages back (read once).
+    fn shrinks(&mut self, store: &Store) -> Result<bool, StoreError> {
+        if self.can_shrink.is_none() {
+            self.can_shrink = Some(store.can_shrink()?);
+        }
+        Ok(self.can_shrink == Some(true))
     }
 
     /// Refresh the gauges when they are [`GAUGES_EVERY`] old: not on every
@@ -664,15 +763,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn size_transactions_append_a_quarter_of_the_wal_cut_and_grow_slowly() {
+    fn size_transactions_append_about_half_the_wal_cut_and_grow_while_cheaper() {
         let cut = 4 << 20;
-        // 8 KiB of WAL a record: a quarter of 4 MiB is 128 records.
-        assert_eq!(next_size_chunk(64, 64, Some(64 * 8192), cut), 128);
-        // Cheaper records: the chunk at most doubles a step, up to 1 000.
-        assert_eq!(next_size_chunk(64, 64, Some(64 * 100), cut), 128);
-        assert_eq!(next_size_chunk(800, 800, Some(800 * 100), cut), SIZE_CHUNK);
-        // Dearer ones: it shrinks at once, to no fewer than 16.
-        assert_eq!(next_size_chunk(512, 512, Some(512 * 65_536), cut), 16);
+        // Under a quarter of the cut (half the target): twice as many.
+        assert_eq!(next_size_chunk(64, 64, Some(1 << 20), cut), 128);
+        assert_eq!(
+            next_size_chunk(3_000, 3_000, Some(1 << 20), cut),
+            SIZE_CHUNK
+        );
+        // Between a quarter and a half: as many.
+        assert_eq!(next_size_chunk(300, 300, Some(3 << 19), cut), 300);
+        // A transaction that deleted fewer than asked says nothing of more.
+        assert_eq!(next_size_chunk(300, 100, Some(1 << 10), cut), 300);
+        // Past half: fewer, in proportion, to no fewer than 16.
+        assert_eq!(next_size_chunk(512, 512, Some(4 << 20), cut), 256);
         assert_eq!(
             next_size_chunk(512, 512, Some(512 << 20), cut),
             MIN_SIZE_CHUNK

@@ -148,6 +148,25 @@ fn past_the_raw_window_records_go_and_rollups_answer_for_every_request() {
     kill_9(served);
 }
 
+/// `cpt serve` bounded to `bound` (`--max-store-bytes`), raw records
+/// otherwise kept forever, batches of at most 1 MiB, `/metrics` open.
+fn serve_bounded(store: &std::path::Path, bound: &str) -> Served {
+    serve_child(
+        store,
+        false,
+        &[
+            "--max-store-bytes",
+            bound,
+            "--max-batch-bytes",
+            "1048576",
+            "--retain-for",
+            "forever",
+            "--metrics-open",
+        ]
+        .map(std::ffi::OsStr::new),
+    )
+}
+
 /// The done-when case, scaled to a test: under `--max-store-bytes` every
 /// batch is acknowledged and the database plus its WAL, sampled as they are
 /// written, stay within 10 % of the bound; acknowledged = raw + deleted by
@@ -157,20 +176,7 @@ fn a_store_at_its_size_bound_stays_there_and_loses_no_acknowledged_request() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store.db");
     let bound: u64 = 64 << 20;
-    let served = serve_child(
-        &store,
-        false,
-        &[
-            "--max-store-bytes",
-            "64MiB",
-            "--max-batch-bytes",
-            "1048576",
-            "--retain-for",
-            "forever",
-            "--metrics-open",
-        ]
-        .map(std::ffi::OsStr::new),
-    );
+    let served = serve_bounded(&store, "64MiB");
     let addr = served.http;
     let watch_path = store.clone();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -329,4 +335,246 @@ fn retention_and_rollups_survive_kill_9_at_any_point() {
         state.deleted_by_retention > 0,
         "retention never ran before the kills: {state:?}"
     );
+}
+
+/// `n` records of batch `batch` with random labels (a fresh value for
+/// each of four keys on every record), started a moment ago: the shape
+/// of a fleet whose labels carry request-scoped values.
+fn random_labelled(batch: &str, n: usize, rng: &mut SplitMix64) -> Vec<Record> {
+    let now = now_nanos();
+    (0..n)
+        .map(|i| {
+            let mut r = record(batch, i);
+            r.start_unix_nanos = Some(now - rng.below(2_000_000_000));
+            for key in ["user", "session", "shard", "build"] {
+                let value = format!("{:016x}{:08x}", rng.next_u64(), rng.below(1 << 32));
+                r.labels.insert(key.into(), value);
+            }
+            r
+        })
+        .collect()
+}
+
+/// The database file plus its WAL, sampled every 100 ms until `stop`:
+/// the largest sum seen and the largest WAL.
+fn sample_disk(
+    store: std::path::PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(u64, u64)> {
+    std::thread::spawn(move || {
+        let (mut most, mut most_wal) = (0u64, 0u64);
+        let mut wal = store.clone().into_os_string();
+        wal.push("-wal");
+        let size = |p: &std::ffi::OsStr| std::fs::metadata(p).map_or(0, |m| m.len());
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let w = size(&wal);
+            most = most.max(size(store.as_os_str()) + w);
+            most_wal = most_wal.max(w);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (most, most_wal)
+    })
+}
+
+/// Eight connections sending records with random labels at once: the
+/// database file plus its WAL, as the disk sees them every 100 ms, never
+/// pass `--max-store-bytes`, nor does `cpt_store_file_bytes` +
+/// `cpt_store_wal_bytes`; acknowledged = raw + deleted by retention.
+#[test]
+fn the_disk_never_sees_more_than_the_bound_under_eight_senders_of_random_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store.db");
+    let bound: u64 = 64 << 20;
+    let served = serve_bounded(&store, "64MiB");
+    let addr = served.http;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_disk(store.clone(), stop.clone());
+    // Each sender sends about its share of four times the bound (records
+    // take about four times their JSON Lines in the store).
+    let senders: Vec<_> = (0..8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut rng = SplitMix64::new(40 + t);
+                let (mut sent, mut bytes, mut b) = (0u64, 0u64, 0);
+                while bytes < bound / 2 {
+                    let batch = random_labelled(&format!("/s{t}b{b}"), 200, &mut rng);
+                    let body = json_lines(&batch);
+                    let resp = post_records(addr, CONTENT_TYPE_JSON_LINES, &body);
+                    assert_eq!(resp.status, 200, "sender {t} batch {b}: {}", resp.text());
+                    sent += batch.len() as u64;
+                    bytes += body.len() as u64 * 4;
+                    b += 1;
+                }
+                sent
+            })
+        })
+        .collect();
+    let sent: u64 = senders.into_iter().map(|s| s.join().unwrap()).sum();
+    // The gauges follow the writer's upkeep within a second.
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (most, most_wal) = sampler.join().unwrap();
+    let metrics = get(addr, "/metrics").text();
+    let value = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing from\n{metrics}"))
+    };
+    let on_disk = value("cpt_store_file_bytes") + value("cpt_store_wal_bytes");
+    let (deleted, accepted) = (
+        value("cpt_records_deleted_by_retention_total"),
+        value("cpt_records_accepted_total"),
+    );
+    kill_9(served);
+    assert!(
+        most <= bound,
+        "database + WAL reached {most} bytes, over the bound of {bound} (the WAL at most {most_wal})"
+    );
+    assert!(on_disk <= bound, "/metrics: file + WAL {on_disk} > {bound}");
+    assert!(deleted > 0, "nothing deleted: the bound was never reached");
+    assert_eq!(accepted, sent);
+    let read = Store::open_read_only(&store).unwrap();
+    let (raw, deleted) = (
+        read.len().unwrap(),
+        read.state().unwrap().deleted_by_retention,
+    );
+    assert_eq!(
+        raw + deleted,
+        sent,
+        "acknowledged = raw + deleted by retention"
+    );
+}
+
+/// `CptStoreNearlyFull`, as the operations page writes it, under
+/// promtool's rule tests: quiet for a store at its working bound (the file
+/// at its three quarters, the WAL up to a tenth), firing after 15 minutes
+/// for one whose file holds 95 % of the bound. Skipped without promtool
+/// unless CPT_REQUIRE_PROMTOOL is set.
+#[test]
+fn the_store_nearly_full_alert_is_quiet_at_a_working_bound_and_fires_past_it() {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/src/operations/retention.md"
+    ))
+    .unwrap();
+    let rules = page
+        .split("```yaml\n")
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.contains("alert: CptStoreNearlyFull"))
+        .expect("the operations page has the alert rules");
+    if !promtool_installed() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cpt-alerts.yml"), rules).unwrap();
+    let bound: u64 = 64 << 20;
+    let file_at_share = bound / 4 * 3;
+    let tests = format!(
+        r#"rule_files: [cpt-alerts.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'cpt_store_max_bytes{{instance="working"}}'
+        values: '{bound}x60'
+      - series: 'cpt_store_file_bytes{{instance="working"}}'
+        values: '{file_at_share}x60'
+      - series: 'cpt_store_wal_bytes{{instance="working"}}'
+        values: '0 {wal} 0 {wal} 0 {wal} 0 {wal} 0 {wal} {wal}x50'
+      - series: 'cpt_store_max_bytes{{instance="full"}}'
+        values: '{bound}x60'
+      - series: 'cpt_store_file_bytes{{instance="full"}}'
+        values: '{full}x60'
+      - series: 'cpt_store_wal_bytes{{instance="full"}}'
+        values: '0x60'
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: CptStoreNearlyFull
+        exp_alerts: []
+      - eval_time: 45m
+        alertname: CptStoreNearlyFull
+        exp_alerts:
+          - exp_labels: {{severity: warning, instance: full}}
+            exp_annotations:
+              summary: "cpt store on full is nearly full"
+              description: "Lower --retain-for, raise --max-store-bytes, or add disk. Roll-ups keep every endpoint's profile regardless."
+"#,
+        wal = bound / 10,
+        full = bound / 100 * 95,
+    );
+    std::fs::write(dir.path().join("tests.yml"), tests).unwrap();
+    let out = std::process::Command::new("promtool")
+        .args(["test", "rules", "tests.yml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool test rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A sender that keeps sending to a store held at its bound: the roll-ups
+/// keep their pace, so `cpt_rollup_backlog_records`, sampled throughout,
+/// never holds more than the writer rolls up at once (20 000) and a
+/// group, and ends at zero.
+#[test]
+fn rollups_keep_their_pace_while_a_store_is_held_at_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store.db");
+    let bound: u64 = 32 << 20;
+    let served = serve_bounded(&store, "32MiB");
+    let addr = served.http;
+    let backlog = move || -> u64 {
+        get(addr, "/metrics")
+            .text()
+            .lines()
+            .find_map(|l| l.strip_prefix("cpt_rollup_backlog_records ")?.parse().ok())
+            .expect("cpt_rollup_backlog_records in /metrics")
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let sampler = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            seen.push(backlog());
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        seen
+    });
+    let mut rng = SplitMix64::new(50);
+    let (mut bytes, mut b) = (0u64, 0);
+    while bytes < 4 * bound {
+        let batch = random_labelled(&format!("/p{b}"), 400, &mut rng);
+        let body = json_lines(&batch);
+        let resp = post_records(addr, CONTENT_TYPE_JSON_LINES, &body);
+        assert_eq!(resp.status, 200, "batch {b}: {}", resp.text());
+        bytes += body.len() as u64 * 4;
+        b += 1;
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = sampler.join().unwrap();
+    let last = backlog();
+    let deleted: u64 = get(addr, "/metrics")
+        .text()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("cpt_records_deleted_by_retention_total ")?
+                .parse()
+                .ok()
+        })
+        .unwrap();
+    kill_9(served);
+    assert!(deleted > 0, "the store never reached its bound");
+    assert!(seen.len() > 10, "only {} samples", seen.len());
+    let most = seen.iter().copied().max().unwrap();
+    assert!(
+        most <= 20_000 + 2_000,
+        "the roll-up backlog reached {most} records (samples: {seen:?})"
+    );
+    assert_eq!(last, 0, "records left to roll up after the sender stopped");
 }

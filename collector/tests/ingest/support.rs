@@ -412,3 +412,17 @@ pub(crate) fn kill_9(mut served: Served) {
     served.child.kill().unwrap();
     served.child.wait().unwrap();
 }
+
+/// Whether promtool (Debian's prometheus package) runs here; without it,
+/// fails when CPT_REQUIRE_PROMTOOL is set (CI), else the caller skips.
+pub(crate) fn promtool_installed() -> bool {
+    let there = std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok();
+    assert!(
+        there || std::env::var_os("CPT_REQUIRE_PROMTOOL").is_none(),
+        "CPT_REQUIRE_PROMTOOL is set but promtool is not installed (Debian: prometheus)"
+    );
+    there
+}

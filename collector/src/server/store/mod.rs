@@ -89,6 +89,31 @@
 //! scales all three down with the bound, so the WAL stays within a
 //! sixteenth of it.
 //!
+//! # Size
+//!
+//! A store this build creates has `auto_vacuum = INCREMENTAL`: its file can
+//! give free pages back to the disk a few at a time while the writer goes
+//! on ([`Store::shrink`]), which `cpt serve --max-store-bytes` does while
+//! the file is over its share of the bound. SQLite takes the mode only
+//! before the first table exists: an older store keeps its length (its
+//! free pages are reused before it grows) until it is rebuilt, with the
+//! collector stopped, by `sqlite3 STORE 'PRAGMA auto_vacuum = INCREMENTAL;
+//! VACUUM;'` (which needs room for a copy of the store).
+//!
+//! # The raw-deleted mark
+//!
+//! `raw_deleted_through` ([`State`]) says which raw records may be gone:
+//! those that started at or before it. Deletions keep it before every
+//! record they keep ([`Store::delete_oldest`]). A store opened for writing
+//! whose mark passed the records it keeps (a deletion in id order of a
+//! record stamped far ahead, before deletions kept what started earlier)
+//! gets it back: the mark becomes the nanosecond before the earliest start
+//! still stored, or, with no raw record left, the time it was opened
+//! ([`Store::recover_raw_deleted_mark`]). Records deleted before that and
+//! started after the new mark (the record stamped ahead, stragglers of the
+//! same seconds) are then taken as still raw: a profile over those moments
+//! may miss them rather than refuse.
+//!
 //! # Reading
 //!
 //! [`Store::query`] streams the records that match a [`StoreQuery`] from a
@@ -184,6 +209,8 @@ pub struct Store {
     frames_by_id: Option<crate::profile::aggregate::packed::PackedFrames>,
     /// What the writer keeps raw.
     retention: Retention,
+    /// How hard the writer's commits work to be durable.
+    durability: Durability,
 }
 
 /// A connection that only reads an existing store.
@@ -289,10 +316,12 @@ impl Store {
         let conn = Connection::open(&path).map_err(err("open"))?;
         conn.busy_timeout(wal::WRITER_BUSY_TIMEOUT)
             .map_err(err("set busy timeout"))?;
-        // Takes effect only on a new (empty) file; a store keeps the page
-        // size it was created with.
+        // Both take effect only on a new (empty) file: a store keeps the
+        // page size and the auto-vacuum mode it was created with.
         conn.pragma_update(None, "page_size", PAGE_SIZE)
             .map_err(err("set page size"))?;
+        conn.pragma_update(None, "auto_vacuum", schema::AUTO_VACUUM_INCREMENTAL)
+            .map_err(err("let the file give free pages back"))?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
             .map_err(err("enable WAL"))?;
@@ -317,8 +346,10 @@ impl Store {
             wal: None,
             frames_by_id: None,
             retention: Retention::default(),
+            durability,
         };
         store.check_schema(true)?;
+        store.recover_raw_deleted_mark(unix_nanos(std::time::SystemTime::now()))?;
         store.wal = Some(wal::Wal::start(&store.path, &mut store.conn, limits));
         Ok(store)
     }
@@ -344,6 +375,7 @@ impl Store {
             wal: None,
             frames_by_id: None,
             retention: Retention::default(),
+            durability: Durability::default(),
         };
         store.check_schema(false)?;
         Ok(store)

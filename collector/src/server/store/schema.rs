@@ -50,6 +50,14 @@ UPDATE records SET request_id = json_extract(record, '$.request_id'),
 /// ingests about a quarter faster (`benches/benches/store.rs`).
 pub(super) const PAGE_SIZE: i64 = 16_384;
 
+/// `PRAGMA auto_vacuum`'s value for `INCREMENTAL`: a store created with it
+/// keeps a map of its pages, so that free pages can be given back to the
+/// disk a few at a time (`PRAGMA incremental_vacuum`) while the writer
+/// goes on, which `--max-store-bytes` needs to bring a file over its share
+/// back under it. SQLite takes the mode only before the first table is
+/// created; an older store keeps `NONE` until a `VACUUM` rebuilds it.
+pub(super) const AUTO_VACUUM_INCREMENTAL: i64 = 2;
+
 /// The first version whose id indexes lead with the id bucket.
 pub(super) const BUCKETED_ID_VERSION: i64 = 5;
 
