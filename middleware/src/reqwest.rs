@@ -64,10 +64,9 @@ use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
 use tracing::Instrument as _;
 
-mod order;
+pub(crate) mod order;
 
 use self::order::AttemptProbe;
-pub(crate) use self::order::OrderChecks;
 use crate::ClientLayer;
 use crate::client::{ClientConfig, PendingCallee, Resolver, ResponseBody};
 use crate::glue;
@@ -146,7 +145,7 @@ impl Middleware for ReqwestMiddleware {
                 route::http_name_of_path(req.method(), req.url().path(), extensions.get::<Route>())
             }
         };
-        config.order.before(config, req.url());
+        config.order.before(&config.callee, req.url());
         let probe = config.order.probing().then(AttemptProbe::new);
         if let Some(probe) = &probe {
             req = order::with_probe(req, probe);
@@ -157,7 +156,7 @@ impl Middleware for ReqwestMiddleware {
         let mut pending = Resolver(Some(PendingCallee::new(rpc.clone(), config.clone())));
         let result = next.run(req, extensions).instrument(rpc).await;
         if let Some(probe) = &probe {
-            config.order.after(config, probe);
+            config.order.after(&config.callee, probe);
         }
         let response = match result {
             Ok(response) => response,

@@ -51,7 +51,7 @@ pub(crate) struct ClientConfig {
     pub(crate) counters: Arc<Counters>,
     /// What a `ReqwestMiddleware` saw of its chain's order.
     #[cfg(feature = "reqwest")]
-    pub(crate) order: crate::reqwest::OrderChecks,
+    pub(crate) order: crate::reqwest::order::OrderChecks,
 }
 
 impl ClientConfig {

@@ -23,8 +23,6 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
-use crate::client::ClientConfig;
-
 /// The order that keeps every path, for the warnings.
 pub(crate) const ORDER: &str = "ClientBuilder::new(client).with(RetryTransientMiddleware::…)\
      .with(ReqwestMiddleware::…).with(TracingMiddleware::default()): the retry outermost, then \
@@ -50,20 +48,20 @@ fn in_reqwest_tracing_span() -> bool {
 
 impl OrderChecks {
     /// Before the call: reqwest-tracing outside, and the call's host.
-    pub(crate) fn before(&self, config: &ClientConfig, url: &::reqwest::Url) {
+    pub(crate) fn before(&self, callee: &str, url: &::reqwest::Url) {
         if !self.tracing_outside.load(Relaxed)
             && in_reqwest_tracing_span()
             && !self.tracing_outside.swap(true, Relaxed)
         {
             tracing::warn!(
                 target: "cpt_middleware",
-                callee = %config.callee,
+                callee = %callee,
                 "cpt: reqwest-tracing's TracingMiddleware runs before (outside) cpt's \
                  ReqwestMiddleware for calls to {}: its `HTTP request` span ends with the \
                  response headers, before cpt's RPC node ends with the body, so the path of {} \
                  is lost as [unattributed] time on that span. Build the client as {ORDER}",
-                config.callee,
-                config.callee,
+                callee,
+                callee,
             );
         }
         if self.several_hosts.load(Relaxed) {
@@ -78,32 +76,32 @@ impl OrderChecks {
         if !same && !self.several_hosts.swap(true, Relaxed) {
             tracing::warn!(
                 target: "cpt_middleware",
-                callee = %config.callee,
+                callee = %callee,
                 "cpt: one ReqwestMiddleware named {} calls {first} and {host}:{port}: every \
                  call through it is an RPC node named {} and a [blind spot] of it names {}. \
                  A client that calls several services needs one ClientWithMiddleware (one \
                  ReqwestMiddleware) per callee; if these are replicas of {} reached by \
                  address, nothing is wrong",
-                config.callee,
-                config.callee,
-                config.callee,
-                config.callee,
+                callee,
+                callee,
+                callee,
+                callee,
             );
         }
     }
 
     /// After the call: how often the request was sent inside this node.
-    pub(crate) fn after(&self, config: &ClientConfig, probe: &AttemptProbe) {
+    pub(crate) fn after(&self, callee: &str, probe: &AttemptProbe) {
         let sent = probe.clones();
         if sent >= 2 && !self.retry_inside.swap(true, Relaxed) {
             tracing::warn!(
                 target: "cpt_middleware",
-                callee = %config.callee,
+                callee = %callee,
                 "cpt: a call to {} was sent {sent} times inside one cpt RPC node: a retry \
                  middleware (reqwest-retry's RetryTransientMiddleware) runs after (inside) \
                  cpt's ReqwestMiddleware, so the failed attempts and the waits between them \
                  show as [network] time of the last attempt. Build the client as {ORDER}",
-                config.callee,
+                callee,
             );
         }
     }

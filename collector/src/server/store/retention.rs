@@ -330,9 +330,8 @@ impl Store {
                     deleted = n as u64;
                 }
             }
-            let mut records = tx.prepare_cached(
-                "DELETE FROM records WHERE id = ?1 RETURNING trigger = 'forced'",
-            )?;
+            let mut records = tx
+                .prepare_cached("DELETE FROM records WHERE id = ?1 RETURNING trigger = 'forced'")?;
             let mut paths = tx.prepare_cached("DELETE FROM paths WHERE id = ?1")?;
             for (id, start) in &stragglers {
                 if let Some(forced) = records
