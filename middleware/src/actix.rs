@@ -17,7 +17,7 @@
 //!   last chunk (CPT's definition of a stream's segment). actix-web sends no
 //!   trailers, so its path cannot be returned: a caller that asked sees the
 //!   call as a blind spot, and the response says why in
-//!   [`header::NO_PATH`](crate::header::NO_PATH) (`no-trailers`), so the
+//!   [`header::NO_PATH`] (`no-trailers`), so the
 //!   caller's warning names this cause; the path is counted in
 //!   [`Stats::path_unsent`], not in `paths_returned`. An entry service's
 //!   record covers the whole stream.

@@ -133,7 +133,8 @@ pub struct RetentionConfig {
     pub retain_for: Keep,
     /// The most the store takes on disk, the database file plus the WAL:
     /// the records that started first are deleted, once rolled up, to keep
-    /// it there (see [`SizeShares`]).
+    /// it there (three quarters of it for the file, the rest for the WAL:
+    /// see the module docs).
     pub max_store_bytes: Option<u64>,
     /// How often the retention pass runs (it also runs at start).
     pub interval: Duration,
