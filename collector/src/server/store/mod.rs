@@ -469,4 +469,6 @@ impl Store {
 mod summary;
 pub use summary::EndpointSummary;
 #[cfg(test)]
+mod mark_tests;
+#[cfg(test)]
 mod tests;
