@@ -203,6 +203,13 @@ impl InputArgs {
                 plural(a.overlaps, "overlap"),
                 a.overlap_ns / 1000
             );
+            if a.overhang_spans > 0 {
+                eprintln!(
+                    "{} ended after their parent on the parent's clock: cut at its end, {} µs after it off the path (not skew)",
+                    plural(a.overhang_spans, "span"),
+                    a.overhang_ns / 1000
+                );
+            }
         }
         // Why traces were rejected; with --quiet only when that is why the
         // command fails.

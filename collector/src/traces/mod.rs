@@ -38,6 +38,7 @@
 //! | `skew.truncated_spans` / `skew.truncated_ns` | spans cut to fit their parent, and the time cut |
 //! | `skew.dropped_spans` / `skew.dropped_ns` | spans dropped (wholly outside their parent), and the dropped subtree roots' time |
 //! | `skew.overlaps` / `skew.overlap_ns` | sibling overlaps read as sequential (§5.2), and the time clipped |
+//! | `overhang.spans` / `overhang.ns` | children that ended after their parent on a clock that agrees with it, cut at the parent's end, and the time they ran after it (no skew: not in `clock_skew`) |
 //! | `import.duplicate_span_ids` | span records of the trace that shared an id with a differing record (kept as `ID~dupK`) |
 //!
 //! Client spans' own time around their server span is
@@ -767,7 +768,8 @@ fn fold_chunks<T: Sync>(
     all
 }
 
-/// Read the `skew.*` labels of a record back into [`Adjustments`].
+/// Read the `skew.*` and `overhang.*` labels of a record back into
+/// [`Adjustments`].
 pub fn adjustments_of(r: &Record) -> Adjustments {
     let get = |k: &str| {
         r.labels
@@ -784,6 +786,8 @@ pub fn adjustments_of(r: &Record) -> Adjustments {
         dropped_ns: get("skew.dropped_ns"),
         overlap_ns: get("skew.overlap_ns"),
         overlaps: get("skew.overlaps"),
+        overhang_spans: get("overhang.spans"),
+        overhang_ns: get("overhang.ns"),
     }
 }
 
@@ -877,9 +881,14 @@ pub fn analyze(
                 continue;
             }
             let cut = trace.spans[i].duration_ns - (rep.end[i] - rep.start[i]);
-            if cut != 0 {
+            let over = rep.overhang[i];
+            if over > 0 {
+                adj.overhang_spans += 1;
+                adj.overhang_ns += over as u64;
+            }
+            if cut > over {
                 adj.truncated_spans += 1;
-                adj.truncated_ns += cut as u64;
+                adj.truncated_ns += (cut - over) as u64;
             }
         }
         // Concurrency among this (kept, owned) span's children.

@@ -390,3 +390,90 @@ fn jaeger_late_child_on_its_parents_own_clock_is_detached() {
         Some("1")
     );
 }
+
+#[test]
+fn jaeger_producers_plain_child_that_ends_after_it_is_detached() {
+    // Zipkin lens's `send` (PRODUCER) and its `handle` child: the handler
+    // starts inside the producer and runs on after it returned, on the same
+    // process. The producer initiated it and did not wait for it.
+    let text = jaeger(&[
+        ("a", None, Some("producer"), "A", 0, 30),
+        ("b", Some(("CHILD_OF", "a")), None, "handle", 20, 40),
+    ]);
+    let r = &run(&text, Format::Jaeger).analyzed[0].record;
+    assert_eq!(path_string(r), "s:A 30");
+    assert!(r.path.accounting.clock_skew.is_zero(), "{:?}", r.labels);
+    assert!(
+        !r.labels
+            .keys()
+            .any(|k| k.starts_with("skew.") || k.starts_with("overhang.")),
+        "{:?}",
+        r.labels
+    );
+    assert_eq!(
+        r.labels.get("async.subtrees").map(String::as_str),
+        Some("1")
+    );
+}
+
+#[test]
+fn jaeger_child_its_parent_ended_during_is_cut_there_and_not_counted_as_skew() {
+    // Online Boutique's currencyservice, every call: the server span
+    // `Convert` [0, 300] µs ends when its response is sent from inside
+    // `GetCurrencyData` [100, 1000], on the same process. The path charges
+    // the child up to the parent's end; the 700 µs after it are off the
+    // path and counted apart, not as clock skew.
+    let text = jaeger(&[
+        ("a", None, Some("server"), "Convert", 0, 300),
+        (
+            "b",
+            Some(("CHILD_OF", "a")),
+            None,
+            "GetCurrencyData",
+            100,
+            900,
+        ),
+    ]);
+    let imp = run(&text, Format::Jaeger);
+    let r = &imp.analyzed[0].record;
+    assert_eq!(
+        path_string(r),
+        "s:Convert 100|s:Convert;s:GetCurrencyData 200"
+    );
+    assert!(r.path.accounting.clock_skew.is_zero(), "{:?}", r.labels);
+    assert!(
+        !r.labels.keys().any(|k| k.starts_with("skew.")),
+        "{:?}",
+        r.labels
+    );
+    assert_eq!(
+        r.labels.get("overhang.spans").map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(
+        r.labels.get("overhang.ns").map(String::as_str),
+        Some("700000")
+    );
+    assert_eq!(imp.stats.adjustments.overhang_ns, 700_000);
+    assert_eq!(imp.stats.adjustments.truncated_spans, 0);
+}
+
+#[test]
+fn jaeger_child_outliving_its_parent_on_a_clock_nothing_vouches_for_is_skew() {
+    // The same shape with the child alone on another process: its clock may
+    // be off, so the cut is clock-skew repair (CRISP §5.2, `7.json`).
+    let text = r#"{"data":[{"traceID":"t","processes":{"p1":{"serviceName":"api","tags":[]},"p2":{"serviceName":"db","tags":[]}},"spans":[
+        {"traceID":"t","spanID":"a","operationName":"Convert","references":[],"startTime":0,"duration":300,"tags":[],"processID":"p1"},
+        {"traceID":"t","spanID":"b","operationName":"GetCurrencyData","references":[{"refType":"CHILD_OF","traceID":"t","spanID":"a"}],"startTime":100,"duration":900,"tags":[],"processID":"p2"}]}]}"#;
+    let r = &run(text, Format::Jaeger).analyzed[0].record;
+    assert_eq!(
+        path_string(r),
+        "api:Convert 100|api:Convert;db:GetCurrencyData 200"
+    );
+    assert_eq!(
+        r.labels.get("skew.truncated_ns").map(String::as_str),
+        Some("700000")
+    );
+    assert_eq!(r.path.accounting.clock_skew.as_micros(), 700);
+    assert_eq!(r.labels.get("overhang.spans"), None);
+}

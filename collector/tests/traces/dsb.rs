@@ -65,9 +65,11 @@ fn dsb_media_and_hotel_paths_sum_to_the_root_latency() {
 
 /// Every nanosecond the repair moved or cut is in the record's labels, and
 /// the time it cut is the record's `accounting.clock_skew`:
-/// Σ (raw − repaired duration) over kept spans = `skew.truncated_ns`,
-/// Σ durations of dropped subtree roots = `skew.dropped_ns`, and every kept
-/// span lies inside its parent after repair.
+/// Σ (raw − repaired duration) over kept spans = `skew.truncated_ns` +
+/// `overhang.ns` (the latter for the time children ran past their parent's
+/// end on its clock: no skew, and not in `clock_skew`), Σ durations of
+/// dropped subtree roots = `skew.dropped_ns`, and every kept span lies
+/// inside its parent after repair.
 #[test]
 fn dsb_every_adjusted_nanosecond_is_accounted() {
     let opts = ImportOptions::default();
@@ -85,6 +87,7 @@ fn dsb_every_adjusted_nanosecond_is_accounted() {
             let roots: Vec<u32> = t.roots().collect();
             let rep = skew::repair(&t, &opts.repair, &roots);
             let (mut cut, mut dropped, mut dropped_spans) = (0u64, 0u64, 0u64);
+            let mut overhang = 0u64;
             for (i, s) in t.spans.iter().enumerate() {
                 let Some(p) = s.parent else { continue };
                 total_child_time += s.duration_ns as u64;
@@ -102,14 +105,32 @@ fn dsb_every_adjusted_nanosecond_is_accounted() {
                     t.trace_id,
                     s.span_id
                 );
-                cut += (s.duration_ns - (rep.end[i] - rep.start[i])) as u64;
+                let d = (s.duration_ns - (rep.end[i] - rep.start[i])) as u64;
+                let over = rep.overhang[i] as u64;
+                if over > 0 {
+                    // Only on the parent's own clock here, past its end.
+                    assert_eq!(s.clock, t.spans[p].clock, "{}", s.span_id);
+                    assert!(
+                        s.end_ns() + rep.shift[i] - over as i64
+                            >= t.spans[p].end_ns() + rep.shift[p],
+                        "{}",
+                        s.span_id
+                    );
+                }
+                overhang += over;
+                cut += d - over;
             }
-            total_cut += cut + dropped;
+            total_cut += cut + overhang + dropped;
             let a = cpt_collector::traces::analyze(&t, &opts, &mut scratch, &mut pieces);
             let adj = adjustments_of(&a[0].record);
             assert_eq!(
-                (adj.truncated_ns, adj.dropped_ns, adj.dropped_spans),
-                (cut, dropped, dropped_spans),
+                (
+                    adj.truncated_ns,
+                    adj.overhang_ns,
+                    adj.dropped_ns,
+                    adj.dropped_spans
+                ),
+                (cut, overhang, dropped, dropped_spans),
                 "{}",
                 t.trace_id
             );

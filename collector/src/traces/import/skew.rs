@@ -40,17 +40,31 @@
 //! running after it ended is no skew, and no walk from above enters them (a
 //! span selected as a root inside one is repaired as usual).
 //!
-//! # Late children are not skew when the clocks agree
+//! # Children that end after their parent on an agreeing clock
 //!
-//! A child that starts once its parent has ended is dropped above only
-//! when a clock offset could explain it. When its clock is known to agree
-//! with the parent's, it is work the parent started and never waited for
-//! (an asynchronous task), and the model detaches it while the trace is
-//! built (`model/late.rs`): kept, off the path, counted with the other
-//! detached subtrees. A clock agrees when it is the parent's own, or when another
-//! child of the parent on that clock lies inside the parent as recorded.
-//! A server under a client on another host is left to the repair: there
-//! the clocks are what is in doubt.
+//! A clock agrees with the parent's when it is the parent's own, or when
+//! another child of the parent on that clock lies inside the parent as
+//! recorded. A server under a client on another host is left to the
+//! repair above: there the clocks are what is in doubt. On an agreeing
+//! clock, no offset explains a child that sticks out of its parent, so:
+//!
+//! - a child that starts once its parent has ended, or a child of a
+//!   producer that ends after the producer, is work the parent never
+//!   waited for: the model detaches it while the trace is built
+//!   (`model/late.rs`): kept, off the path, counted with the other
+//!   detached subtrees;
+//! - any other child that ends after its parent is one the parent ended
+//!   during (a handler whose response is sent from inside a callback span,
+//!   as Online Boutique's `currencyservice` does on every call). It is cut
+//!   at the parent's end as above, so the path charges it up to the moment
+//!   the parent ended, as CRISP's reference and the Jaeger UI do, but the
+//!   time after that is no skew: it is counted apart
+//!   ([`Adjustments::overhang_spans`], [`Adjustments::overhang_ns`]) and
+//!   is not part of the record's `accounting.clock_skew`.
+//!
+//! How much a child sticks out does not decide between the two: on the
+//! Online Boutique set the same callback shape ends from 3 µs to 80 ms after
+//! its parent, so a threshold would split one behaviour in two.
 
 use std::collections::HashMap;
 
@@ -90,6 +104,12 @@ pub struct Adjustments {
     pub overlap_ns: u64,
     /// Sibling overlaps tolerated by the walk (filled in by [`crisp`](crate::traces::analysis::crisp)).
     pub overlaps: u64,
+    /// Children cut at the end of a parent that ended during them, on a
+    /// clock that agrees with the parent's: no skew (see the module docs).
+    pub overhang_spans: u64,
+    /// The time they ran after their parent ended, ns: off the path, and not
+    /// part of the record's `accounting.clock_skew`.
+    pub overhang_ns: u64,
 }
 
 impl Adjustments {
@@ -103,6 +123,8 @@ impl Adjustments {
         self.dropped_ns += o.dropped_ns;
         self.overlap_ns += o.overlap_ns;
         self.overlaps += o.overlaps;
+        self.overhang_spans += o.overhang_spans;
+        self.overhang_ns += o.overhang_ns;
     }
 
     /// The record labels these adjustments are reported under (only the
@@ -117,6 +139,8 @@ impl Adjustments {
             ("skew.dropped_ns", self.dropped_ns),
             ("skew.overlaps", self.overlaps),
             ("skew.overlap_ns", self.overlap_ns),
+            ("overhang.spans", self.overhang_spans),
+            ("overhang.ns", self.overhang_ns),
         ]
         .into_iter()
         .filter(|(_, v)| *v != 0)
@@ -134,6 +158,12 @@ pub struct Repaired {
     pub kept: Vec<bool>,
     /// The clock-domain offset applied to each span, ns.
     pub shift: Vec<i64>,
+    /// Of the time cut from span `i`, the part it ran after its parent's
+    /// recorded end on a clock that agrees with the parent's, ns (see the
+    /// module docs): counted in [`Adjustments::overhang_ns`], not as skew.
+    /// The rest of the cut (the parent's own repair, a start before the
+    /// parent's) is skew.
+    pub overhang: Vec<i64>,
     /// What changed.
     pub adjustments: Adjustments,
 }
@@ -187,6 +217,7 @@ pub fn repair(trace: &Trace, opts: &RepairOptions, anchors: &[u32]) -> Repaired 
         end.push(s.end_ns().saturating_add(off));
     }
     let mut kept = vec![true; n];
+    let mut overhang = vec![0i64; n];
     let mut unwalked = vec![false; n];
     // Parents come before children in `trace.spans`.
     for i in 0..n {
@@ -226,8 +257,25 @@ pub fn repair(trace: &Trace, opts: &RepairOptions, anchors: &[u32]) -> Repaired 
         }
         let (ns, ne) = (s.max(ps), e.min(pe));
         if (ns, ne) != (s, e) {
-            adj.truncated_spans += 1;
-            adj.truncated_ns += ((e - s) - (ne - ns)) as u64;
+            let cut = (e - s) - (ne - ns);
+            // The parent's end as recorded (shifted with its clock), before
+            // its own repair: what the child ran past it on an agreeing
+            // clock is no skew.
+            let recorded_end = trace.spans[p].end_ns().saturating_add(shift[p]);
+            let over = if trace.clock_agrees(i as u32) {
+                (e - recorded_end.max(ne)).clamp(0, cut)
+            } else {
+                0
+            };
+            if over > 0 {
+                overhang[i] = over;
+                adj.overhang_spans += 1;
+                adj.overhang_ns += over as u64;
+            }
+            if cut > over {
+                adj.truncated_spans += 1;
+                adj.truncated_ns += (cut - over) as u64;
+            }
             start[i] = ns;
             end[i] = ne;
         }
@@ -237,6 +285,7 @@ pub fn repair(trace: &Trace, opts: &RepairOptions, anchors: &[u32]) -> Repaired 
         end,
         kept,
         shift,
+        overhang,
         adjustments: adj,
     }
 }
@@ -358,7 +407,10 @@ mod tests {
         assert_eq!((r.start[at("C")], r.end[at("C")]), (95, 100));
         assert!(!r.kept[at("D")] && !r.kept[at("E")]);
         let a = r.adjustments;
-        assert_eq!((a.truncated_spans, a.truncated_ns), (2, 10 + 15));
+        // C ran 5 past B's recorded end on B's own clock (no skew); the
+        // other 10 it lost with B's cut are skew.
+        assert_eq!((a.truncated_spans, a.truncated_ns), (2, 10 + 10));
+        assert_eq!((a.overhang_spans, a.overhang_ns), (1, 5));
         assert_eq!((a.dropped_spans, a.dropped_ns), (2, 50));
     }
 
