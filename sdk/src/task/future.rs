@@ -135,7 +135,10 @@ impl Wake for NodeWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.node.request.wake(self.node.node, self.clock.now());
+        let source = crate::request::wake_source();
+        self.node
+            .request
+            .wake(self.node.node, self.clock.now(), source);
         let w = self.inner.lock().unwrap_or_else(|e| e.into_inner()).clone();
         w.wake();
     }
