@@ -277,3 +277,34 @@ pub(crate) fn warn_if_unavailable() {
         });
     }
 }
+
+#[cfg(all(test, feature = "tokio-resources"))]
+mod tests {
+    use super::*;
+
+    /// Sites are shared while the table has room; past it a site is made
+    /// afresh, still right, and counted.
+    #[test]
+    fn the_site_table_is_bounded_and_counts_what_it_does_not_keep() {
+        let a = site("sleep", Some("t/src/a.rs"), 1);
+        assert!(Arc::ptr_eq(&a, &site("sleep", Some("t/src/a.rs"), 1)));
+        assert!(!Arc::ptr_eq(&a, &site("sleep", Some("t/src/a.rs"), 2)));
+        let before = sites_not_kept();
+        for line in 0..MAX_SITES as u32 + 10 {
+            let s = site("mutex", Some("t/src/b.rs"), line);
+            assert_eq!(s.location.as_ref().map(|l| l.line), Some(line));
+            assert_eq!(&*s.kind, "mutex");
+        }
+        assert!(sites_not_kept() >= before + 10);
+        // What was kept is still shared.
+        assert!(Arc::ptr_eq(&a, &site("sleep", Some("t/src/a.rs"), 1)));
+    }
+
+    #[test]
+    fn kinds_are_named_after_tokios_types() {
+        assert_eq!(kind_of("Sleep", "timer"), "sleep");
+        assert_eq!(kind_of("Sender|Receiver", "Sync"), "oneshot");
+        assert_eq!(kind_of("", "Sync"), "sync");
+        assert_eq!(kind_of("Notify", "Sync"), "notify");
+    }
+}
