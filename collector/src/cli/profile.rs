@@ -578,11 +578,20 @@ pub fn run_profile(args: ProfileArgs) -> anyhow::Result<()> {
         let remote = super::remote::Remote::new(url, &args.remote)?;
         let query = super::remote::selection_query(&args.select.selection());
         let answer = remote.get("/profile", &query)?;
-        write_out(Some(&args.output), &answer.body)?;
+        let body = match args.select.waits {
+            Waits::Site => answer.body.clone(),
+            waits => {
+                let mut agg = profile::read_aggregate(&answer.body)
+                    .context("the collector's profile does not read")?;
+                agg.group_waits(waits);
+                profile::encode_gzip(&agg)
+            }
+        };
+        write_out(Some(&args.output), &body)?;
         eprintln!(
             "cpt: wrote {} ({} bytes) from the collector at {url}",
             args.output.display(),
-            answer.body.len()
+            body.len()
         );
         if let Some(source) = answer.profile_source() {
             eprintln!("cpt: the collector answered from its {source}");
