@@ -164,10 +164,15 @@ impl LiveNode {
     /// last resource it polled pending), or that nothing names it.
     #[inline]
     fn mark_exit(&mut self, now: Duration) {
-        let pending = match self.resources.as_deref_mut() {
-            Some(p) => std::mem::take(&mut p.pending),
-            None => SmallVec::new(),
+        let Some(polled) = self.resources.as_deref_mut() else {
+            // No tokio resource polled (always so without them): only an
+            // `[io]` mark before may need ending.
+            if self.waits.last().is_some_and(|m| m.1.is_some()) {
+                self.push_mark(now, None);
+            }
+            return;
         };
+        let pending = std::mem::take(&mut polled.pending);
         let site = pending.last().map(|p| p.1.clone());
         if site.is_some() || self.waits.last().is_some_and(|m| m.1.is_some()) {
             self.push_mark(now, site);

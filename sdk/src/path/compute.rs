@@ -862,6 +862,7 @@ fn eligible(b: usize, visited: &[bool], on_stack: &[bool], prep: &[Prep]) -> boo
 /// each stretch after a mark is named by it (a node that stopped and went
 /// on waiting in the same instant, as under a paused clock, has several
 /// marks inside one wait).
+#[inline(always)]
 fn unattributed(
     pieces: &mut Vec<Piece>,
     top: &mut WalkFrame,
@@ -888,6 +889,18 @@ fn unattributed(
         if lo <= since {
             top.queued = None;
         }
+    }
+    if marks.is_empty() {
+        // No named waits on this node (always so without them): one piece.
+        if hi > lo {
+            pieces.push(Piece::Seg {
+                node: n,
+                dur: hi - lo,
+                kind: SegmentKind::Unattributed,
+                wait: NO_WAIT,
+            });
+        }
+        return;
     }
     // Latest first: from the last mark before `hi` back to `lo`.
     let mut k = marks.partition_point(|m| m.0 < hi);
