@@ -7,7 +7,7 @@
 //! 2. a permit of a `tokio::sync::Semaphore` (the [`Backend`]'s pool) that
 //!    another request holds for 25 ms from its start, so about 15 ms;
 //! 3. a oneshot answered by a spawned task (a node, [`task::spawn`]) after
-//!    20 ms of its own;
+//!    20 ms of its own (it goes on for 30 ms after answering);
 //! 4. a TCP read from a server that is not traced at all and answers after
 //!    25 ms.
 //!
@@ -35,8 +35,11 @@ pub mod ms {
     pub const HOLD: u64 = 25;
     /// The semaphore wait: the hold, less the sleep.
     pub const SEMAPHORE: u64 = HOLD - SLEEP;
-    /// The spawned task's own time.
+    /// The spawned task's own time before it answers.
     pub const TASK: u64 = 20;
+    /// What the task does after it answered (off the handler's path; it
+    /// ends after the response).
+    pub const TASK_AFTER: u64 = 30;
     /// The uninstrumented server's answer.
     pub const SERVER: u64 = 25;
 }
@@ -96,6 +99,9 @@ pub async fn handle(backend: &Backend, conn: &mut TcpStream) -> anyhow::Result<u
         task::spawn("price", async move {
             tokio::time::sleep(Duration::from_millis(ms::TASK)).await;
             let _ = tx.send(7u8);
+            // It goes on after answering and ends after the response: only
+            // its wake says it was what the handler waited on.
+            tokio::time::sleep(Duration::from_millis(ms::TASK_AFTER)).await;
         });
         let price = rx.await?;
         // 4. A socket: a driver's query to a server cpt does not see.

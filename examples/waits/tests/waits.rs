@@ -101,8 +101,9 @@ fn assert_near(what: &str, got: Duration, want: Duration, p: &[(String, SegmentK
 }
 
 /// With tokio's resources (and without): the spawned task that answered
-/// the oneshot is on the path as a node, for its whole time, because the
-/// waker names it (no `tokio_unstable` needed).
+/// the oneshot is on the path as a node, for its time up to the answer,
+/// because its wake names it (no `tokio_unstable` needed): it ends after
+/// the handler resumed, so no child ending inside the wait explains it.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn the_task_that_answered_the_oneshot_is_on_the_path() {
     let r = run().await;

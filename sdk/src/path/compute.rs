@@ -702,9 +702,11 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
         let (nested, child_ends) = (&pr.nested[p.nested.clone()], &pr.ends[p.child_ends.clone()]);
 
         // Waiting since g0. Explicit blocker, or the child that ended last
-        // (only events above the floor can explain time above it).
+        // (only events above the floor can explain time above it). An
+        // explicit blocker need not have ended: a task that answered a
+        // channel and went on is what the wait was on up to the answer.
         let explicit = latest_in(explicit, g0, t, |e| e.0)
-            .filter(|&&(_, b)| eligible(b, visited, on_stack, prep))
+            .filter(|&&(_, b)| !visited[b] && !on_stack[b])
             .copied();
         let inferred = {
             let hi = back_to(child_ends, &mut ends_at[n], |e| e.0 <= t);

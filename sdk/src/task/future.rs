@@ -88,6 +88,11 @@ impl<F: Future> Future for Tracked<F> {
         };
         if out.is_ready() {
             *this.done = true;
+            // Ended now (at this poll's exit), even if its span lives on
+            // while a task it spawned runs.
+            if let WakeState::Traced(w) = this.waker {
+                w.node.request.close(w.node.node, || w.clock.now());
+            }
         }
         out
     }
