@@ -6,7 +6,7 @@
 //! given to its ancestor at depth `max_depth`, so the total is unchanged.
 //! Neighbouring segments that end up with the same stack and kind are merged.
 //!
-//! A segment keeps its [`SegmentKind`](super::SegmentKind) when it is folded:
+//! A segment keeps its [`SegmentKind`] when it is folded:
 //! a network segment deep inside a callee is still network time, only shown
 //! on a shallower frame, so [`Accounting`](super::Accounting) stays in
 //! agreement with the segments. A named wait whose wait frame is cut
