@@ -26,7 +26,8 @@ profile` reads a Parquet directory.
 The fold (collector/src/profile/aggregate): every segment with a positive duration
 contributes its nanoseconds to its sample stack: the segment's frames, plus a synthetic
 leaf `[queueing]`, `[unattributed]`, `[network]` or `[blind spot]` (service "") for a
-non-busy kind, or `[no frames]` when that leaves nothing. Per request the stack's time
+non-busy kind other than a named wait (`wait`, whose stack ends in its wait frame), or
+`[no frames]` when that leaves nothing. Per request the stack's time
 is summed; per stack the job keeps the sum, the number of requests it is on, the sum of
 squares of the per-request time and its log-linear histogram (what `cpt diff` and `cpt
 histogram` need); overall the request count, latency sum, sum of squares and histogram,
@@ -503,10 +504,11 @@ def fold(sel):
                 .otherwise(F.coalesce(f["line"].cast("long"), F.lit(0).cast("long"))).alias("line"),
             ),
         )
-        # Only a busy segment without frames has an empty stack (the others get a leaf).
+        # Only a busy segment without frames has an empty stack (the others get a leaf). A
+        # named wait's stack ends in its wait frame already (`[sleep src/main.rs:88]`).
         return (
             F.when((kind == "busy") & (F.size(seg["stack"]) == 0), F.array(frame("", NO_FRAMES)))
-            .when(kind == "busy", frames)
+            .when((kind == "busy") | (kind == "wait"), frames)
             .otherwise(F.concat(frames, F.array(kind_frame)))
         )
 

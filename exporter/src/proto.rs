@@ -119,6 +119,7 @@ impl From<&SdkRecord> for Record {
                     stack: s.stack.iter().map(|id| id.0).collect(),
                     duration_nanos: nanos(s.duration),
                     kind: SegmentKind::from(s.kind) as i32,
+                    wait: s.kind == SdkKind::Wait,
                 })
                 .collect(),
             accounting: (!a.is_zero()).then(|| Accounting::from(a)),
@@ -131,7 +132,8 @@ impl From<SdkKind> for SegmentKind {
         match k {
             SdkKind::Busy => SegmentKind::Busy,
             SdkKind::Queueing => SegmentKind::Queueing,
-            SdkKind::Unattributed => SegmentKind::Unattributed,
+            // A named wait is unattributed with `wait` set (see the .proto).
+            SdkKind::Unattributed | SdkKind::Wait => SegmentKind::Unattributed,
             SdkKind::Network => SegmentKind::Network,
             SdkKind::BlindSpot => SegmentKind::BlindSpot,
         }

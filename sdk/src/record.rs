@@ -32,7 +32,14 @@
 //!   and writers use the string form whenever service and location add
 //!   nothing.
 //! - `kind` is absent for busy segments, else one of `queueing`,
-//!   `unattributed`, `network`, `blind_spot` (see [`SegmentKind`]).
+//!   `unattributed`, `network`, `blind_spot` (see [`SegmentKind`]), or
+//!   `wait`.
+//! - A named wait ([`SegmentKind::Wait`]) is written
+//!   `"kind":"unattributed","wait":true`: its last stack entry is the wait
+//!   frame (`[sleep]`, `[semaphore]`, `[io]`, … with the place the resource
+//!   was created). A reader that predates named waits ignores `wait` and
+//!   reads an unattributed wait whose leaf names what was waited on.
+//!   `"kind":"wait"` is read as well.
 //! - `latency_ns` must equal the sum of the segments' `ns`.
 
 use std::borrow::Cow;
@@ -148,10 +155,20 @@ impl Record {
                         entry
                     })
                     .collect();
+                // A named wait is written as unattributed with `"wait":
+                // true` (see the module docs).
+                let (kind, wait) = match seg.kind {
+                    SegmentKind::Busy => (None, None),
+                    SegmentKind::Wait => {
+                        (Some(SegmentKind::Unattributed.as_str().into()), Some(true))
+                    }
+                    k => (Some(k.as_str().into()), None),
+                };
                 wire::Segment {
                     stack,
                     ns: duration_ns(seg.duration),
-                    kind: (seg.kind != SegmentKind::Busy).then(|| seg.kind.as_str().into()),
+                    kind,
+                    wait,
                 }
             })
             .collect();
@@ -183,13 +200,25 @@ impl Record {
             if seg.stack.is_empty() {
                 return Err(RecordError::EmptyStack { segment: i });
             }
-            let kind = match &seg.kind {
+            let mut kind = match &seg.kind {
                 None => SegmentKind::Busy,
                 Some(k) => SegmentKind::parse(k).ok_or_else(|| RecordError::UnknownKind {
                     segment: i,
                     kind: k.to_string(),
                 })?,
             };
+            match (seg.wait, kind) {
+                (None | Some(false), _) => {}
+                (Some(true), SegmentKind::Unattributed | SegmentKind::Wait) => {
+                    kind = SegmentKind::Wait;
+                }
+                (Some(true), other) => {
+                    return Err(RecordError::WaitKind {
+                        segment: i,
+                        kind: other.as_str(),
+                    });
+                }
+            }
             let mut parent: Cow<'_, str> = w.service.clone();
             let mut ids = Vec::with_capacity(seg.stack.len());
             for f in seg.stack {
@@ -273,6 +302,16 @@ pub enum RecordError {
         /// The kind found.
         kind: String,
     },
+    /// A segment says `"wait": true` but is not an unattributed wait.
+    #[error(
+        "segment {segment}: \"wait\": true on a {kind} segment (only unattributed waits name a resource)"
+    )]
+    WaitKind {
+        /// Index of the segment in `path`.
+        segment: usize,
+        /// The segment's kind.
+        kind: &'static str,
+    },
     /// A segment has an empty `stack`.
     #[error("segment {segment}: empty stack")]
     EmptyStack {
@@ -342,6 +381,8 @@ mod wire {
         pub(super) ns: u64,
         #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
         pub(super) kind: Option<Cow<'a, str>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub(super) wait: Option<bool>,
     }
 
     /// A stack entry: a bare name, or `{"name", "service", "file", "line"}`.
@@ -541,6 +582,46 @@ mod tests {
     use crate::testing::ms;
 
     use crate::testing::fixtures::fig2a_record as fig2a;
+
+    /// A named wait is written as an unattributed wait with `"wait": true`:
+    /// read back as a named wait, and by a reader that ignores `wait` as an
+    /// unattributed wait whose leaf names the resource.
+    #[test]
+    fn json_named_waits_round_trip_and_read_as_unattributed_without_the_flag() {
+        use crate::path::{Frame, SegmentKind};
+        let mut p = CriticalPath::new();
+        let a1 = Frame::new("A", "A1");
+        p.push_frames([a1.clone()], ms(3), SegmentKind::Busy);
+        p.push_frames(
+            [a1, Frame::wait("A", "semaphore", None)],
+            ms(4),
+            SegmentKind::Wait,
+        );
+        let r = Record::new("A", crate::Trigger::Sampled, p);
+        let line = r.to_json();
+        assert!(
+            line.contains(r#""ns":4000000,"kind":"unattributed","wait":true}"#),
+            "{line}"
+        );
+        assert_eq!(Record::from_json(&line).unwrap(), r);
+        let old = Record::from_json(&line.replace(r#","wait":true"#, "")).unwrap();
+        assert_eq!(old.path.segments()[1].kind, SegmentKind::Unattributed);
+        let leaf = old
+            .path
+            .frame(*old.path.segments()[1].stack.last().unwrap());
+        assert_eq!(&*leaf.name, "[semaphore]");
+        // `"kind":"wait"` reads too; `wait` on a busy segment is an error.
+        let direct = line.replace(r#""kind":"unattributed","wait":true"#, r#""kind":"wait""#);
+        assert_eq!(Record::from_json(&direct).unwrap(), r);
+        let bad = line.replace(r#""ns":3000000}"#, r#""ns":3000000,"wait":true}"#);
+        assert_eq!(
+            Record::from_json(&bad),
+            Err(RecordError::WaitKind {
+                segment: 0,
+                kind: "busy"
+            })
+        );
+    }
 
     #[test]
     fn json_round_trip_keeps_services_locations_and_kinds() {

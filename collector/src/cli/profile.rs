@@ -28,7 +28,7 @@ use anyhow::{Context as _, bail};
 use crate::format::fmt_ns;
 use crate::format::plural;
 use crate::profile;
-use crate::profile::aggregate::{Aggregate, Aggregator, push_json_block, push_parquet};
+use crate::profile::aggregate::{Aggregate, Aggregator, Waits, push_json_block, push_parquet};
 use crate::profile::diff::{DiffOptions, diff};
 use crate::profile::flame::{FlameOptions, flame_svg, folded};
 use crate::profile::report::Report;
@@ -78,6 +78,10 @@ pub struct SelectArgs {
     /// Only the records of this OpenTelemetry trace id (32 hex digits).
     #[arg(long, value_name = "HEX")]
     pub trace_id: Option<String>,
+    /// How named waits are shown: `site` keeps each resource apart (`[sleep src/main.rs:88]`),
+    /// `kind` groups them by kind (`[sleep]`, `[semaphore]`, `[io]`).
+    #[arg(long, value_enum, value_name = "HOW", default_value = "site")]
+    pub waits: Waits,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -430,7 +434,9 @@ fn load_store(
 fn aggregate(src: &SourceArgs, select: &SelectArgs, histograms: bool) -> anyhow::Result<Aggregate> {
     let sel = select.selection();
     if let Some(path) = &src.from_aggregate {
-        return from_aggregate_file(path, &sel, histograms);
+        let mut agg = from_aggregate_file(path, &sel, histograms)?;
+        agg.group_waits(select.waits);
+        return Ok(agg);
     }
     let mut agg = Aggregator::new(sel.clone()).with_histograms(histograms);
     let mut profiles = Vec::new();
@@ -444,6 +450,7 @@ fn aggregate(src: &SourceArgs, select: &SelectArgs, histograms: bool) -> anyhow:
     }
     let matched = agg.matched();
     let mut out = agg.finish();
+    out.group_waits(select.waits);
     eprintln!(
         "cpt: {} read, {} the selection{}, {} aggregated{}",
         plural(stats.records, "record"),
@@ -571,11 +578,20 @@ pub fn run_profile(args: ProfileArgs) -> anyhow::Result<()> {
         let remote = super::remote::Remote::new(url, &args.remote)?;
         let query = super::remote::selection_query(&args.select.selection());
         let answer = remote.get("/profile", &query)?;
-        write_out(Some(&args.output), &answer.body)?;
+        let body = match args.select.waits {
+            Waits::Site => answer.body.clone(),
+            waits => {
+                let mut agg = profile::read_aggregate(&answer.body)
+                    .context("the collector's profile does not read")?;
+                agg.group_waits(waits);
+                profile::encode_gzip(&agg)
+            }
+        };
+        write_out(Some(&args.output), &body)?;
         eprintln!(
             "cpt: wrote {} ({} bytes) from the collector at {url}",
             args.output.display(),
-            answer.body.len()
+            body.len()
         );
         if let Some(source) = answer.profile_source() {
             eprintln!("cpt: the collector answered from its {source}");
@@ -799,13 +815,15 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<()> {
     };
     let base_sel = arm(&args.base, "base")?;
     let test_sel = arm(&args.test, "test")?;
-    let (base, test) = match (&args.base_aggregate, &args.test_aggregate) {
+    let (mut base, mut test) = match (&args.base_aggregate, &args.test_aggregate) {
         (Some(b), Some(t)) => (
             from_aggregate_file(b, &common, false)?,
             from_aggregate_file(t, &common, false)?,
         ),
         _ => diff_arms(&args, base_sel, test_sel)?,
     };
+    base.group_waits(args.select.waits);
+    test.group_waits(args.select.waits);
     let opts = DiffOptions {
         confidence: args.confidence,
         min_change: args.min_change,

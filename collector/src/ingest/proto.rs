@@ -190,10 +190,19 @@ impl Check for Record {
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            if s.wait && s.kind != SegmentKind::Unattributed as i32 {
+                return Err(field_err(
+                    format!("segments[{i}].wait"),
+                    "set on a segment whose kind is not SEGMENT_KIND_UNATTRIBUTED \
+                     (only unattributed waits name a resource)",
+                ));
+            }
             let kind = match SegmentKind::try_from(s.kind) {
                 Ok(SegmentKind::Busy) => SdkKind::Busy,
                 Ok(SegmentKind::Queueing) => SdkKind::Queueing,
+                Ok(SegmentKind::Unattributed) if s.wait => SdkKind::Wait,
                 Ok(SegmentKind::Unattributed) => SdkKind::Unattributed,
+
                 Ok(SegmentKind::Network) => SdkKind::Network,
                 Ok(SegmentKind::BlindSpot) => SdkKind::BlindSpot,
                 Err(_) => {
@@ -255,6 +264,34 @@ mod tests {
         let back = RecordBatch::decode(&*bytes).unwrap();
         assert_eq!(back.records.len(), 1);
         assert_eq!(back.records[0].clone().into_record().unwrap(), r);
+    }
+
+    /// A named wait crosses the ingest message as an unattributed segment
+    /// with `wait` set; a reader that ignores `wait` sees an unattributed
+    /// wait whose leaf names the resource.
+    #[test]
+    fn named_waits_cross_the_ingest_message() {
+        use cpt_sdk::Frame;
+        let mut r = fig2a();
+        let a1 = r.path.frame(r.path.segments()[0].stack[0]).clone();
+        r.path.push_frames(
+            [a1, Frame::wait("A", "sleep", None)],
+            Duration::from_millis(2),
+            SdkKind::Wait,
+        );
+        r.latency = r.path.total();
+        let mut batch = RecordBatch::from_records([&r]);
+        let seg = batch.records[0].segments.last().unwrap();
+        assert!(seg.wait);
+        assert_eq!(seg.kind, SegmentKind::Unattributed as i32);
+        let back = RecordBatch::decode(&*batch.encode_to_vec()).unwrap();
+        assert_eq!(back.records[0].clone().into_record().unwrap(), r);
+        batch.records[0].segments.last_mut().unwrap().wait = false;
+        let old = batch.records.remove(0).into_record().unwrap();
+        assert_eq!(
+            old.path.segments().last().unwrap().kind,
+            SdkKind::Unattributed
+        );
     }
 
     /// Field numbers as in collector.proto, checked on hand-built bytes:
@@ -322,6 +359,8 @@ mod tests {
         v.push(("empty stack", r, "segments[2].stack: empty"));
         let mut r = good.clone(); r.segments[0].kind = 77;
         v.push(("unknown kind", r, "segments[0].kind: unknown value 77"));
+        let mut r = good.clone(); r.segments[0].wait = true;
+        v.push(("wait on a busy segment", r, "segments[0].wait: set on a segment whose kind is not SEGMENT_KIND_UNATTRIBUTED (only unattributed waits name a resource)"));
         let mut r = good.clone(); r.latency_nanos += 1;
         v.push(("sum mismatch", r, "latency_nanos: is 35000001 but the segments sum to 35000000 ns"));
         let mut r = good.clone(); r.frames[0].name.clear();

@@ -85,7 +85,8 @@ pub fn tree(r: &Record) -> Node {
             node = node.child(&f.service, &f.name, None);
             node.total_ns += ns;
         }
-        if seg.kind == SegmentKind::Busy {
+        // A named wait's leaf is its wait frame, its time that frame's own.
+        if seg.kind == SegmentKind::Busy || seg.kind == SegmentKind::Wait {
             node.self_ns += ns;
         } else {
             let service = node.service.clone();

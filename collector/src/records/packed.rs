@@ -13,12 +13,15 @@ use std::time::Duration;
 
 use cpt_sdk::path::{Accounting, CriticalPath, SegmentKind};
 
-const KINDS: [SegmentKind; 5] = [
+/// By their byte; a new kind is appended, so that packed bytes written
+/// before it still read.
+const KINDS: [SegmentKind; 6] = [
     SegmentKind::Busy,
     SegmentKind::Queueing,
     SegmentKind::Unattributed,
     SegmentKind::Network,
     SegmentKind::BlindSpot,
+    SegmentKind::Wait,
 ];
 
 /// Why packed bytes do not decode.
@@ -178,6 +181,7 @@ mod tests {
             SegmentKind::Network,
         );
         p.push(vec![a], Duration::from_nanos(1), SegmentKind::BlindSpot);
+        p.push(vec![a, b], Duration::from_nanos(2), SegmentKind::Wait);
         p.accounting.queueing = Duration::from_nanos(7);
         p.accounting.clock_skew = Duration::from_nanos(9);
         let mut packed = Vec::new();
@@ -195,6 +199,7 @@ mod tests {
                 (SegmentKind::Busy, 300, vec![1000]),
                 (SegmentKind::Network, 1 << 40, vec![1000, 5]),
                 (SegmentKind::BlindSpot, 1, vec![1000]),
+                (SegmentKind::Wait, 2, vec![1000, 5]),
             ]
         );
         assert_eq!(acc, p.accounting);

@@ -176,6 +176,7 @@ fn amplifying(segments: usize, depth: usize) -> proto::RecordBatch {
                 stack: vec![0; depth],
                 duration_nanos: 1,
                 kind: proto::SegmentKind::Busy as i32,
+                wait: false,
             })
             .collect(),
         ..Default::default()

@@ -25,6 +25,7 @@ use cpt_sdk::export::{ExportHandle, Exporter, JsonLines};
 use cpt_sdk::layer::{CriticalPathLayer, Handle};
 use http_body_util::{BodyExt, Full};
 use tokio::net::TcpListener;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::prelude::*;
 
 /// The `Inventory` service, generated from `proto/shop/v1/inventory.proto`
@@ -60,12 +61,18 @@ fn install_cpt(service: &str) -> anyhow::Result<(Handle, ExportHandle)> {
         .with_env(&env) // CPT_SAMPLE_RATE, CPT_SAMPLE_MAX_PER_SECOND, CPT_CLOCK
         .with_sink(sink)
         .build();
+    // Filters per layer. cpt's keeps your INFO spans (h2, hyper and tower
+    // make DEBUG/TRACE spans on every poll that nobody wants as nodes) and
+    // sees tokio's resource spans, which name what each wait waited on
+    // (cpt-sdk's `tokio-resources` feature, built with RUSTFLAGS="--cfg
+    // tokio_unstable"; without them tokio makes none). The log keeps INFO.
+    let cpt_filter = Targets::new()
+        .with_target("tokio", LevelFilter::TRACE)
+        .with_target("runtime", LevelFilter::TRACE)
+        .with_default(LevelFilter::INFO);
     tracing_subscriber::registry()
-        .with(layer)
-        .with(tracing_subscriber::fmt::layer())
-        // Keep your own INFO spans; h2, hyper and tower make DEBUG/TRACE
-        // spans on every poll that nobody wants as nodes.
-        .with(tracing_subscriber::filter::LevelFilter::INFO)
+        .with(layer.with_filter(cpt_filter))
+        .with(tracing_subscriber::fmt::layer().with_filter(LevelFilter::INFO))
         .init();
     Ok((handle, export))
 }

@@ -33,7 +33,9 @@ use std::time::Duration;
 
 use super::proto::{AccountingProto, PathIn};
 use super::{DecodeLimits, SINGLE_VERSION, kind};
-use crate::path::{Accounting, CriticalPath, Frame, FrameId, Location, STACK_INLINE, Stack};
+use crate::path::{
+    Accounting, CriticalPath, Frame, FrameId, Location, STACK_INLINE, SegmentKind, Stack,
+};
 
 /// Why bytes could not be read as a critical path.
 ///
@@ -104,6 +106,11 @@ pub(super) enum Kind {
     },
     #[error("segment {segment}: unknown kind code {code}")]
     SegmentCode { segment: usize, code: u32 },
+    #[error(
+        "segment_wait entry {index}: names segment {segment}, which is not an unattributed segment \
+         with a stack after the previous entry"
+    )]
+    WaitSegment { index: usize, segment: u32 },
     #[error("segment {segment}: zero duration")]
     ZeroDuration { segment: usize },
     #[error("segment durations sum past u64::MAX nanoseconds")]
@@ -157,6 +164,7 @@ impl DecodeError {
             Kind::TooDeep { .. } => "TooDeep",
             Kind::SegmentEntry { .. } => "SegmentEntry",
             Kind::SegmentCode { .. } => "SegmentCode",
+            Kind::WaitSegment { .. } => "WaitSegment",
             Kind::ZeroDuration { .. } => "ZeroDuration",
             Kind::DurationOverflow => "DurationOverflow",
             Kind::Misplaced { .. } => "Misplaced",
@@ -386,6 +394,19 @@ pub(super) fn check_segments(
             stack_frames = stack_frames.saturating_add(depths[entry_ref as usize - 1]);
         }
     }
+    let mut next = 0;
+    for (index, &segment) in msg.segment_wait.iter().enumerate() {
+        let code = msg.segment_entry_kind.get(segment as usize).copied();
+        let ok = segment as usize >= next
+            && code.is_some_and(|c| {
+                c >> kind::BITS != 0
+                    && kind::from_wire(c & kind::MASK) == Some(SegmentKind::Unattributed)
+            });
+        if !ok {
+            return Err(Kind::WaitSegment { index, segment });
+        }
+        next = segment as usize + 1;
+    }
     if stack_frames > limits.max_stack_frames {
         return Err(Kind::TooManyStackFrames {
             frames: stack_frames,
@@ -441,14 +462,19 @@ pub(super) fn build<T: Tree>(tree: &T, msg: &PathIn, depths: &[usize]) -> Critic
         frame_of: vec![UNSEEN; depths.len()],
         chain: Vec::new(),
     };
-    for (&code, &nanos) in msg
+    let mut waits = msg.segment_wait.iter().peekable();
+    for (s, (&code, &nanos)) in msg
         .segment_entry_kind
         .iter()
         .zip(&msg.segment_duration_nanos)
+        .enumerate()
     {
         let entry_ref = (code >> kind::BITS) as usize;
-        let kind =
+        let mut kind =
             kind::from_wire(code & kind::MASK).expect("kind checked in `validate`; this is a bug");
+        if waits.next_if(|&&w| w as usize == s).is_some() {
+            kind = SegmentKind::Wait;
+        }
         let stack = match entry_ref.checked_sub(1) {
             None => Stack::new(),
             Some(leaf) => frames.stack(leaf, depths[leaf]),

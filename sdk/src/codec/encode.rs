@@ -8,7 +8,7 @@ use super::proto::{AccountingProto, PathOut};
 use super::split::{SplitPath, fingerprint};
 use super::strings::StringTable;
 use super::{DecodeLimits, EncodeOptions, MIN_MAX_BYTES, SINGLE_VERSION, VERSION, kind};
-use crate::path::{Accounting, Cause, CriticalPath, FrameId};
+use crate::path::{Accounting, Cause, CriticalPath, FrameId, SegmentKind};
 
 /// Tree entries beyond this make a depth "not fit" outright: entry refs must
 /// stay below 2^29 to be shifted by the kind bits, and no limit a transport
@@ -340,6 +340,8 @@ impl<'a> Builder<'a> {
         // the previous segment's stack skip most lookups.
         let mut prev_stack: &[FrameId] = &[];
         let mut folded: u128 = 0;
+        let mut cut_waits: u128 = 0;
+        let mut last_wait = false;
         let mut stack_frames: usize = 0;
 
         for seg in path.segments() {
@@ -404,9 +406,22 @@ impl<'a> Builder<'a> {
                 return false;
             }
 
+            // A named wait is unattributed on the wire (what a decoder that
+            // predates named waits reads), listed in `segment_wait`; cut
+            // above its wait frame it is an unattributed wait.
+            let (wire_kind, wait) = match seg.kind {
+                SegmentKind::Wait if stack.len() == seg.stack.len() => {
+                    (SegmentKind::Unattributed, true)
+                }
+                SegmentKind::Wait => {
+                    cut_waits += u128::from(nanos);
+                    (SegmentKind::Unattributed, false)
+                }
+                k => (k, false),
+            };
             let entry_ref = self.prev.last().map_or(0, |e| e + 1);
-            let code = (entry_ref << kind::BITS) | kind::to_wire(seg.kind);
-            if msg.segment_entry_kind.last() == Some(&code) {
+            let code = (entry_ref << kind::BITS) | kind::to_wire(wire_kind);
+            if msg.segment_entry_kind.last() == Some(&code) && last_wait == wait {
                 let last = msg
                     .segment_duration_nanos
                     .last_mut()
@@ -414,6 +429,10 @@ impl<'a> Builder<'a> {
                 // Both are parts of `total`, which fits in u64.
                 *last = last.saturating_add(nanos);
             } else {
+                if wait {
+                    msg.segment_wait.push(msg.segment_entry_kind.len() as u32);
+                }
+                last_wait = wait;
                 msg.segment_entry_kind.push(code);
                 msg.segment_duration_nanos.push(nanos);
                 stack_frames += stack.len();
@@ -437,6 +456,10 @@ impl<'a> Builder<'a> {
         if folded > 0 {
             let truncated = u128::from(*accounting.get_mut(Cause::Truncated)) + folded;
             *accounting.get_mut(Cause::Truncated) = truncated.min(u128::from(total)) as u64;
+        }
+        if cut_waits > 0 {
+            let unattributed = u128::from(*accounting.get_mut(Cause::Unattributed)) + cut_waits;
+            *accounting.get_mut(Cause::Unattributed) = unattributed.min(u128::from(total)) as u64;
         }
         msg.accounting = (accounting != AccountingProto::default()).then_some(accounting);
         true

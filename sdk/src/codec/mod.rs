@@ -257,7 +257,9 @@ mod kind {
         match kind {
             SegmentKind::Busy => 0,
             SegmentKind::Queueing => 1,
-            SegmentKind::Unattributed => 2,
+            // A named wait is written as unattributed, and listed in
+            // `segment_wait` (see `proto`).
+            SegmentKind::Unattributed | SegmentKind::Wait => 2,
             SegmentKind::Network => 3,
             SegmentKind::BlindSpot => 4,
         }

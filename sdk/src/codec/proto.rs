@@ -21,6 +21,11 @@
 //!   // Split form (version 2) only, in the segments message: the
 //!   // fingerprint of the frame dictionary it refers to.
 //!   fixed64 frames_fingerprint = 11;
+//!   // Named waits: indices of the segments (ascending) whose kind is
+//!   // unattributed (2) on the wire and whose leaf frame names what the
+//!   // node waited on. A decoder that does not know this field reads them
+//!   // as unattributed waits whose leaf is the wait frame.
+//!   repeated uint32 segment_wait = 12;
 //! }
 //!
 //! message Accounting {
@@ -97,6 +102,9 @@ pub(crate) struct PathProto {
     /// Split form only: the fingerprint of the frame dictionary.
     #[prost(fixed64, optional, tag = "11")]
     pub(crate) frames_fingerprint: Option<u64>,
+    /// Indices of the named-wait segments, ascending.
+    #[prost(uint32, repeated, tag = "12")]
+    pub(crate) segment_wait: Vec<u32>,
 }
 
 use crate::path::{Accounting, Cause};
@@ -206,6 +214,7 @@ pub(crate) struct PathIn {
     pub(crate) segment_duration_nanos: Vec<u64>,
     pub(crate) accounting: Option<AccountingProto>,
     pub(crate) frames_fingerprint: Option<u64>,
+    pub(crate) segment_wait: Vec<u32>,
 }
 
 impl PathIn {
@@ -240,6 +249,7 @@ impl PathIn {
         self.segment_duration_nanos.clear();
         self.accounting = None;
         self.frames_fingerprint = None;
+        self.segment_wait.clear();
     }
 
     /// The largest capacity of its columns.
@@ -318,6 +328,8 @@ impl PathIn {
                 ctx,
             )
             .map_err(field("frames_fingerprint")),
+            12 => merge_u32s(wire_type, &mut self.segment_wait, buf, ctx)
+                .map_err(field("segment_wait")),
             _ => skip_field(wire_type, tag, buf, ctx),
         }
     }
@@ -440,6 +452,8 @@ pub(crate) struct PathOut<'a> {
     pub(crate) segment_entry_kind: Vec<u32>,
     pub(crate) segment_duration_nanos: Vec<u64>,
     pub(crate) accounting: Option<AccountingProto>,
+    /// Indices of the named-wait segments, ascending (field 12).
+    pub(crate) segment_wait: Vec<u32>,
 }
 
 /// The encoded length of a [`PathOut`] and of its packed columns' payloads.
@@ -447,6 +461,8 @@ pub(crate) struct PathOut<'a> {
 pub(crate) struct Sizes {
     /// Payload bytes of columns 3..=9, in tag order.
     columns: [usize; 7],
+    /// Payload bytes of `segment_wait` (field 12).
+    wait: usize,
     /// The whole message.
     pub(crate) total: usize,
     /// Its version field.
@@ -476,6 +492,7 @@ impl PathOut<'_> {
         }
         self.segment_duration_nanos.clear();
         self.accounting = None;
+        self.segment_wait.clear();
     }
 
     fn u32_columns(&self) -> [&[u32]; 6] {
@@ -536,7 +553,16 @@ impl PathOut<'_> {
         if let Some(accounting) = &self.accounting {
             total += message::encoded_len(10, accounting);
         }
+        let wait: usize = self
+            .segment_wait
+            .iter()
+            .map(|v| encoded_len_varint(u64::from(*v)))
+            .sum();
+        if wait > 0 {
+            total += key_len(12) + encoded_len_varint(wait as u64) + wait;
+        }
         Sizes {
+            wait,
             columns,
             total,
             version,
@@ -585,7 +611,7 @@ impl PathOut<'_> {
         }
     }
 
-    /// Fields 8–10.
+    /// Fields 8–10 and 12.
     fn encode_segment_fields(&self, buf: &mut Vec<u8>, sizes: &Sizes) {
         packed(
             buf,
@@ -602,6 +628,12 @@ impl PathOut<'_> {
         if let Some(accounting) = &self.accounting {
             message::encode(10, accounting, buf);
         }
+        packed(
+            buf,
+            12,
+            sizes.wait,
+            self.segment_wait.iter().map(|v| u64::from(*v)),
+        );
     }
 
     /// The encoding, `sizes` being [`PathOut::sizes`] of `self`.

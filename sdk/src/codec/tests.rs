@@ -317,6 +317,7 @@ fn valid() -> PathProto {
             ..Accounting::default()
         })),
         frames_fingerprint: None,
+        segment_wait: Vec::new(),
     }
 }
 
@@ -763,4 +764,97 @@ fn decoding_after_other_paths_leaves_no_trace_of_them() {
     assert!(decode(&big_bytes, &unlimited().with_max_segments(3)).is_err());
     assert_eq!(decode(&bytes, &DecodeLimits::default()).unwrap(), first);
     assert_eq!(first, compacted(&small));
+}
+
+// --- named waits ------------------------------------------------------------
+
+/// A1 busy, A1 waiting on a sleep (named), A1/A2 waiting on nothing named.
+fn with_named_waits() -> CriticalPath {
+    let a1 = Frame::new("A", "A1").with_location("a/src/main.rs", 10);
+    let sleep = Frame::wait(
+        "A",
+        "sleep",
+        Some(crate::path::Location {
+            file: "a/src/main.rs".into(),
+            line: 88,
+        }),
+    );
+    let mut p = CriticalPath::new();
+    p.push_frames([a1.clone()], ms(5), Busy);
+    p.push_frames([a1.clone(), sleep.clone()], ms(10), SegmentKind::Wait);
+    p.push_frames([a1.clone(), Frame::new("A", "A2")], ms(1), Unattributed);
+    p.push_frames([a1.clone(), sleep], ms(2), SegmentKind::Wait);
+    p.accounting.unattributed = ms(1);
+    p
+}
+
+#[test]
+fn named_waits_round_trip() {
+    let p = with_named_waits();
+    assert_eq!(roundtrip(&p), compacted(&p));
+}
+
+/// A decoder that predates named waits skips field 12: it reads each named
+/// wait as an unattributed wait whose leaf is the wait frame, and the rest
+/// of the path as written.
+#[test]
+fn an_older_decoder_reads_named_waits_as_unattributed_leaves() {
+    let p = with_named_waits();
+    let bytes = encode(&p, &unlimited_options());
+    let mut msg = PathProto::decode(&bytes[..]).expect("protobuf");
+    assert_eq!(msg.segment_wait, vec![1, 3]);
+    msg.segment_wait.clear();
+    let old = decode(&msg.encode_to_vec(), &unlimited()).expect("decodes");
+    let kinds: Vec<_> = old.segments().iter().map(|s| s.kind).collect();
+    assert_eq!(kinds, [Busy, Unattributed, Unattributed, Unattributed]);
+    let leaf = old.frame(*old.segments()[1].stack.last().unwrap());
+    assert_eq!(&*leaf.name, "[sleep a/src/main.rs:88]");
+    assert_eq!(old.total(), p.total());
+}
+
+/// Coarsened to fit, a named wait cut above its wait frame is an
+/// unattributed wait of the frame it is folded into, and is counted so.
+#[test]
+fn a_named_wait_cut_by_coarsening_is_unattributed() {
+    let p = with_named_waits();
+    let limits = unlimited().with_max_depth(1);
+    let options = EncodeOptions::new()
+        .with_max_bytes(usize::MAX)
+        .with_decode_limits(limits);
+    let back = decode(&encode(&p, &options), &limits).expect("decodes");
+    assert!(back.segments().iter().all(|s| s.kind != SegmentKind::Wait));
+    assert_eq!(back.total(), p.total());
+    assert_eq!(back.accounting.unattributed, ms(13));
+    let mut coarse = p.clone();
+    coarse.coarsen(1);
+    assert_eq!(coarse.accounting.unattributed, ms(13));
+    assert!(
+        coarse
+            .segments()
+            .iter()
+            .all(|s| s.kind != SegmentKind::Wait)
+    );
+}
+
+/// `segment_wait` naming a segment that is not an unattributed one with a
+/// stack, out of range, or out of order, is an error that says which.
+#[test]
+fn hostile_wait_lists_are_rejected() {
+    let p = with_named_waits();
+    let bytes = encode(&p, &unlimited_options());
+    let good = PathProto::decode(&bytes[..]).expect("protobuf");
+    for (list, what) in [
+        (vec![0], "a busy segment"),
+        (vec![9], "out of range"),
+        (vec![3, 1], "out of order"),
+        (vec![1, 1], "twice"),
+    ] {
+        let mut msg = good.clone();
+        msg.segment_wait = list;
+        let err = decode(&msg.encode_to_vec(), &unlimited()).expect_err(what);
+        assert!(
+            err.to_string().contains("segment_wait entry"),
+            "{what}: {err}"
+        );
+    }
 }

@@ -127,6 +127,7 @@ impl Builder {
 
     /// The layer and a handle to its counters and sampler.
     pub fn build(self) -> (CriticalPathLayer, Handle) {
+        super::waits::warn_if_unavailable();
         let shared = Arc::new(Shared {
             service: self.service,
             sink: self.sink,
@@ -175,6 +176,14 @@ impl Handle {
     /// dropped because the background queue was full.
     pub fn records_dropped(&self) -> u64 {
         self.shared.finisher.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Places where tokio resources were created (`tokio-resources`) that
+    /// the process-wide table of named-wait sites had no room for: each
+    /// such resource still names its waits, at the cost of its own copy of
+    /// the name.
+    pub fn wait_sites_not_kept(&self) -> u64 {
+        super::waits::sites_not_kept()
     }
 
     /// Wait until the records of every request detached so far reached the

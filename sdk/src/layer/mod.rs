@@ -31,6 +31,7 @@ mod finisher;
 pub(crate) mod node;
 pub mod request;
 mod table;
+pub(crate) mod waits;
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -287,6 +288,71 @@ impl CriticalPathLayer {
     }
 }
 
+/// Keep the name of a new `runtime.resource` span on it (one of tokio's
+/// internal resources, a `Mutex`'s semaphore, takes the name of the resource
+/// it is made in).
+#[cfg(feature = "tokio-resources")]
+fn new_resource<S>(attrs: &Attributes<'_>, id: &Id, ctx: &Context<'_, S>)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let site = match waits::read_resource(attrs) {
+        Some(site) => site,
+        None => match ctx
+            .lookup_current()
+            .and_then(|outer| outer.extensions().get::<waits::Resource>().cloned())
+        {
+            Some(outer) => outer.0,
+            None => return,
+        },
+    };
+    if let Some(span) = ctx.span(id) {
+        span.extensions_mut().insert(waits::Resource(site));
+    }
+}
+
+#[cfg(feature = "tokio-resources")]
+impl CriticalPathLayer {
+    /// A tokio resource was polled: tell the innermost node entered on this
+    /// thread, naming the outermost resource entered inside it (an
+    /// `Interval` rather than the `Sleep` it polls).
+    fn poll_op<S>(&self, event: &tracing::Event<'_>, ctx: &Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let key = self.key();
+        let found = ENTERED.with_borrow(|stack| {
+            let mut resource = None;
+            for e in stack.iter().rev().filter(|e| e.0 == key) {
+                if let Some(state) = &e.2 {
+                    return resource.map(|r| (state.clone(), r));
+                }
+                if let Some(span) = ctx.span(&e.1)
+                    && waits::is_resource(span.metadata())
+                {
+                    resource = Some(e.1.clone());
+                }
+            }
+            None
+        });
+        let Some((state, resource)) = found else {
+            return;
+        };
+        let Some(site) = ctx
+            .span(&resource)
+            .and_then(|s| s.extensions().get::<waits::Resource>().cloned())
+        else {
+            return;
+        };
+        let mut ready = waits::ReadyVisitor::default();
+        event.record(&mut ready);
+        let Some(ready) = ready.0 else { return };
+        state
+            .request
+            .poll_op(state.node, resource.into_u64(), &site.0, ready);
+    }
+}
+
 /// Entries beyond this on one thread's entered stack are not cached.
 const MAX_ENTERED: usize = 64;
 
@@ -329,6 +395,13 @@ where
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        // Resources are named whether or not a request is traced: a pool's
+        // semaphore is made at start.
+        #[cfg(feature = "tokio-resources")]
+        if waits::is_resource(attrs.metadata()) {
+            new_resource(attrs, id, &ctx);
+            return;
+        }
         if self.idle() {
             return;
         }
@@ -371,6 +444,14 @@ where
                 self.table.spilled.fetch_add(1, Ordering::AcqRel);
             }
         }
+    }
+
+    #[cfg(feature = "tokio-resources")]
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
+        if self.idle() || !waits::is_poll_op(event.metadata()) {
+            return;
+        }
+        self.poll_op(event, &ctx);
     }
 
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {

@@ -24,9 +24,10 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 use smallvec::SmallVec;
 use tracing::Metadata;
 
+use super::waits::{self, WaitSite};
 use crate::path::compute;
 use crate::path::compute::NodeView;
-use crate::path::graph::{Busy, CalleeOutcome, FrameRef, NodeId, Resumption};
+use crate::path::graph::{Busy, CalleeOutcome, FrameRef, NodeId, Resumption, WaitMark};
 use crate::path::{CriticalPath, Frame, FrameTable, Location};
 use crate::record::{Labels, Record};
 use crate::trigger::Trigger;
@@ -90,6 +91,39 @@ struct LiveNode {
     woken_running: bool,
     /// `(woken, resumed)`: ready to run but not running.
     runnable: Vec<(Duration, Duration)>,
+    /// What the node's waits were on, in time order (see
+    /// [`WaitMark`](crate::path::graph::WaitMark)).
+    waits: Vec<(Duration, Option<Arc<WaitSite>>)>,
+    /// Woken from outside any span (the runtime's drivers) since it last ran.
+    woken_by_runtime: bool,
+    /// tokio resources it polled (`tokio-resources`), made on first use.
+    resources: Option<Box<Polled>>,
+}
+
+/// The tokio resources a node polled and found pending: in the poll in
+/// progress, and in the poll before the wait in progress, by resource key
+/// (its span id).
+#[derive(Debug, Default)]
+struct Polled {
+    pending: SmallVec<[(u64, Arc<WaitSite>); 2]>,
+    waited: SmallVec<[(u64, Arc<WaitSite>); 2]>,
+}
+
+#[cfg(feature = "tokio-resources")]
+/// Resources remembered per poll: a `select!` over more is named by the
+/// ones polled last.
+const MAX_POLLED: usize = 8;
+
+/// Who woke a node: see [`Request::wake`].
+#[derive(Debug)]
+pub(crate) enum WakeSource {
+    /// A node (of any request) was current on the waking thread.
+    Node(NodeState),
+    /// A span that is not a node was current.
+    Span,
+    /// No span was current: the runtime's drivers (I/O, timers) or a
+    /// thread outside any span.
+    Runtime,
 }
 
 impl LiveNode {
@@ -118,6 +152,57 @@ impl LiveNode {
             woken: None,
             woken_running: false,
             runnable: Vec::new(),
+            waits: Vec::new(),
+            woken_by_runtime: false,
+            resources: None,
+        }
+    }
+}
+
+impl LiveNode {
+    /// The node stopped running at `now`: mark what its wait is on (the
+    /// last resource it polled pending), or that nothing names it.
+    #[inline]
+    fn mark_exit(&mut self, now: Duration) {
+        let Some(polled) = self.resources.as_deref_mut() else {
+            // No tokio resource polled (always so without them): only an
+            // `[io]` mark before may need ending.
+            if self.waits.last().is_some_and(|m| m.1.is_some()) {
+                self.push_mark(now, None);
+            }
+            return;
+        };
+        let pending = std::mem::take(&mut polled.pending);
+        let site = pending.last().map(|p| p.1.clone());
+        if site.is_some() || self.waits.last().is_some_and(|m| m.1.is_some()) {
+            self.push_mark(now, site);
+        }
+        if let Some(p) = self.resources.as_deref_mut() {
+            p.waited = pending;
+        }
+    }
+
+    /// The wait just ended was ended by the runtime: unless a resource
+    /// names it, it is `[io]`.
+    fn mark_io(&mut self) {
+        let Some(exit) = self.last_exit else { return };
+        match self.waits.last_mut() {
+            Some(last) if last.0 == exit => {
+                if last.1.is_none() {
+                    last.1 = Some(waits::io_site());
+                }
+            }
+            _ => self.push_mark(exit, Some(waits::io_site())),
+        }
+    }
+
+    fn push_mark(&mut self, at: Duration, site: Option<Arc<WaitSite>>) {
+        if self.waits.len() >= MAX_BUSY {
+            if let Some(last) = self.waits.last_mut() {
+                *last = (at, site);
+            }
+        } else {
+            self.waits.push((at, site));
         }
     }
 }
@@ -357,6 +442,9 @@ impl Request {
                 blocker: Some(b),
             });
         }
+        if std::mem::take(&mut n.woken_by_runtime) {
+            n.mark_io();
+        }
         n.open = Some((now, token, parent_here));
     }
 
@@ -386,6 +474,7 @@ impl Request {
                     nested,
                 });
             }
+            n.mark_exit(now);
             n.last_exit = Some(now);
             n.exit_seq = seq;
             if std::mem::take(&mut n.woken_running) {
@@ -407,14 +496,63 @@ impl Request {
         }
     }
 
-    /// The node's future was woken (its waker fired) at `now`.
-    pub(crate) fn wake(&self, node: NodeId, now: Duration) {
+    /// The node's future was woken (its waker fired) at `now`, by what
+    /// `source` says was current on the waking thread: another node of this
+    /// request is the blocker of the node's next resumption; the runtime
+    /// (no span) names an `[io]` wait when tokio's resources are seen (a
+    /// timer would have named itself).
+    pub(crate) fn wake(self: &Arc<Self>, node: NodeId, now: Duration, source: WakeSource) {
         let mut st = self.state();
         if let Some(n) = st.nodes.get_mut(node.index()) {
             if n.open.is_some() {
                 n.woken_running = true;
-            } else if n.woken.is_none() {
+                return;
+            }
+            if n.woken.is_none() {
                 n.woken = Some(now);
+            }
+            match source {
+                WakeSource::Node(by)
+                    if by.node != node
+                        && Arc::ptr_eq(&by.request, self)
+                        && n.next_blocker.is_none() =>
+                {
+                    n.next_blocker = Some(by.node);
+                }
+                WakeSource::Runtime if waits::io_from_runtime_wakes() => n.woken_by_runtime = true,
+                _ => {}
+            }
+        }
+    }
+
+    #[cfg(feature = "tokio-resources")]
+    /// The node polled a tokio resource (key: its span id) that was
+    /// `ready` or not.
+    pub(crate) fn poll_op(&self, node: NodeId, key: u64, site: &Arc<WaitSite>, ready: bool) {
+        let mut st = self.state();
+        let Some(n) = st.nodes.get_mut(node.index()) else {
+            return;
+        };
+        let polled = n.resources.get_or_insert_with(Box::default);
+        if !ready {
+            if let Some(i) = polled.pending.iter().position(|p| p.0 == key) {
+                polled.pending.remove(i);
+            } else if polled.pending.len() >= MAX_POLLED {
+                polled.pending.remove(0);
+            }
+            polled.pending.push((key, site.clone()));
+            return;
+        }
+        // The first of the resources the wait was on to be ready is what
+        // ended it: it names the wait (the node's latest mark, made when it
+        // stopped running).
+        if let Some(i) = polled.waited.iter().position(|p| p.0 == key) {
+            let site = polled.waited[i].1.clone();
+            polled.waited.clear();
+            if let Some(last) = n.waits.last_mut()
+                && Some(last.0) == n.last_exit
+            {
+                last.1 = Some(site);
             }
         }
     }
@@ -514,11 +652,28 @@ impl Ended {
             };
             refs.push(frame);
         }
+        // Wait marks, with their sites as frames of the cache's table.
+        let (mut marks, mut ranges) = (Vec::new(), Vec::new());
+        if self.nodes.iter().any(|n| !n.waits.is_empty()) {
+            ranges.reserve(self.nodes.len());
+            for n in &self.nodes {
+                let from = marks.len() as u32;
+                for (at, site) in &n.waits {
+                    let on = site
+                        .as_ref()
+                        .map(|s| FrameRef::new(cache.wait(s, service, &request.service)));
+                    marks.push(WaitMark { at: *at, on });
+                }
+                ranges.push((from, marks.len() as u32));
+            }
+        }
         let live = LiveGraph {
             nodes: &self.nodes,
             refs: &refs,
             frames: cache.table(),
             now: self.now,
+            marks: &marks,
+            ranges: &ranges,
         };
         let path = compute::compute_from(&live, Request::root(), self.now);
         let latency = path.total();
@@ -553,6 +708,8 @@ pub(crate) struct FrameCache {
     by_callsite: FxHashMap<(usize, u32), u32>,
     /// `(callsite, service slot, name hash)` -> frame id in `table`.
     by_name: FxHashMap<(usize, u32, u64), u32>,
+    /// `(wait site, service slot)` -> frame id in `table`.
+    by_wait: FxHashMap<(usize, u32), u32>,
 }
 
 thread_local! {
@@ -644,6 +801,27 @@ impl FrameCache {
         id
     }
 
+    /// The frame id of the wait frame of `site` in the service of `slot`
+    /// (`service`).
+    pub(crate) fn wait(&mut self, site: &Arc<WaitSite>, slot: u32, service: &Arc<str>) -> u32 {
+        let key = (Arc::as_ptr(site) as usize, slot);
+        // Sites live as long as the site table keeps them; a key whose site
+        // was freed and its address reused is caught by the content check.
+        if let Some(&id) = self.by_wait.get(&key) {
+            let f = &self.table.frames()[id as usize];
+            if f.wait_kind() == Some(&*site.kind) && f.location == site.location {
+                return id;
+            }
+        }
+        let id = self.table.intern(Frame::wait(
+            service.clone(),
+            &site.kind,
+            site.location.clone(),
+        ));
+        self.by_wait.insert(key, id);
+        id
+    }
+
     /// The frames, indexed by the ids the lookups give.
     pub(crate) fn table(&self) -> &FrameTable {
         &self.table
@@ -656,6 +834,10 @@ struct LiveGraph<'a> {
     refs: &'a [FrameRef],
     frames: &'a FrameTable,
     now: Duration,
+    /// Every node's wait marks; node `i`'s are `marks[ranges[i]]` (no
+    /// ranges: no node has any).
+    marks: &'a [WaitMark],
+    ranges: &'a [(u32, u32)],
 }
 
 impl compute::Source for LiveGraph<'_> {
@@ -684,6 +866,10 @@ impl compute::Source for LiveGraph<'_> {
             }),
             resumptions: &n.resumptions,
             runnable: &n.runnable,
+            waits: match self.ranges.get(i) {
+                Some(&(from, to)) => &self.marks[from as usize..to as usize],
+                None => &[],
+            },
             callee: n.callee.as_deref(),
         }
     }

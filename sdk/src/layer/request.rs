@@ -37,7 +37,7 @@ use tracing::{Dispatch, Span};
 
 use super::CriticalPathLayer;
 pub(crate) use super::node::NodeState;
-use super::node::{Request, RequestInit};
+use super::node::{Request, RequestInit, WakeSource};
 use crate::path::CriticalPath;
 use crate::path::graph::CalleeOutcome;
 use crate::record::Labels;
@@ -409,5 +409,23 @@ fn otel_trace_id(d: &Dispatch, id: &Id) -> Option<String> {
 pub(crate) fn wake_target(span: &Span) -> Option<(NodeState, Arc<dyn crate::clock::Clock>)> {
     with_layer(span, |layer, d, id| {
         Some((layer.node(d, id)?, layer.shared.clock.clone()))
+    })
+}
+
+/// What is current on this thread, for a waker firing here: the node (of
+/// any request) whose span is current, another span, or none.
+pub(crate) fn wake_source() -> WakeSource {
+    tracing::dispatcher::get_default(|d| {
+        let cur = d.current_span();
+        let Some(id) = cur.id() else {
+            return WakeSource::Runtime;
+        };
+        match d
+            .downcast_ref::<CriticalPathLayer>()
+            .and_then(|layer| layer.node(d, id))
+        {
+            Some(state) => WakeSource::Node(state),
+            None => WakeSource::Span,
+        }
     })
 }

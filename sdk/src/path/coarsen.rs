@@ -6,15 +6,17 @@
 //! given to its ancestor at depth `max_depth`, so the total is unchanged.
 //! Neighbouring segments that end up with the same stack and kind are merged.
 //!
-//! A segment keeps its [`SegmentKind`](super::SegmentKind) when it is folded:
+//! A segment keeps its [`SegmentKind`] when it is folded:
 //! a network segment deep inside a callee is still network time, only shown
 //! on a shallower frame, so [`Accounting`](super::Accounting) stays in
-//! agreement with the segments. The time whose stacks were cut is added to
+//! agreement with the segments. A named wait whose wait frame is cut
+//! becomes an unattributed wait on the frame it is folded into (and is
+//! counted there). The time whose stacks were cut is added to
 //! [`Accounting::truncated`](super::Accounting::truncated).
 
 use std::time::Duration;
 
-use super::{CriticalPath, Segment};
+use super::{CriticalPath, Segment, SegmentKind};
 
 // === impl CriticalPath ===
 
@@ -66,6 +68,13 @@ impl CriticalPath {
             if seg.stack.len() > max_depth {
                 seg.stack.truncate(max_depth);
                 folded = folded.saturating_add(seg.duration);
+                if seg.kind == SegmentKind::Wait {
+                    // The leaf that named the wait is gone: what is left is
+                    // a wait nothing names.
+                    seg.kind = SegmentKind::Unattributed;
+                    self.accounting.unattributed =
+                        self.accounting.unattributed.saturating_add(seg.duration);
+                }
             }
             match out.last_mut() {
                 Some(last) if last.kind == seg.kind && last.stack == seg.stack => {

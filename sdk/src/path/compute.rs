@@ -30,7 +30,10 @@
 //!   them are on the path).
 //! - a wait with no blocker is **unattributed** on the waiting node, except
 //!   while a blocker that the walk just left was *queued* (created, not yet
-//!   polled): that time is the blocker's **queueing**.
+//!   polled): that time is the blocker's **queueing**. When the node's
+//!   [`WaitMark`]s name what it waited on (a timer, a semaphore, a socket),
+//!   the wait is a **named wait** instead: a
+//!   [`Wait`](SegmentKind::Wait) leaf under the node.
 //! - an RPC node with a callee outcome attached is replaced by the callee's
 //!   path via [`merge::splice`] (network/undercount,
 //!   overcount, blind spot).
@@ -47,11 +50,11 @@ use std::time::Duration;
 
 use super::merge::{self, Callee};
 use super::table::FrameTable;
-use super::{CriticalPath, Frame, FrameId, SegmentKind};
+use super::{CriticalPath, Frame, FrameId, SegmentKind, Stack};
 
 // The graph the walk reads; re-exported here, where these types lived
 // before `path::graph` existed, so `path::compute::Graph` keeps working.
-pub use super::graph::{Busy, CalleeOutcome, FrameRef, Graph, Node, NodeId, Resumption};
+pub use super::graph::{Busy, CalleeOutcome, FrameRef, Graph, Node, NodeId, Resumption, WaitMark};
 
 mod emit;
 
@@ -85,6 +88,7 @@ pub(crate) struct NodeView<'a> {
     pub(crate) open: Option<Busy>,
     pub(crate) resumptions: &'a [Resumption],
     pub(crate) runnable: &'a [(Duration, Duration)],
+    pub(crate) waits: &'a [WaitMark],
     pub(crate) callee: Option<&'a CalleeOutcome>,
 }
 
@@ -126,6 +130,7 @@ impl Source for Graph {
             open: None,
             resumptions: &n.resumptions,
             runnable: &n.runnable,
+            waits: &n.waits,
             callee: n.callee.as_ref(),
         }
     }
@@ -217,6 +222,7 @@ impl Scratch {
         trim(&mut prep.nested_max);
         trim(&mut prep.explicit);
         trim(&mut prep.runnable);
+        trim(&mut prep.waits);
         trim(&mut prep.explicit_pairs);
         trim(&mut prep.ends_pairs);
         trim(&mut prep.nested_pairs);
@@ -270,6 +276,8 @@ struct Prep {
     explicit: Range<usize>,
     /// Ready-but-not-running stretches, sorted.
     runnable: Range<usize>,
+    /// Wait marks, in time order.
+    waits: Range<usize>,
     /// The node ran inside its parent's polls (it has nested intervals).
     polled_by_parent: bool,
 }
@@ -292,6 +300,8 @@ struct Prepared {
     explicit: Vec<(u64, usize)>,
     /// `(woken, resumed)`.
     runnable: Vec<(u64, u64)>,
+    /// `(at, wait frame or NO_WAIT)`.
+    waits: Vec<(u64, u32)>,
     // Working space of `prepare`.
     explicit_pairs: Vec<(usize, (u64, usize))>,
     ends_pairs: Vec<(usize, (u64, u64, usize))>,
@@ -334,6 +344,7 @@ fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Pr
         nested_max,
         explicit,
         runnable,
+        waits,
         explicit_pairs,
         ends_pairs,
         nested_pairs,
@@ -346,6 +357,7 @@ fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Pr
     ends_pairs.clear();
     nested_pairs.clear();
     runnable.clear();
+    waits.clear();
     busy.clear();
     // One pass over the nodes: everything after it reads flat arrays.
     for i in 0..n {
@@ -398,6 +410,17 @@ fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Pr
                 .filter(|(w, r)| w < r),
         );
         sort(&mut runnable[from..]);
+        // Wait marks: a later mark at the same instant wins, so the order
+        // of equal instants is kept.
+        let wait_from = waits.len();
+        waits.extend(
+            node.waits
+                .iter()
+                .map(|w| (clamp(w.at), w.on.map_or(NO_WAIT, |f| f.0))),
+        );
+        if !waits[wait_from..].is_sorted_by_key(|w| w.0) {
+            waits[wait_from..].sort_by_key(|w| w.0);
+        }
         nodes.push(Prep {
             created,
             first_poll,
@@ -409,6 +432,7 @@ fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Pr
             // Until the own time is computed below: the entered intervals.
             own: entered,
             runnable: from..runnable.len(),
+            waits: wait_from..waits.len(),
             ..Prep::default()
         });
     }
@@ -495,6 +519,9 @@ fn subtract_into(a: &[(u64, u64)], b: &[(u64, u64)], out: &mut Vec<(u64, u64)>) 
     }
 }
 
+/// No wait frame (a [`WaitMark`] with `on: None`).
+const NO_WAIT: u32 = u32::MAX;
+
 /// What the walk found, latest first.
 #[derive(Clone, Copy, Debug)]
 enum Piece {
@@ -502,6 +529,8 @@ enum Piece {
         node: usize,
         dur: u64,
         kind: SegmentKind,
+        /// For an unattributed wait: the wait frame naming it, or [`NO_WAIT`].
+        wait: u32,
     },
     Splice {
         node: usize,
@@ -594,6 +623,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
                 node,
                 dur: hi - lo,
                 kind,
+                wait: NO_WAIT,
             });
         }
     };
@@ -672,9 +702,11 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
         let (nested, child_ends) = (&pr.nested[p.nested.clone()], &pr.ends[p.child_ends.clone()]);
 
         // Waiting since g0. Explicit blocker, or the child that ended last
-        // (only events above the floor can explain time above it).
+        // (only events above the floor can explain time above it). An
+        // explicit blocker need not have ended: a task that answered a
+        // channel and went on is what the wait was on up to the answer.
         let explicit = latest_in(explicit, g0, t, |e| e.0)
-            .filter(|&&(_, b)| eligible(b, visited, on_stack, prep))
+            .filter(|&&(_, b)| !visited[b] && !on_stack[b])
             .copied();
         let inferred = {
             let hi = back_to(child_ends, &mut ends_at[n], |e| e.0 <= t);
@@ -749,7 +781,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
                     None,
                 );
                 let lo = parent_end.max(nested_end).max(floor);
-                unattributed(pieces, top, n, lo, t);
+                unattributed(pieces, top, n, lo, t, &pr.waits[p.waits.clone()]);
                 cursor = lo;
                 continue;
             }
@@ -759,7 +791,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
             && at == t
         {
             let be = prep[b].end.min(t).max(floor);
-            unattributed(pieces, top, n, be, t);
+            unattributed(pieces, top, n, be, t, &pr.waits[p.waits.clone()]);
             cursor = be;
             jump(stack, pieces, visited, on_stack, prep, b, &mut cursor);
             continue;
@@ -787,7 +819,7 @@ fn walk(pr: &Prepared, root: usize, start: u64, stop: u64, ws: &mut WalkScratch)
             .max(blocker.map_or(0, |b| b.0))
             .max(nested_end)
             .max(floor);
-        unattributed(pieces, top, n, lo, t);
+        unattributed(pieces, top, n, lo, t, &pr.waits[p.waits.clone()]);
         cursor = lo;
     }
     if cursor > start {
@@ -827,7 +859,20 @@ fn eligible(b: usize, visited: &[bool], on_stack: &[bool], prep: &[Prep]) -> boo
 
 /// Emit a wait of `n` over `(lo, hi]`: the part after a queued blocker's
 /// creation is that blocker's queueing, the rest unattributed on `n`.
-fn unattributed(pieces: &mut Vec<Piece>, top: &mut WalkFrame, n: usize, lo: u64, hi: u64) {
+///
+/// `marks` (the node's `(at, wait frame)`, in time order) name the wait:
+/// each stretch after a mark is named by it (a node that stopped and went
+/// on waiting in the same instant, as under a paused clock, has several
+/// marks inside one wait).
+#[inline(always)]
+fn unattributed(
+    pieces: &mut Vec<Piece>,
+    top: &mut WalkFrame,
+    n: usize,
+    lo: u64,
+    hi: u64,
+    marks: &[(u64, u32)],
+) {
     if hi <= lo {
         return;
     }
@@ -839,6 +884,7 @@ fn unattributed(pieces: &mut Vec<Piece>, top: &mut WalkFrame, n: usize, lo: u64,
                 node: q,
                 dur: hi - mid,
                 kind: SegmentKind::Queueing,
+                wait: NO_WAIT,
             });
             hi = mid;
         }
@@ -846,12 +892,49 @@ fn unattributed(pieces: &mut Vec<Piece>, top: &mut WalkFrame, n: usize, lo: u64,
             top.queued = None;
         }
     }
-    if hi > lo {
-        pieces.push(Piece::Seg {
-            node: n,
-            dur: hi - lo,
-            kind: SegmentKind::Unattributed,
-        });
+    if marks.is_empty() {
+        // No named waits on this node (always so without them): one piece.
+        if hi > lo {
+            pieces.push(Piece::Seg {
+                node: n,
+                dur: hi - lo,
+                kind: SegmentKind::Unattributed,
+                wait: NO_WAIT,
+            });
+        }
+        return;
+    }
+    // Latest first: from the last mark before `hi` back to `lo`.
+    let mut k = marks.partition_point(|m| m.0 < hi);
+    while hi > lo {
+        let (from, wait) = match k.checked_sub(1) {
+            Some(i) => (marks[i].0.max(lo), marks[i].1),
+            None => (lo, NO_WAIT),
+        };
+        if hi > from {
+            pieces.push(Piece::Seg {
+                node: n,
+                dur: hi - from,
+                kind: if wait == NO_WAIT {
+                    SegmentKind::Unattributed
+                } else {
+                    SegmentKind::Wait
+                },
+                wait,
+            });
+        }
+        hi = from;
+        k = k.saturating_sub(1);
+        if k == 0 && hi > lo {
+            // Before the first mark: nothing names it.
+            pieces.push(Piece::Seg {
+                node: n,
+                dur: hi - lo,
+                kind: SegmentKind::Unattributed,
+                wait: NO_WAIT,
+            });
+            break;
+        }
     }
 }
 

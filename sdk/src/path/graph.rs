@@ -69,6 +69,22 @@ pub struct Resumption {
     pub blocker: Option<NodeId>,
 }
 
+/// What a node waited on after it stopped running at `at` (the end of a
+/// busy interval), until it next ran: `on` is a wait frame of the graph's
+/// table ([`Frame::wait`]), or `None` when nothing names the wait.
+///
+/// A wait the walk leaves on the node itself (no child or explicit blocker
+/// explains it) is named by the latest mark before the wait's end: with
+/// `on` set it is a [`SegmentKind::Wait`](super::SegmentKind::Wait) leaf,
+/// otherwise an unattributed wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitMark {
+    /// When the node stopped running (its exit).
+    pub at: Duration,
+    /// The wait frame, if any.
+    pub on: Option<FrameRef>,
+}
+
 /// What came back from a callee for an RPC node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CalleeOutcome {
@@ -110,6 +126,8 @@ pub struct Node {
     /// belongs to whatever its parent was polling instead (a `join!` sibling,
     /// the parent itself) or is the node's queueing.
     pub runnable: Vec<(Duration, Duration)>,
+    /// What the node's waits were on, in time order (see [`WaitMark`]).
+    pub waits: Vec<WaitMark>,
     /// The callee's outcome, for an RPC node.
     pub callee: Option<CalleeOutcome>,
 }
@@ -127,6 +145,7 @@ impl Node {
             busy: Vec::new(),
             resumptions: Vec::new(),
             runnable: Vec::new(),
+            waits: Vec::new(),
             callee: None,
         }
     }

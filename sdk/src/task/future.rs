@@ -88,6 +88,11 @@ impl<F: Future> Future for Tracked<F> {
         };
         if out.is_ready() {
             *this.done = true;
+            // Ended now (at this poll's exit), even if its span lives on
+            // while a task it spawned runs.
+            if let WakeState::Traced(w) = this.waker {
+                w.node.request.close(w.node.node, || w.clock.now());
+            }
         }
         out
     }
@@ -135,7 +140,10 @@ impl Wake for NodeWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.node.request.wake(self.node.node, self.clock.now());
+        let source = crate::request::wake_source();
+        self.node
+            .request
+            .wake(self.node.node, self.clock.now(), source);
         let w = self.inner.lock().unwrap_or_else(|e| e.into_inner()).clone();
         w.wake();
     }

@@ -459,7 +459,8 @@ impl Partial {
             // ids; walk the trie only for a stack not seen before.
             key.clear();
             key.extend_from_slice(stack);
-            if kind != SegmentKind::Busy {
+            // A named wait's stack ends in its wait frame already.
+            if kind != SegmentKind::Busy && kind != SegmentKind::Wait {
                 key.push(self.kind_frames[kind_slot(kind)]);
             }
             if key.is_empty() {

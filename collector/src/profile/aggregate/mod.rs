@@ -79,13 +79,15 @@ type FxMap<K, V> = HashMap<K, V, FxBuildHasher>;
 pub const NO_FRAMES: &str = "[no frames]";
 
 /// The synthetic leaf frame that stands for a non-busy segment kind
-/// (`None` for [`SegmentKind::Busy`]: busy time is the leaf's own time).
+/// (`None` for [`SegmentKind::Busy`]: busy time is the leaf's own time; and
+/// for [`SegmentKind::Wait`]: the stack's leaf is already the wait frame,
+/// `[sleep src/main.rs:88]`).
 ///
 /// Synthetic frames have an empty service, so [`frame_label`] shows just the
 /// bracketed name.
 pub fn kind_frame(kind: SegmentKind) -> Option<Frame> {
     let name = match kind {
-        SegmentKind::Busy => return None,
+        SegmentKind::Busy | SegmentKind::Wait => return None,
         SegmentKind::Queueing => "[queueing]",
         SegmentKind::Unattributed => "[unattributed]",
         SegmentKind::Network => "[network]",
@@ -104,6 +106,25 @@ pub fn frame_label(f: &Frame) -> String {
     }
 }
 
+/// How a profile shows named waits (`[sleep src/main.rs:88]` leaves, see
+/// [`SegmentKind::Wait`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum Waits {
+    /// Each resource site apart: `[sleep src/main.rs:88]`,
+    /// `[semaphore pool/src/lib.rs:40]`.
+    #[default]
+    Site,
+    /// One leaf per kind: `[sleep]`, `[semaphore]`, `[io]`.
+    Kind,
+}
+
+/// True for the wait frame of a named wait: a frame of a service (not a
+/// synthetic one) named `[kind]` or `[kind file:line]`.
+pub fn is_wait_frame(f: &Frame) -> bool {
+    !f.service.is_empty() && f.wait_kind().is_some()
+}
+
 /// The kinds that get a synthetic leaf frame ([`kind_frame`]).
 pub(crate) const KINDS: [SegmentKind; 4] = [
     SegmentKind::Queueing,
@@ -114,7 +135,7 @@ pub(crate) const KINDS: [SegmentKind; 4] = [
 
 fn kind_slot(kind: SegmentKind) -> usize {
     match kind {
-        SegmentKind::Busy => usize::MAX,
+        SegmentKind::Busy | SegmentKind::Wait => usize::MAX,
         SegmentKind::Queueing => 0,
         SegmentKind::Unattributed => 1,
         SegmentKind::Network => 2,
@@ -472,6 +493,40 @@ impl Aggregate {
 
     /// Sort frames and stacks into canonical order, merge equal stacks, drop
     /// unused frames: equal aggregates then encode to equal bytes.
+    /// Group named waits as `waits` says: with [`Waits::Kind`], every wait
+    /// frame becomes `[kind]` without a location, and stacks that become
+    /// equal are merged (their times add up exactly; their request counts
+    /// and spreads are added as if they were different requests, so a
+    /// request that waited on two sleeps of one node counts twice there).
+    pub fn group_waits(&mut self, waits: Waits) {
+        if waits == Waits::Site {
+            return;
+        }
+        let mut changed = false;
+        for f in &mut self.frames {
+            if is_wait_frame(f)
+                && let Some(kind) = f.wait_kind()
+                && (f.location.is_some() || f.name.len() != kind.len() + 2)
+            {
+                *f = Frame::wait(f.service.clone(), kind, None);
+                changed = true;
+            }
+        }
+        if changed {
+            // Equal frames get one index, and equal stacks merge.
+            let mut first: HashMap<Frame, u32> = HashMap::new();
+            let remap: Vec<u32> = (0..self.frames.len() as u32)
+                .map(|i| *first.entry(self.frames[i as usize].clone()).or_insert(i))
+                .collect();
+            for s in &mut self.stacks {
+                for f in s.stack.iter_mut() {
+                    *f = remap[*f as usize];
+                }
+            }
+            self.canonicalize();
+        }
+    }
+
     fn canonicalize(&mut self) {
         let mut order: Vec<u32> = (0..self.frames.len() as u32).collect();
         order.sort_by(|&a, &b| self.frames[a as usize].cmp(&self.frames[b as usize]));

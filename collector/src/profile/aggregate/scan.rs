@@ -731,6 +731,7 @@ fn path(c: &mut Cursor<'_>, service: &str, frames: &mut Frames, flat: &mut Flat)
         let mut seen = 0u32;
         let mut ns = 0;
         let mut kind = SegmentKind::Busy;
+        let mut wait = false;
         c.object(|c, key| {
             match &*key {
                 "stack" => {
@@ -759,12 +760,33 @@ fn path(c: &mut Cursor<'_>, service: &str, frames: &mut Frames, flat: &mut Flat)
                         kind = SegmentKind::parse(&c.str()?)?;
                     }
                 }
+                // A named wait: `"kind":"unattributed","wait":true`.
+                "wait" => {
+                    once(&mut seen, 3)?;
+                    match c.peek() {
+                        Some(b't') => {
+                            c.literal(b"true")?;
+                            wait = true;
+                        }
+                        Some(b'f') => c.literal(b"false")?,
+                        _ => {
+                            c.null()?;
+                        }
+                    }
+                }
                 _ => c.skip(3)?,
             }
             Some(())
         })?;
         if seen & 0b11 != 0b11 {
             return None;
+        }
+        if wait {
+            // As `Record::from_json` reads it (which names a bad one).
+            match kind {
+                SegmentKind::Unattributed | SegmentKind::Wait => kind = SegmentKind::Wait,
+                _ => return None,
+            }
         }
         flat.end_segment(ns, kind);
         Some(())

@@ -295,7 +295,17 @@ fn json_corpus(n: u64) -> Vec<Record> {
             p.push_frames([a1.clone()], ms(1 + i % 4), SegmentKind::Busy);
             p.push_frames([a1.clone(), b1.clone()], ms(2), SegmentKind::Network);
             p.push_frames([a1.clone(), b1_bare], ms(i % 2), SegmentKind::Busy);
-            p.push_frames([a1, b1], ms(1), SegmentKind::Queueing);
+            p.push_frames([a1.clone(), b1], ms(1), SegmentKind::Queueing);
+            // Named waits (`"wait":true`), a third of them at another site.
+            let site = Some(cpt_sdk::path::Location {
+                file: "a/src/main.rs".into(),
+                line: 80 + (i % 3) as u32,
+            });
+            p.push_frames(
+                [a1, Frame::wait("A", "sleep", site)],
+                ms(i % 3),
+                SegmentKind::Wait,
+            );
             p.accounting.network = Duration::from_nanos(i);
             let mut r = Record::new(if i % 5 == 0 { "B" } else { "A" }, Trigger::Sampled, p);
             r.labels
@@ -700,4 +710,80 @@ fn parquet_folded_into_several_aggregators_at_once_equals_each_folded_alone() {
             );
         }
     }
+}
+
+/// Named waits: each site is its own leaf (and its own pprof function);
+/// `Waits::Kind` groups them by kind, their times adding up.
+#[test]
+fn named_waits_are_leaves_by_site_or_by_kind() {
+    use cpt_sdk::path::Location;
+    let at = |line| {
+        Some(Location {
+            file: "/home/u/shop/src/main.rs".into(),
+            line,
+        })
+    };
+    let mut p = CriticalPath::new();
+    p.push_frames([a("A1")], ms(1), SegmentKind::Busy);
+    p.push_frames(
+        [a("A1"), Frame::wait("A", "sleep", at(88))],
+        ms(10),
+        SegmentKind::Wait,
+    );
+    p.push_frames(
+        [a("A1"), Frame::wait("A", "sleep", at(90))],
+        ms(5),
+        SegmentKind::Wait,
+    );
+    p.push_frames(
+        [a("A1"), Frame::wait("A", "io", None)],
+        ms(3),
+        SegmentKind::Wait,
+    );
+    let r = Record::new("A", Trigger::Sampled, p);
+    let mut agg = Aggregate::from_records(&Selection::new(), [r]);
+    assert_eq!(
+        means_by_label(&agg),
+        vec![
+            ("A1 (A)".to_string(), 1_000_000),
+            ("A1 (A)/[io] (A)".to_string(), 3_000_000),
+            (
+                "A1 (A)/[sleep shop/src/main.rs:88] (A)".to_string(),
+                10_000_000
+            ),
+            (
+                "A1 (A)/[sleep shop/src/main.rs:90] (A)".to_string(),
+                5_000_000
+            ),
+        ]
+    );
+    let prof = crate::profile::pprof::to_profile(&agg);
+    let names: Vec<&str> = prof
+        .function
+        .iter()
+        .map(|f| prof.string_table[f.name as usize].as_str())
+        .collect();
+    assert_eq!(names.len(), 4, "one function per frame: {names:?}");
+    assert!(
+        names.contains(&"[sleep shop/src/main.rs:88] (A)"),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"[sleep shop/src/main.rs:90] (A)"),
+        "{names:?}"
+    );
+    agg.group_waits(Waits::Site);
+    assert_eq!(agg.stacks().len(), 4, "site keeps them apart");
+    agg.group_waits(Waits::Kind);
+    assert_eq!(
+        means_by_label(&agg),
+        vec![
+            ("A1 (A)".to_string(), 1_000_000),
+            ("A1 (A)/[io] (A)".to_string(), 3_000_000),
+            ("A1 (A)/[sleep] (A)".to_string(), 15_000_000),
+        ]
+    );
+    assert_eq!(agg.mean_latency(), ms(19));
+    // Synthetic leaves are not wait frames.
+    assert!(!is_wait_frame(&Frame::new("", "[unattributed]")));
 }

@@ -174,6 +174,30 @@ mod tests {
         r
     }
 
+    /// A named wait is an operation of its own (its wait frame), taken out
+    /// of the waiting node's exclusive time and inside its inclusive time.
+    #[test]
+    fn a_named_wait_ranks_as_its_own_operation() {
+        let mut r = rec("/x", &[(&[("A", "x")], 5)]);
+        r.path.push_frames(
+            [Frame::new("A", "x"), Frame::wait("A", "semaphore", None)],
+            Duration::from_nanos(40),
+            SegmentKind::Wait,
+        );
+        r.latency = r.path.total();
+        let ranks = rank([&r]);
+        let op = |name: &str| ranks.iter().find(|x| &*x.operation == name).unwrap();
+        assert_eq!(ranks[0].operation.as_ref(), "[semaphore]");
+        assert_eq!(
+            (
+                op("[semaphore]").exclusive_ns,
+                op("[semaphore]").inclusive_ns
+            ),
+            (40, 40)
+        );
+        assert_eq!((op("x").exclusive_ns, op("x").inclusive_ns), (5, 45));
+    }
+
     #[test]
     fn ranks_by_exclusive_time_and_counts_endpoints() {
         let a = rec(

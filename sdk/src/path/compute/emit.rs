@@ -31,9 +31,27 @@ pub(super) fn emit<S: Source>(
     let mut path = CriticalPath::with_capacity(frames, segments);
     for piece in pieces.iter().rev() {
         match *piece {
-            Piece::Seg { node, dur, kind } => {
+            Piece::Seg {
+                node,
+                dur,
+                mut kind,
+                wait,
+            } => {
                 let d = Duration::from_nanos(dur);
                 let (stack, deep) = stacks.get(graph, prep, root, node, &mut path);
+                // A named wait: the node's stack and the wait frame, unless
+                // the stack is as deep as allowed already (then the wait is
+                // unattributed on the node).
+                if kind == SegmentKind::Wait {
+                    if stack.len() < MAX_STACK_DEPTH && !deep {
+                        let w = stacks.frame_ref_id(graph, FrameRef(wait), &mut path);
+                        let mut full = Stack::from_slice(&stacks.arena[stack]);
+                        full.push(w);
+                        path.push(full, d, kind);
+                        continue;
+                    }
+                    kind = SegmentKind::Unattributed;
+                }
                 match kind {
                     SegmentKind::Queueing => {
                         path.accounting.queueing = path.accounting.queueing.saturating_add(d)
@@ -202,7 +220,16 @@ impl Stacks {
         node: usize,
         path: &mut CriticalPath,
     ) -> FrameId {
-        let r = graph.frame(node);
+        self.frame_ref_id(graph, graph.frame(node), path)
+    }
+
+    /// The path's id of the graph frame `r`.
+    pub(super) fn frame_ref_id<S: Source>(
+        &mut self,
+        graph: &S,
+        r: FrameRef,
+        path: &mut CriticalPath,
+    ) -> FrameId {
         let frames = graph.frames();
         if r.0 as usize >= frames.len() {
             // A reference from another graph: name it plainly.

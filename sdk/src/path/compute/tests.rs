@@ -484,6 +484,7 @@ fn scratch_in_use_gives_fresh_buffers_and_the_same_path() {
             node: 0,
             dur: 1,
             kind: SegmentKind::Busy,
+            wait: NO_WAIT,
         });
         compute(&g, a1, ms(33))
     });
@@ -621,4 +622,98 @@ fn back_to_back_requests_on_one_thread_match_fresh_computation() {
             ("A1", 8, B),
         ],
     );
+}
+
+// --- named waits ------------------------------------------------------------
+
+/// A node's waits named by its marks: a sleep, then a wait nothing names
+/// (a later mark without a frame), then a semaphore; the time of each is
+/// the wait's, and a child that ended inside a wait still explains it.
+#[test]
+fn wait_marks_name_the_waits_left_on_the_node() {
+    let mut g = Graph::new();
+    let sleep = Graph::frame(
+        &mut g,
+        Frame::wait(
+            "A",
+            "sleep",
+            Some(crate::path::Location {
+                file: "svc/src/main.rs".into(),
+                line: 88,
+            }),
+        ),
+    );
+    let sem = Graph::frame(&mut g, Frame::wait("A", "semaphore", None));
+    // A1 runs 0-2, waits 2-12 (sleep), runs 12-13, waits 13-15 (nothing
+    // named), runs 15-16, waits 16-20 (semaphore) but B1 (20) explains
+    // 16-20 ... B1 ends at 19: 19-20 stays the semaphore's, runs 20-21.
+    let a1 = add(
+        &mut g,
+        None,
+        "A1",
+        0,
+        None,
+        &[
+            (0, 2, false),
+            (12, 13, false),
+            (15, 16, false),
+            (20, 21, false),
+        ],
+    );
+    add(&mut g, Some(a1), "B1", 16, Some(19), &[(16, 19, false)]);
+    let marks = [(2, Some(sleep)), (13, None), (16, Some(sem))];
+    g.get_mut(a1).unwrap().waits = marks
+        .iter()
+        .map(|&(at, on)| WaitMark { at: ms(at), on })
+        .collect();
+    let p = compute(&g, a1, ms(21));
+    use SegmentKind::Wait as W;
+    check(
+        &p,
+        &[
+            ("A1", 2, B),
+            ("A1/[sleep svc/src/main.rs:88]", 10, W),
+            ("A1", 1, B),
+            ("A1", 2, U),
+            ("A1", 1, B),
+            ("A1/B1", 3, B),
+            ("A1/[semaphore]", 1, W),
+            ("A1", 1, B),
+        ],
+    );
+    assert_eq!(p.total(), ms(21));
+    assert_eq!(
+        p.accounting.unattributed,
+        ms(2),
+        "named waits are not unattributed"
+    );
+    let leaf = p.frame(*p.segments()[1].stack.last().unwrap());
+    assert_eq!(leaf.wait_kind(), Some("sleep"));
+    assert_eq!(leaf.location.as_ref().map(|l| l.line), Some(88));
+}
+
+/// A node at the stack depth limit cannot take a wait frame under it: its
+/// named wait is unattributed (and counted so), the total unchanged.
+#[test]
+fn a_named_wait_at_the_depth_limit_is_unattributed() {
+    let mut g = Graph::new();
+    let sleep = Graph::frame(&mut g, Frame::wait("A", "sleep", None));
+    let mut parent = None;
+    let mut ids = Vec::new();
+    for i in 0..MAX_STACK_DEPTH {
+        let end = (i > 0).then_some(10);
+        let id = add(&mut g, parent, &format!("n{i}"), 0, end, &[(0, 1, false)]);
+        ids.push(id);
+        parent = Some(id);
+    }
+    let leaf = *ids.last().unwrap();
+    g.get_mut(leaf).unwrap().waits = vec![WaitMark {
+        at: ms(1),
+        on: Some(sleep),
+    }];
+    // Every ancestor waits on the leaf, which waits 1-10 on the sleep.
+    let p = compute(&g, ids[0], ms(10));
+    assert_eq!(p.total(), ms(10));
+    assert!(p.segments().iter().all(|s| s.kind != SegmentKind::Wait));
+    assert_eq!(p.depth(), MAX_STACK_DEPTH);
 }

@@ -1,0 +1,310 @@
+//! Named waits: what a node waited on when nothing it created explains
+//! the wait.
+//!
+//! Two sources name a wait:
+//!
+//! - **The waker** (always on, for nodes whose waker cpt wraps: the
+//!   [task helpers](crate::task)). When a node is woken, the span current on
+//!   the waking thread says who woke it: another node of the same request
+//!   (a channel send, a lock release, a `Notify`) becomes the explicit
+//!   blocker of the node's next resumption; no span at all means the
+//!   runtime's drivers woke it, which, once tokio's resources are seen (below),
+//!   is I/O: the wait is `[io]`.
+//! - **tokio's resource instrumentation** (the `tokio-resources` feature,
+//!   with `RUSTFLAGS="--cfg tokio_unstable"`): every timer, semaphore,
+//!   mutex, `RwLock`, barrier and oneshot channel is a `runtime.resource`
+//!   span with its type and the place it was created; each poll of it emits a
+//!   `runtime::resource::poll_op` event with `is_ready`. The layer keeps the
+//!   resource's name on its span, notes which resources a node polled
+//!   pending before it stopped running, and which of them was ready when it
+//!   resumed: that one names the wait (`[sleep src/main.rs:88]`).
+//!
+//! The marks go into the node's [`WaitMark`](crate::path::graph::WaitMark)s;
+//! the walk names a wait it leaves on the node with the latest mark.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::path::Location;
+
+/// What a wait was on: a kind (`sleep`, `semaphore`, `io`, …) and where
+/// the resource was created, when known.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(crate) struct WaitSite {
+    pub(crate) kind: Arc<str>,
+    pub(crate) location: Option<Location>,
+}
+
+/// The site of waits the runtime's I/O driver ended.
+pub(crate) fn io_site() -> Arc<WaitSite> {
+    static IO: OnceLock<Arc<WaitSite>> = OnceLock::new();
+    IO.get_or_init(|| {
+        Arc::new(WaitSite {
+            kind: Arc::from("io"),
+            location: None,
+        })
+    })
+    .clone()
+}
+
+/// Set once a `runtime.resource` span was seen: tokio's timers and
+/// synchronisation primitives announce themselves, so a wake from outside
+/// any span is the I/O driver's, not a timer's.
+static RESOURCES_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// Whether a wake from outside any span names an `[io]` wait.
+pub(crate) fn io_from_runtime_wakes() -> bool {
+    RESOURCES_SEEN.load(Ordering::Relaxed)
+}
+
+#[cfg(feature = "tokio-resources")]
+/// Distinct resource sites (kind, file, line) kept for the life of the
+/// process; beyond this, a new site is made per resource and not kept.
+const MAX_SITES: usize = 4096;
+
+/// Resource sites not kept because [`MAX_SITES`] was reached.
+static SITES_NOT_KEPT: AtomicU64 = AtomicU64::new(0);
+
+/// How many resource sites were not kept in the site table because it was
+/// full (each such resource still names its waits).
+pub(crate) fn sites_not_kept() -> u64 {
+    SITES_NOT_KEPT.load(Ordering::Relaxed)
+}
+
+#[cfg(feature = "tokio-resources")]
+/// The one [`WaitSite`] of `(kind, file, line)`: resources made at one
+/// place share it, so naming a wait costs a reference count.
+pub(crate) fn site(kind: &str, file: Option<&str>, line: u32) -> Arc<WaitSite> {
+    use std::hash::BuildHasher;
+    use std::sync::RwLock;
+
+    use rustc_hash::{FxBuildHasher, FxHashMap};
+    use smallvec::SmallVec;
+    type Sites = FxHashMap<u64, SmallVec<[Arc<WaitSite>; 1]>>;
+    static SITES: OnceLock<RwLock<(Sites, usize)>> = OnceLock::new();
+    let sites = SITES.get_or_init(Default::default);
+    let same = |s: &Arc<WaitSite>| {
+        &*s.kind == kind
+            && match (&s.location, file) {
+                (Some(l), Some(f)) => &*l.file == f && l.line == line,
+                (None, None) => true,
+                _ => false,
+            }
+    };
+    // Looked up by hash and content: a site seen before allocates nothing.
+    let hash = FxBuildHasher.hash_one((kind, file, line));
+    if let Some(s) = sites
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .0
+        .get(&hash)
+        .and_then(|v| v.iter().find(|s| same(s)))
+    {
+        return s.clone();
+    }
+    let made = Arc::new(WaitSite {
+        kind: Arc::from(kind),
+        location: file.map(|f| Location {
+            file: Arc::from(f),
+            line,
+        }),
+    });
+    let mut w = sites.write().unwrap_or_else(|e| e.into_inner());
+    let (map, len) = &mut *w;
+    if let Some(s) = map.get(&hash).and_then(|v| v.iter().find(|s| same(s))) {
+        return s.clone();
+    }
+    if *len >= MAX_SITES {
+        SITES_NOT_KEPT.fetch_add(1, Ordering::Relaxed);
+        return made;
+    }
+    *len += 1;
+    map.entry(hash).or_default().push(made.clone());
+    made
+}
+
+#[cfg(feature = "tokio-resources")]
+/// The kind a resource's `concrete_type` (and tokio's `kind`) names.
+fn kind_of<'a>(concrete_type: &'a str, kind: &'a str) -> std::borrow::Cow<'a, str> {
+    use std::borrow::Cow;
+    Cow::Borrowed(match concrete_type {
+        "Sleep" => "sleep",
+        "Interval" => "interval",
+        "Semaphore" => "semaphore",
+        "Mutex" => "mutex",
+        "RwLock" => "rwlock",
+        "Barrier" => "barrier",
+        "Sender|Receiver" => "oneshot",
+        "" if !kind.is_empty() => return Cow::Owned(kind.to_ascii_lowercase()),
+        "" => "resource",
+        other => return Cow::Owned(other.to_ascii_lowercase()),
+    })
+}
+
+#[cfg(feature = "tokio-resources")]
+/// The extension of a `runtime.resource` span: what waiting on it is.
+#[derive(Debug, Clone)]
+pub(crate) struct Resource(pub(crate) Arc<WaitSite>);
+
+#[cfg(feature = "tokio-resources")]
+/// True for tokio's resource spans.
+#[inline]
+pub(crate) fn is_resource(meta: &tracing::Metadata<'_>) -> bool {
+    meta.name() == "runtime.resource"
+}
+
+#[cfg(feature = "tokio-resources")]
+/// True for tokio's resource poll events.
+#[inline]
+pub(crate) fn is_poll_op(meta: &tracing::Metadata<'_>) -> bool {
+    meta.target() == "runtime::resource::poll_op"
+}
+
+#[cfg(feature = "tokio-resources")]
+/// The fields of a `runtime.resource` span, copied into buffers this
+/// thread reuses (no allocation once they have grown).
+#[derive(Default)]
+struct ResourceFields {
+    concrete_type: String,
+    kind: String,
+    file: String,
+    has_file: bool,
+    line: u32,
+    internal: bool,
+}
+
+#[cfg(feature = "tokio-resources")]
+thread_local! {
+    static FIELDS: std::cell::RefCell<ResourceFields> = std::cell::RefCell::default();
+}
+
+#[cfg(feature = "tokio-resources")]
+/// What a new resource span names: `Some(site)`, or `None` for one of
+/// tokio's internal resources (a semaphore inside a `Mutex`), which takes
+/// its site from the resource it is made inside.
+pub(crate) fn read_resource(attrs: &tracing::span::Attributes<'_>) -> Option<Arc<WaitSite>> {
+    RESOURCES_SEEN.store(true, Ordering::Relaxed);
+    FIELDS
+        .try_with(|f| {
+            let mut f = f.borrow_mut();
+            f.concrete_type.clear();
+            f.kind.clear();
+            f.file.clear();
+            f.has_file = false;
+            f.line = 0;
+            f.internal = false;
+            attrs.record(&mut FieldsVisitor(&mut f));
+            (!f.internal).then(|| {
+                site(
+                    &kind_of(&f.concrete_type, &f.kind),
+                    f.has_file.then_some(f.file.as_str()),
+                    f.line,
+                )
+            })
+        })
+        .ok()
+        .flatten()
+}
+
+#[cfg(feature = "tokio-resources")]
+struct FieldsVisitor<'a>(&'a mut ResourceFields);
+
+#[cfg(feature = "tokio-resources")]
+impl tracing::field::Visit for FieldsVisitor<'_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "concrete_type" => self.0.concrete_type.push_str(value),
+            "kind" => self.0.kind.push_str(value),
+            "loc.file" => {
+                self.0.file.push_str(value);
+                self.0.has_file = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        if field.name() == "loc.line" {
+            self.0.line = u32::try_from(value).unwrap_or(u32::MAX);
+        }
+    }
+
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        if field.name() == "loc.line" {
+            self.0.line = u32::try_from(value).unwrap_or(0);
+        }
+    }
+
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        if field.name() == "is_internal" {
+            self.0.internal = value;
+        }
+    }
+
+    fn record_debug(&mut self, _field: &tracing::field::Field, _value: &dyn std::fmt::Debug) {}
+}
+
+#[cfg(feature = "tokio-resources")]
+/// Reads `is_ready` of a poll event.
+#[derive(Default)]
+pub(crate) struct ReadyVisitor(pub(crate) Option<bool>);
+
+#[cfg(feature = "tokio-resources")]
+impl tracing::field::Visit for ReadyVisitor {
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        if field.name() == "is_ready" {
+            self.0 = Some(value);
+        }
+    }
+
+    fn record_debug(&mut self, _field: &tracing::field::Field, _value: &dyn std::fmt::Debug) {}
+}
+
+/// Warn once, at start, that the `tokio-resources` feature cannot name
+/// resources because tokio was built without `--cfg tokio_unstable`.
+pub(crate) fn warn_if_unavailable() {
+    #[cfg(all(feature = "tokio-resources", not(tokio_unstable)))]
+    {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            eprintln!(
+                "cpt-sdk: the `tokio-resources` feature is on, but this program was built \
+                 without `--cfg tokio_unstable`, so tokio emits no resource spans: waits on \
+                 timers, locks, semaphores and channels stay [unattributed]. Build with \
+                 RUSTFLAGS=\"--cfg tokio_unstable\" (see the guide's \"Named waits\" page); \
+                 everything else works as before."
+            );
+        });
+    }
+}
+
+#[cfg(all(test, feature = "tokio-resources"))]
+mod tests {
+    use super::*;
+
+    /// Sites are shared while the table has room; past it a site is made
+    /// afresh, still right, and counted.
+    #[test]
+    fn the_site_table_is_bounded_and_counts_what_it_does_not_keep() {
+        let a = site("sleep", Some("t/src/a.rs"), 1);
+        assert!(Arc::ptr_eq(&a, &site("sleep", Some("t/src/a.rs"), 1)));
+        assert!(!Arc::ptr_eq(&a, &site("sleep", Some("t/src/a.rs"), 2)));
+        let before = sites_not_kept();
+        for line in 0..MAX_SITES as u32 + 10 {
+            let s = site("mutex", Some("t/src/b.rs"), line);
+            assert_eq!(s.location.as_ref().map(|l| l.line), Some(line));
+            assert_eq!(&*s.kind, "mutex");
+        }
+        assert!(sites_not_kept() >= before + 10);
+        // What was kept is still shared.
+        assert!(Arc::ptr_eq(&a, &site("sleep", Some("t/src/a.rs"), 1)));
+    }
+
+    #[test]
+    fn kinds_are_named_after_tokios_types() {
+        assert_eq!(kind_of("Sleep", "timer"), "sleep");
+        assert_eq!(kind_of("Sender|Receiver", "Sync"), "oneshot");
+        assert_eq!(kind_of("", "Sync"), "sync");
+        assert_eq!(kind_of("Notify", "Sync"), "notify");
+    }
+}
