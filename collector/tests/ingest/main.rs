@@ -11,6 +11,7 @@ mod hostile;
 mod limits;
 mod malformed;
 mod metrics;
+mod otlp;
 mod overload;
 mod parquet;
 mod read_access;
