@@ -12,6 +12,7 @@ mod limits;
 mod malformed;
 mod metrics;
 mod otlp;
+mod otlp_clients;
 mod overload;
 mod parquet;
 mod read_access;

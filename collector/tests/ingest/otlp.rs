@@ -616,17 +616,7 @@ fn otlp_held_spans_survive_kill_9_and_are_assembled_at_restart() {
 /// `cpt serve` as a child with an OTLP/HTTP port; its address.
 fn serve_otlp(store: &std::path::Path, args: &[&std::ffi::OsStr]) -> (Served, SocketAddr) {
     let served = serve_child(store, false, args);
-    let otlp = served
-        .log
-        .iter()
-        .find_map(|l| {
-            l.strip_prefix("cpt serve: otlp-http listening on ")?
-                .split(' ')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("otlp-http address printed");
+    let otlp = crate::otlp_clients::otlp_addr(&served, "otlp-http");
     (served, otlp)
 }
 
