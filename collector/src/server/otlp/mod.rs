@@ -201,6 +201,12 @@ impl Counters {
             load(&self.restored_spans),
         );
         one(
+            "cpt_otlp_held_rows_unreadable_total",
+            "counter",
+            "Rows of held spans that could not be read back at start: deleted, their spans lost (the log names the trace).",
+            load(&self.unreadable_rows),
+        );
+        one(
             "cpt_otlp_pending_spans",
             "gauge",
             "Spans held until their trace is complete.",
