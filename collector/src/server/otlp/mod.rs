@@ -31,7 +31,7 @@
 //! A root of a service that also sends cpt records for the same trace (the
 //! cpt layer beside `tracing-opentelemetry`) makes no record: the cpt
 //! record, whose trace id is the OpenTelemetry trace id, already stands
-//! for that request ([`CptTraces`]).
+//! for that request (`CptTraces`).
 
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;

@@ -219,7 +219,7 @@ pub struct Converted {
     pub labels: Vec<(String, String)>,
 }
 
-/// What [`json_spans`] and [`proto_spans`] hand over for each span: its
+/// What [`json_request_spans`] and [`proto_spans`] hand over for each span: its
 /// trace id (lowercase hex; `None` when the span is too broken to tell),
 /// and the span or why it cannot be read.
 pub type SpanSink<'s> = dyn FnMut(Option<String>, Result<Converted, Reason>) + 's;
