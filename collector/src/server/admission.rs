@@ -268,11 +268,11 @@ pub(super) struct Ingest {
     pub(super) forced_nonces: Arc<super::replays::ForcedNonces>,
     /// With an OTLP receiver: the trace ids of cpt records, so that a root
     /// of the same service and trace makes no second record.
-    pub(super) cpt_traces: Arc<super::otlp::CptTraces>,
+    pub(super) cpt_traces: Arc<super::otlp::seen::CptTraces>,
     /// Whether an OTLP receiver runs (then `cpt_traces` is kept).
     pub(super) otlp_on: bool,
     /// The OTLP receivers' counters (`/metrics`).
-    pub(super) otlp: Arc<super::otlp::Counters>,
+    pub(super) otlp: Arc<super::otlp::counters::Counters>,
 }
 
 impl std::fmt::Debug for Job {

@@ -71,6 +71,7 @@
 //! | `ui/` | the web pages: `/`, `/ui/profile`, `/ui/request`, `/ui/diff` |
 //! | `listen.rs` | accepting connections: header-read and idle timeouts, HTTP/2 stream limit |
 //! | `connections.rs` | connections open, bounded in total and per peer address; the open-file limit |
+//! | [`otlp`] | the OpenTelemetry receivers (`--otlp-grpc`, `--otlp-http`): spans held durably, assembled into traces, their records made by the importer's code |
 //! | [`store`] | the SQLite store both the server and `cpt import` write |
 //! | `mod.rs` (here) | [`ServeConfig`], starting and stopping a [`Collector`] |
 

@@ -31,12 +31,22 @@
 //! A root of a service that also sends cpt records for the same trace (the
 //! cpt layer beside `tracing-opentelemetry`) makes no record: the cpt
 //! record, whose trace id is the OpenTelemetry trace id, already stands
-//! for that request (`CptTraces`).
+//! for that request (`seen.rs`).
+//!
+//! # Where the code is
+//!
+//! | file | what |
+//! |---|---|
+//! | `grpc.rs`, `http.rs` | the two receivers |
+//! | `spans.rs` | a request's spans converted, checked and sorted by trace |
+//! | `assembler.rs` | the held traces, their completion, the assembler task |
+//! | `counters.rs` | the `cpt_otlp_*` series of `/metrics` |
+//! | `seen.rs` | the trace ids of cpt records (counted once) |
+//! | `mod.rs` (here) | [`OtlpConfig`], receipt to durable hold, the start |
 
-use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use cpt_sdk::Record;
@@ -45,15 +55,18 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use super::admission::{Ingest, SubmitError};
 use super::store::EncodedBatch;
 use crate::ingest::BatchError;
-use crate::traces::model::Reason;
 use crate::traces::otlp::pb;
 
 pub(crate) mod assembler;
+pub(super) mod counters;
 pub(super) mod grpc;
 pub(super) mod http;
+pub(super) mod seen;
 pub(crate) mod spans;
 
-use spans::{Encoding, Refusal};
+pub(crate) use counters::{Counters, Dropped};
+pub(crate) use seen::CptTraces;
+use spans::Encoding;
 
 /// Default of [`OtlpConfig::trace_wait`] (the tail-sampling processor's
 /// decision wait).
@@ -98,256 +111,6 @@ impl OtlpConfig {
     /// Whether a receiver is on.
     pub fn enabled(&self) -> bool {
         self.grpc.is_some() || self.http.is_some()
-    }
-}
-
-/// Why a trace was dropped (the `reason` label of
-/// `cpt_otlp_traces_dropped_total`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Dropped {
-    NoRoot,
-    MissingParent,
-    Cycle,
-    Other,
-}
-
-impl Dropped {
-    pub(crate) const ALL: [Dropped; 4] = [
-        Dropped::NoRoot,
-        Dropped::MissingParent,
-        Dropped::Cycle,
-        Dropped::Other,
-    ];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Dropped::NoRoot => "no_root",
-            Dropped::MissingParent => "missing_parent",
-            Dropped::Cycle => "parent_cycle",
-            Dropped::Other => "invalid",
-        }
-    }
-
-    pub(crate) fn of(r: &Reason) -> Dropped {
-        match r {
-            Reason::MissingParent { .. } => Dropped::MissingParent,
-            Reason::Cycle { .. } => Dropped::Cycle,
-            _ => Dropped::Other,
-        }
-    }
-}
-
-/// The OTLP receivers' counters and gauges (`/metrics`).
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) requests: AtomicU64,
-    pub(crate) spans: AtomicU64,
-    pub(crate) refused: [AtomicU64; Refusal::ALL.len()],
-    pub(crate) truncated: AtomicU64,
-    pub(crate) restored_spans: AtomicU64,
-    pub(crate) unreadable_rows: AtomicU64,
-    pub(crate) pending_spans: AtomicU64,
-    pub(crate) pending_traces: AtomicU64,
-    pub(crate) completed: AtomicU64,
-    pub(crate) completed_early: AtomicU64,
-    pub(crate) completed_rootless: AtomicU64,
-    pub(crate) late_spans: AtomicU64,
-    pub(crate) dropped_traces: [AtomicU64; Dropped::ALL.len()],
-    pub(crate) dropped_spans: [AtomicU64; Dropped::ALL.len()],
-    pub(crate) skipped_cpt: AtomicU64,
-    pub(crate) records_refused: AtomicU64,
-    pub(crate) records: AtomicU64,
-    pub(crate) store_errors: AtomicU64,
-}
-
-impl Counters {
-    pub(crate) fn drop_trace(&self, why: Dropped, spans: usize) {
-        self.dropped_traces[why as usize].fetch_add(1, Ordering::Relaxed);
-        self.dropped_spans[why as usize].fetch_add(spans as u64, Ordering::Relaxed);
-    }
-
-    /// The series, in the Prometheus text format.
-    pub(crate) fn render(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut one = |name: &str, kind: &str, help: &str, v: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
-            );
-        };
-        one(
-            "cpt_otlp_requests_accepted_total",
-            "counter",
-            "OTLP trace export requests whose spans were held and acknowledged.",
-            load(&self.requests),
-        );
-        one(
-            "cpt_otlp_spans_accepted_total",
-            "counter",
-            "OTLP spans held and acknowledged.",
-            load(&self.spans),
-        );
-        one(
-            "cpt_otlp_names_truncated_total",
-            "counter",
-            "Span names, service names and label values cut to the ingest limits.",
-            load(&self.truncated),
-        );
-        one(
-            "cpt_otlp_spans_restored_total",
-            "counter",
-            "Held spans read back from the store at start.",
-            load(&self.restored_spans),
-        );
-        one(
-            "cpt_otlp_held_rows_unreadable_total",
-            "counter",
-            "Rows of held spans that could not be read back at start: deleted, their spans lost (the log names the trace).",
-            load(&self.unreadable_rows),
-        );
-        one(
-            "cpt_otlp_pending_spans",
-            "gauge",
-            "Spans held until their trace is complete.",
-            load(&self.pending_spans),
-        );
-        one(
-            "cpt_otlp_pending_traces",
-            "gauge",
-            "Traces held until complete.",
-            load(&self.pending_traces),
-        );
-        one(
-            "cpt_otlp_late_spans_total",
-            "counter",
-            "Spans of a trace already completed: dropped.",
-            load(&self.late_spans),
-        );
-        one(
-            "cpt_otlp_roots_skipped_total",
-            "counter",
-            "Roots that made no record because the service sent a cpt record for the same trace.",
-            load(&self.skipped_cpt),
-        );
-        one(
-            "cpt_otlp_records_refused_total",
-            "counter",
-            "Records of completed traces over the ingest limits (or starting too far ahead): not stored.",
-            load(&self.records_refused),
-        );
-        one(
-            "cpt_otlp_records_stored_total",
-            "counter",
-            "Records made from OTLP traces and stored.",
-            load(&self.records),
-        );
-        one(
-            "cpt_otlp_store_failed_total",
-            "counter",
-            "Groups of completed traces the store failed to commit (held again and retried).",
-            load(&self.store_errors),
-        );
-        let _ = writeln!(
-            out,
-            "# HELP cpt_otlp_spans_refused_total OTLP spans refused on receipt (in the answer's partial success), by reason.\n\
-             # TYPE cpt_otlp_spans_refused_total counter"
-        );
-        for r in Refusal::ALL {
-            let _ = writeln!(
-                out,
-                "cpt_otlp_spans_refused_total{{reason=\"{}\"}} {}",
-                r.as_str(),
-                load(&self.refused[r as usize])
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP cpt_otlp_traces_completed_total Traces that left the assembler, by how.\n\
-             # TYPE cpt_otlp_traces_completed_total counter"
-        );
-        for (how, v) in [
-            ("complete", &self.completed),
-            ("early", &self.completed_early),
-            ("rootless", &self.completed_rootless),
-        ] {
-            let _ = writeln!(
-                out,
-                "cpt_otlp_traces_completed_total{{how=\"{how}\"}} {}",
-                load(v)
-            );
-        }
-        for (name, help, series) in [
-            (
-                "cpt_otlp_traces_dropped_total",
-                "Completed traces that made no record, by reason.",
-                &self.dropped_traces,
-            ),
-            (
-                "cpt_otlp_spans_dropped_total",
-                "Spans of the traces in cpt_otlp_traces_dropped_total, by reason.",
-                &self.dropped_spans,
-            ),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for d in Dropped::ALL {
-                let _ = writeln!(
-                    out,
-                    "{name}{{reason=\"{}\"}} {}",
-                    d.as_str(),
-                    load(&series[d as usize])
-                );
-            }
-        }
-    }
-}
-
-/// Trace ids of the cpt records received lately, by service: an OTLP root
-/// of the same service and trace makes no record (the module docs). At most
-/// [`CptTraces::CAPACITY`] are remembered, the oldest forgotten first.
-#[derive(Debug, Default)]
-pub(crate) struct CptTraces {
-    seen: Mutex<Seen>,
-}
-
-/// (service, trace id) pairs, and the order they came in.
-#[derive(Debug, Default)]
-struct Seen {
-    set: HashSet<(String, String)>,
-    order: VecDeque<(String, String)>,
-}
-
-impl CptTraces {
-    /// How many (service, trace id) pairs are remembered.
-    pub(crate) const CAPACITY: usize = 200_000;
-
-    /// Remember the trace ids of cpt records.
-    pub(crate) fn note(&self, records: &[Record]) {
-        if records.iter().all(|r| r.trace_id.is_none()) {
-            return;
-        }
-        let mut g = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let Seen { set, order } = &mut *g;
-        for r in records {
-            let Some(t) = &r.trace_id else { continue };
-            let key = (r.service.clone(), t.to_ascii_lowercase());
-            if set.insert(key.clone()) {
-                order.push_back(key);
-                if order.len() > Self::CAPACITY
-                    && let Some(old) = order.pop_front()
-                {
-                    set.remove(&old);
-                }
-            }
-        }
-    }
-
-    /// Whether a cpt record of `service` carried `trace`.
-    pub(crate) fn has(&self, service: &str, trace: Option<&str>) -> bool {
-        let Some(t) = trace else { return false };
-        let g = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        g.set
-            .contains(&(service.to_owned(), t.to_ascii_lowercase()))
     }
 }
 
