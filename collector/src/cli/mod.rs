@@ -47,7 +47,7 @@ pub enum Command {
     Merge(profile::MergeArgs),
     /// Run the collector (gRPC + HTTP ingest into a SQLite store, GET /profile).
     #[cfg(feature = "server")]
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Write records (JSON Lines, a store) as Parquet files for Spark and other engines.
     Export(export::ExportArgs),
     /// Load JSON Lines record files into a store.
@@ -77,7 +77,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Diff(a) => profile::run_diff(a),
         Command::Merge(a) => profile::run_merge(a),
         #[cfg(feature = "server")]
-        Command::Serve(a) => serve::run(a),
+        Command::Serve(a) => serve::run(*a),
         #[cfg(feature = "server")]
         Command::Import(a) => import::run(a),
         Command::Export(a) => export::run(a),

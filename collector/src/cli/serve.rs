@@ -185,6 +185,27 @@ pub struct ServeArgs {
     /// scheme a request was sent to. From any other peer those headers are ignored.
     #[arg(long = "trusted-proxy", value_name = "ADDR")]
     pub trusted_proxies: Vec<IpAddr>,
+    /// Receive OpenTelemetry traces over OTLP/gRPC here (TraceService/Export; the standard port
+    /// is 4317), or `off`. Each complete trace becomes critical-path records, as `cpt traces
+    /// convert --from otlp` makes them. Same TLS and ingest token as the other ports.
+    #[arg(long, value_name = "ADDR", default_value = "off")]
+    pub otlp_grpc: String,
+    /// Receive OpenTelemetry traces over OTLP/HTTP here (POST /v1/traces, protobuf or JSON, gzip
+    /// or not; the standard port is 4318), or `off`.
+    #[arg(long, value_name = "ADDR", default_value = "off")]
+    pub otlp_http: String,
+    /// A trace is complete once its root span has arrived and no span of it has for this long;
+    /// then its records are made (a trace whose root never arrives is dropped after six waits).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = more_than_zero)]
+    pub otlp_trace_wait: Duration,
+    /// Spans held until their trace is complete, at most (about 300 bytes each); beyond it the
+    /// oldest traces are completed early (counted in /metrics).
+    #[arg(long, value_name = "N", default_value_t = crate::server::otlp::DEFAULT_MAX_PENDING_SPANS, value_parser = at_least_one::<usize>)]
+    pub otlp_max_pending_spans: usize,
+    /// Resource or span attributes whose values become record labels (on the root span, else its
+    /// resource), comma-separated or repeated, e.g. `service.version,deployment.environment`.
+    #[arg(long, value_name = "KEYS", value_delimiter = ',')]
+    pub otlp_label: Vec<String>,
 }
 
 /// A count flag's value: 1 or more (0 would refuse or stall everything).
@@ -334,6 +355,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.metrics_open = args.metrics_open;
     config.allowed_hosts = args.allowed_hosts.clone();
     config.trusted_proxies = args.trusted_proxies.clone();
+    config.otlp = crate::server::OtlpConfig {
+        grpc: parse_addr("otlp-grpc", &args.otlp_grpc)?,
+        http: parse_addr("otlp-http", &args.otlp_http)?,
+        trace_wait: args.otlp_trace_wait,
+        max_pending_spans: args.otlp_max_pending_spans,
+        labels: args
+            .otlp_label
+            .iter()
+            .map(|k| k.trim().to_owned())
+            .filter(|k| !k.is_empty())
+            .collect(),
+    };
     config.retention = RetentionConfig {
         retain_for: args.retain_for,
         max_store_bytes: args.max_store_bytes,
@@ -394,6 +427,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         if let Some(a) = collector.grpc_addr() {
             eprintln!("cpt serve: grpc listening on {a}");
             eprintln!("cpt serve: exporters send to {grpc_scheme}://{a}");
+        }
+        if let Some(a) = collector.otlp_grpc_addr() {
+            eprintln!("cpt serve: otlp-grpc listening on {a} (OTLP exporters: endpoint {http_scheme}://{a})");
+        }
+        if let Some(a) = collector.otlp_http_addr() {
+            eprintln!(
+                "cpt serve: otlp-http listening on {a} (OTLP exporters: endpoint {http_scheme}://{a}/v1/traces)"
+            );
         }
         if let Some(a) = collector.http_addr() {
             eprintln!("cpt serve: http listening on {http_scheme}://{a}");

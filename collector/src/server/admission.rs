@@ -131,7 +131,9 @@ pub(super) struct Job {
     /// it is committed (`replays.rs`).
     pub(super) later_uses: Vec<super::replays::LaterUse>,
     pub(super) ack: oneshot::Sender<Result<u64, Arc<StoreError>>>,
-    pub(super) _permit: OwnedSemaphorePermit,
+    /// `None` for the OTLP assembler's records, which are not admitted
+    /// (their spans were, on receipt).
+    pub(super) _permit: Option<OwnedSemaphorePermit>,
 }
 
 /// What went wrong with a submitted batch.
@@ -264,6 +266,13 @@ pub(super) struct Ingest {
     pub(super) connections: Arc<super::connections::Connections>,
     /// Labels replayed forced records before they are stored.
     pub(super) forced_nonces: Arc<super::replays::ForcedNonces>,
+    /// With an OTLP receiver: the trace ids of cpt records, so that a root
+    /// of the same service and trace makes no second record.
+    pub(super) cpt_traces: Arc<super::otlp::seen::CptTraces>,
+    /// Whether an OTLP receiver runs (then `cpt_traces` is kept).
+    pub(super) otlp_on: bool,
+    /// The OTLP receivers' counters (`/metrics`).
+    pub(super) otlp: Arc<super::otlp::counters::Counters>,
 }
 
 impl std::fmt::Debug for Job {
@@ -380,6 +389,7 @@ impl Ingest {
         let limits = self.limits;
         let keep_records = self.keep_records;
         let forced_nonces = self.forced_nonces.clone();
+        let cpt_traces = self.otlp_on.then(|| self.cpt_traces.clone());
         let result = async {
             let (batch, records, forced, later_uses) = tokio::task::spawn_blocking(move || {
                 let mut records = decode(&limits, &cancelled)?;
@@ -388,6 +398,9 @@ impl Ingest {
                     .filter(|r| r.trigger == cpt_sdk::Trigger::Forced)
                     .count() as u64;
                 let later_uses = forced_nonces.label(&mut records);
+                if let Some(seen) = &cpt_traces {
+                    seen.note(&records);
+                }
                 if cancelled.load(Ordering::Relaxed) {
                     return Err(BatchError::new(
                         "body",
@@ -411,7 +424,7 @@ impl Ingest {
                     records,
                     later_uses,
                     ack,
-                    _permit: permit,
+                    _permit: Some(permit),
                 })
                 .await
                 .map_err(|_| SubmitError::ShuttingDown)?;
@@ -447,6 +460,34 @@ impl Ingest {
             Err(e) => e.count(&self.counters),
         }
         result.map(|(n, _)| n)
+    }
+}
+
+impl Ingest {
+    /// Hand a batch made by the collector itself (the OTLP receivers' held
+    /// spans, the assembler's records) to the writer and wait until it is
+    /// durable. `records`: the batch's records, when they are written as
+    /// Parquet too.
+    pub(super) async fn commit(
+        &self,
+        batch: EncodedBatch,
+        records: Option<Vec<Record>>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<u64, SubmitError> {
+        let (ack, done) = oneshot::channel();
+        self.jobs
+            .send(Job {
+                batch,
+                records,
+                later_uses: Vec::new(),
+                ack,
+                _permit: permit,
+            })
+            .await
+            .map_err(|_| SubmitError::ShuttingDown)?;
+        done.await
+            .map_err(|_| SubmitError::ShuttingDown)?
+            .map_err(SubmitError::Store)
     }
 }
 

@@ -19,7 +19,7 @@ use crate::ingest::codec::RawCodec;
 use crate::ingest::{self, BatchError, BodyFormat, proto};
 
 impl SubmitError {
-    fn into_status(self) -> Status {
+    pub(super) fn into_status(self) -> Status {
         let msg = self.message();
         match self {
             SubmitError::Overloaded { .. }
@@ -46,7 +46,7 @@ impl NamedService for CollectorService {
     const NAME: &'static str = ingest::GRPC_SERVICE;
 }
 
-type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
+pub(super) type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
 
 impl<B> tonic::codegen::Service<http::Request<B>> for CollectorService
 where
@@ -74,7 +74,7 @@ where
         }
         let ingest = self.ingest.clone();
         Box::pin(async move {
-            let resp = match receive(&ingest, req).await {
+            let resp = match receive(&ingest, req, false).await {
                 Ok((req, permit)) => {
                     let ran = Arc::new(AtomicBool::new(false));
                     let call = ExportCall {
@@ -107,11 +107,12 @@ where
 
 /// Check the credential, receive the whole body under the body deadline
 /// (holding a receiving slot, not the writer's), check it is exactly one
-/// uncompressed gRPC message within the size limit, then take the writer's
-/// permit.
-async fn receive<B>(
+/// gRPC message within the size limit (uncompressed, or with `gzip_ok`
+/// gzip, which is inflated here), then take the writer's permit.
+pub(super) async fn receive<B>(
     ingest: &Ingest,
     req: http::Request<B>,
+    gzip_ok: bool,
 ) -> Result<(http::Request<Full<Bytes>>, OwnedSemaphorePermit), SubmitError>
 where
     B: tonic::codegen::Body + Send + 'static,
@@ -158,7 +159,7 @@ where
     else {
         return Err(malformed("truncated gRPC message header".into()));
     };
-    if compressed != 0 {
+    if compressed != 0 && !gzip_ok {
         return Err(malformed(
             "compressed gRPC messages are not accepted (send without grpc-encoding)".into(),
         ));
@@ -181,6 +182,28 @@ where
             after - len
         )));
     }
+    let mut parts = parts;
+    let bytes = if compressed == 0 {
+        bytes
+    } else {
+        // Inflated here, so that tonic reads one plain message.
+        let encoding = parts.headers.remove("grpc-encoding");
+        if encoding.as_ref().is_none_or(|e| e.as_bytes() != b"gzip") {
+            return Err(malformed(format!(
+                "a compressed message with grpc-encoding {encoding:?}: only gzip is accepted"
+            )));
+        }
+        let plain = super::http_api::gunzip(&bytes[5..], limit).map_err(|e| {
+            let e = SubmitError::Malformed(e);
+            e.count(&ingest.counters);
+            e
+        })?;
+        let mut framed = Vec::with_capacity(plain.len() + 5);
+        framed.push(0);
+        framed.extend_from_slice(&u32::try_from(plain.len()).unwrap_or(u32::MAX).to_be_bytes());
+        framed.extend_from_slice(&plain);
+        Bytes::from(framed)
+    };
     let permit = ingest.admit()?;
     Ok((http::Request::from_parts(parts, Full::new(bytes)), permit))
 }

@@ -124,20 +124,13 @@ async fn post_records(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let gzip = match headers
-        .get(header::CONTENT_ENCODING)
-        .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
-        .as_deref()
-    {
-        None | Some("identity") => false,
-        Some("gzip") => true,
-        Some(other) => {
+    let gzip = match gzip_encoded(&headers) {
+        Ok(g) => g,
+        Err(e) => {
             ingest.counters.reject(Reject::UnsupportedMediaType);
             return json_response(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                &serde_json::json!({ "error": format!(
-                    "unsupported Content-Encoding {other:?}: send the body plain or gzip"
-                ) }),
+                &serde_json::json!({ "error": e }),
             );
         }
     };
@@ -215,10 +208,26 @@ async fn post_records(
     }
 }
 
+/// Whether a body is gzip (`Content-Encoding: gzip`) or plain (none, or
+/// `identity`); `Err`: another encoding, with what to do.
+pub(super) fn gzip_encoded(headers: &HeaderMap) -> Result<bool, String> {
+    match headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("identity") => Ok(false),
+        Some("gzip") => Ok(true),
+        Some(other) => Err(format!(
+            "unsupported Content-Encoding {other:?}: send the body plain or gzip"
+        )),
+    }
+}
+
 /// Inflate a gzip body, every member of it (RFC 1952 §2.2: a gzip file is
 /// a series of members, and `cat a.gz b.gz` is one), refusing more than
 /// `limit` bytes of output (a small body may inflate enormously).
-fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
+pub(super) fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
     use std::io::Read as _;
     let mut out = Vec::new();
     flate2::read::MultiGzDecoder::new(body)

@@ -263,6 +263,9 @@ pub(super) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String {
         "--max-pending-batches.",
         ingest.max_pending,
     );
+    if ingest.otlp_on {
+        ingest.otlp.render(&mut out.text);
+    }
     out.text
 }
 

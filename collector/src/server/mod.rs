@@ -71,6 +71,7 @@
 //! | `ui/` | the web pages: `/`, `/ui/profile`, `/ui/request`, `/ui/diff` |
 //! | `listen.rs` | accepting connections: header-read and idle timeouts, HTTP/2 stream limit |
 //! | `connections.rs` | connections open, bounded in total and per peer address; the open-file limit |
+//! | [`otlp`] | the OpenTelemetry receivers (`--otlp-grpc`, `--otlp-http`): spans held durably, assembled into traces, their records made by the importer's code |
 //! | [`store`] | the SQLite store both the server and `cpt import` write |
 //! | `mod.rs` (here) | [`ServeConfig`], starting and stopping a [`Collector`] |
 
@@ -95,6 +96,7 @@ mod headers;
 mod http_api;
 mod listen;
 mod metrics;
+pub mod otlp;
 mod reads;
 mod receiving;
 mod replays;
@@ -117,6 +119,7 @@ use writer::write_loop;
 pub use crate::ingest::IngestLimits;
 pub use authority::check_allowed_host;
 pub use http_api::SOURCE_HEADER;
+pub use otlp::OtlpConfig;
 pub use retention::{
     DEFAULT_HOURLY_ROLLUPS_FOR, DEFAULT_RETAIN_FOR, DEFAULT_RETENTION_INTERVAL,
     DEFAULT_ROLLUPS_RETAIN_FOR, Keep, RetentionConfig, format_duration, parse_duration, parse_size,
@@ -256,6 +259,9 @@ pub struct ServeConfig {
     /// headers name the host and scheme a request was sent to (a reverse
     /// proxy's address); from other peers those headers are ignored.
     pub trusted_proxies: Vec<IpAddr>,
+    /// The OpenTelemetry (OTLP) trace receivers: off unless an address is
+    /// set ([`otlp`]).
+    pub otlp: OtlpConfig,
 }
 
 impl ServeConfig {
@@ -288,6 +294,7 @@ impl ServeConfig {
             metrics_open: false,
             allowed_hosts: Vec::new(),
             trusted_proxies: Vec::new(),
+            otlp: OtlpConfig::default(),
         }
     }
 
@@ -405,6 +412,13 @@ impl ServeConfig {
         self
     }
 
+    /// Receive OpenTelemetry traces ([`OtlpConfig`]; `cpt serve --otlp-grpc`,
+    /// `--otlp-http`, `--otlp-*`).
+    pub fn with_otlp(mut self, otlp: OtlpConfig) -> Self {
+        self.otlp = otlp;
+        self
+    }
+
     /// Listen for gRPC on `addr`.
     pub fn with_grpc(mut self, addr: SocketAddr) -> Self {
         self.grpc = Some(addr);
@@ -509,9 +523,13 @@ pub struct Stats {
 pub struct Collector {
     grpc_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
+    otlp_grpc_addr: Option<SocketAddr>,
+    otlp_http_addr: Option<SocketAddr>,
     ingest: Arc<Ingest>,
     stop: watch::Sender<bool>,
     servers: Vec<tokio::task::JoinHandle<Result<(), ServeError>>>,
+    /// The OTLP assembler, when a receiver runs.
+    assembler: Option<tokio::task::JoinHandle<()>>,
     writer: std::thread::JoinHandle<()>,
 }
 
@@ -617,6 +635,12 @@ impl Collector {
             None => None,
         };
         let keep_records = parquet.is_some();
+        // Spans a stopped collector acknowledged and held: assembled again.
+        let held = if config.otlp.enabled() {
+            store.held_spans()?
+        } else {
+            Vec::new()
+        };
         let forced_nonces = Arc::new(replays::ForcedNonces::load(&store));
         let writer = std::thread::Builder::new()
             .name("cpt-store-writer".into())
@@ -655,6 +679,9 @@ impl Collector {
             max_store_bytes: config.retention.max_store_bytes,
             connections: Arc::new(connections::Connections::new(conns.max, conns.max_per_peer)),
             forced_nonces,
+            cpt_traces: Arc::default(),
+            otlp_on: config.otlp.enabled(),
+            otlp: Arc::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut servers = Vec::new();
@@ -666,23 +693,19 @@ impl Collector {
             idle_timeout: config.idle_timeout,
             max_streams: config.max_streams_per_connection.max(1),
         };
+        let spawner = Spawner {
+            limits: conn_limits,
+            tls: tls.clone(),
+            stopped: stopped.clone(),
+            connections: ingest.connections.clone(),
+        };
         if let Some(addr) = config.grpc {
             let listener = bind("grpc", addr).await?;
             grpc_addr = Some(local_addr("grpc", addr, &listener)?);
             let svc = CollectorService {
                 ingest: ingest.clone(),
             };
-            let stopped = stopped.clone();
-            let tls = tls.clone();
-            let conns = ingest.connections.clone();
-            servers.push(tokio::spawn(async move {
-                listen::serve(listener, svc, conn_limits, tls, stopped, conns)
-                    .await
-                    .map_err(|e| ServeError::Server {
-                        what: "grpc",
-                        message: e.to_string(),
-                    })
-            }));
+            servers.push(spawner.spawn("grpc", listener, svc));
         }
         if let Some(addr) = config.http {
             let listener = bind("http", addr).await?;
@@ -711,24 +734,44 @@ impl Collector {
                     },
                     routes::guard,
                 ));
-            let stopped = stopped.clone();
-            let tls = tls.clone();
-            let conns = ingest.connections.clone();
-            servers.push(tokio::spawn(async move {
-                listen::serve(listener, app, conn_limits, tls, stopped, conns)
-                    .await
-                    .map_err(|e| ServeError::Server {
-                        what: "http",
-                        message: e.to_string(),
-                    })
-            }));
+            servers.push(spawner.spawn("http", listener, app));
+        }
+        let mut otlp_grpc_addr = None;
+        let mut otlp_http_addr = None;
+        let mut assembler = None;
+        if config.otlp.enabled() {
+            let started = otlp::start(
+                &config.otlp,
+                ingest.clone(),
+                held,
+                ingest.otlp.clone(),
+                stopped.clone(),
+            );
+            assembler = Some(started.task);
+            if let Some(addr) = config.otlp.grpc {
+                let listener = bind("otlp-grpc", addr).await?;
+                otlp_grpc_addr = Some(local_addr("otlp-grpc", addr, &listener)?);
+                let svc = otlp::grpc::TraceService {
+                    otlp: started.otlp.clone(),
+                };
+                servers.push(spawner.spawn("otlp-grpc", listener, svc));
+            }
+            if let Some(addr) = config.otlp.http {
+                let listener = bind("otlp-http", addr).await?;
+                otlp_http_addr = Some(local_addr("otlp-http", addr, &listener)?);
+                let app = otlp::http::router(started.otlp.clone());
+                servers.push(spawner.spawn("otlp-http", listener, app));
+            }
         }
         Ok(Collector {
             grpc_addr,
             http_addr,
+            otlp_grpc_addr,
+            otlp_http_addr,
             ingest,
             stop,
             servers,
+            assembler,
             writer,
         })
     }
@@ -741,6 +784,16 @@ impl Collector {
     /// The bound HTTP address, if serving HTTP.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http_addr
+    }
+
+    /// The bound OTLP/gRPC address, if receiving OTLP over gRPC.
+    pub fn otlp_grpc_addr(&self) -> Option<SocketAddr> {
+        self.otlp_grpc_addr
+    }
+
+    /// The bound OTLP/HTTP address, if receiving OTLP over HTTP.
+    pub fn otlp_http_addr(&self) -> Option<SocketAddr> {
+        self.otlp_http_addr
     }
 
     /// The counters so far.
@@ -800,11 +853,62 @@ impl Collector {
     }
 
     async fn finish(self) {
-        let Collector { ingest, writer, .. } = self;
+        let Collector {
+            ingest,
+            writer,
+            assembler,
+            ..
+        } = self;
+        // The assembler stops with the servers (held spans stay in the
+        // store for the next start); it holds the writer's queue too.
+        if let Some(a) = assembler {
+            let _ = a.await;
+        }
         // The servers are gone; dropping the last sender ends the writer
         // after it has committed what was queued.
         drop(ingest);
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    }
+}
+
+/// Starts the servers of the ports, each on its listener, with the same
+/// connection limits, TLS and stop signal.
+struct Spawner {
+    limits: ConnLimits,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stopped: watch::Receiver<bool>,
+    connections: Arc<connections::Connections>,
+}
+
+impl Spawner {
+    fn spawn<S, B>(
+        &self,
+        what: &'static str,
+        listener: TcpListener,
+        service: S,
+    ) -> tokio::task::JoinHandle<Result<(), ServeError>>
+    where
+        S: tonic::codegen::Service<
+                http::Request<hyper::body::Incoming>,
+                Response = http::Response<B>,
+                Error = std::convert::Infallible,
+            > + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (limits, tls) = (self.limits, self.tls.clone());
+        let (stopped, conns) = (self.stopped.clone(), self.connections.clone());
+        tokio::spawn(async move {
+            listen::serve(listener, service, limits, tls, stopped, conns)
+                .await
+                .map_err(|e| ServeError::Server {
+                    what,
+                    message: e.to_string(),
+                })
+        })
     }
 }
 

@@ -693,15 +693,7 @@ fn process_ref(
             imp.stats.duplicates_dropped += trace.duplicates_dropped as u64;
             imp.stats.duplicates_renamed += trace.duplicates_renamed as u64;
             imp.stats.orphans += trace.orphans as u64;
-            for mut a in analyze(trace, opts, scratch, pieces) {
-                if trace.duplicates_renamed > 0 {
-                    // The trace's span ids were ambiguous: say so on every
-                    // record made from it.
-                    a.record.labels.insert(
-                        "import.duplicate_span_ids".into(),
-                        trace.duplicates_renamed.to_string(),
-                    );
-                }
+            for a in trace_records(trace, opts, scratch, pieces) {
                 imp.stats.records += 1;
                 imp.stats.adjustments.add(&a.adjustments);
                 imp.analyzed.push(a);
@@ -712,6 +704,30 @@ fn process_ref(
             imp.errors.push(e.clone());
         }
     }
+}
+
+/// The records of one validated trace, as every import makes them: one
+/// per selected root ([`analyze`]), each labelled
+/// `import.duplicate_span_ids` when the trace's span ids were ambiguous.
+/// `cpt serve`'s OTLP receiver makes its records with this too.
+pub fn trace_records(
+    trace: &Trace,
+    opts: &ImportOptions,
+    scratch: &mut crisp::Scratch,
+    pieces: &mut Vec<Piece>,
+) -> Vec<Analyzed> {
+    let mut out = analyze(trace, opts, scratch, pieces);
+    if trace.duplicates_renamed > 0 {
+        // The trace's span ids were ambiguous: say so on every record
+        // made from it.
+        for a in &mut out {
+            a.record.labels.insert(
+                "import.duplicate_span_ids".into(),
+                trace.duplicates_renamed.to_string(),
+            );
+        }
+    }
+    out
 }
 
 /// Thread-local state of the trace workers.

@@ -11,6 +11,8 @@ mod hostile;
 mod limits;
 mod malformed;
 mod metrics;
+mod otlp;
+mod otlp_clients;
 mod overload;
 mod parquet;
 mod read_access;

@@ -32,7 +32,7 @@ fn value(text: &str, series: &str) -> f64 {
 /// `promtool check metrics` on `text`: `None` when promtool is not
 /// installed (CI installs it and sets CPT_REQUIRE_PROMTOOL=1, which turns a
 /// missing promtool into a failure).
-fn promtool(text: &str) -> Option<(bool, String)> {
+pub(crate) fn promtool(text: &str) -> Option<(bool, String)> {
     use std::io::Write;
     let child = std::process::Command::new("promtool")
         .args(["check", "metrics"])

@@ -239,6 +239,20 @@ pub(crate) async fn grpc_export(
     addr: SocketAddr,
     batch: proto::RecordBatch,
 ) -> Result<proto::ExportResponse, tonic::Status> {
+    grpc_unary(addr, cpt_collector::ingest::GRPC_EXPORT_PATH, batch).await
+}
+
+/// One unary call of `path` through a stock tonic client and tonic-prost
+/// codec.
+pub(crate) async fn grpc_unary<Req, Resp>(
+    addr: SocketAddr,
+    path: &'static str,
+    req: Req,
+) -> Result<Resp, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -248,9 +262,9 @@ pub(crate) async fn grpc_export(
     grpc.ready()
         .await
         .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-    let codec = tonic_prost::ProstCodec::<proto::RecordBatch, proto::ExportResponse>::default();
-    let path = http::uri::PathAndQuery::from_static(cpt_collector::ingest::GRPC_EXPORT_PATH);
-    grpc.unary(tonic::Request::new(batch), path, codec)
+    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+    let path = http::uri::PathAndQuery::from_static(path);
+    grpc.unary(tonic::Request::new(req), path, codec)
         .await
         .map(tonic::Response::into_inner)
 }

@@ -22,6 +22,13 @@ const INSERT: &str = "INSERT INTO records \
     (service, endpoint, start_unix_nanos, latency_ns, trigger, labels, record, request_id, trace_id, id) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
+/// OTLP spans held until their trace is complete: one row per trace and
+/// request (`cpt serve --otlp-*`).
+const INSERT_HELD: &str = "INSERT INTO otlp_spans (trace_id, spans) VALUES (?1, ?2)";
+/// A completed trace's held spans go in the transaction that stores its
+/// records.
+const DELETE_HELD: &str = "DELETE FROM otlp_spans WHERE trace_id = ?1";
+
 /// One record ready for insertion: its indexed columns and its JSON form.
 #[derive(Clone, Debug)]
 struct Row {
@@ -57,6 +64,11 @@ pub struct EncodedBatch {
     batch_id: Option<String>,
     /// What the rows' columns hold, about what the batch adds to the pages.
     bytes: usize,
+    /// OTLP spans to hold: `(trace id, spans)` rows of `otlp_spans`.
+    held: Vec<(String, String)>,
+    /// Traces whose held spans are deleted (completed: their records are
+    /// in this batch or were dropped for a counted reason).
+    released: Vec<String>,
 }
 
 impl EncodedBatch {
@@ -83,7 +95,30 @@ impl EncodedBatch {
             rows,
             batch_id: None,
             bytes,
+            held: Vec::new(),
+            released: Vec::new(),
         }
+    }
+
+    /// Hold these OTLP spans in the same savepoint as the records: `(trace
+    /// id, spans)` rows that [`Store::held_spans`] reads back after a
+    /// restart.
+    #[must_use]
+    pub fn with_held_spans(mut self, held: Vec<(String, String)>) -> EncodedBatch {
+        self.bytes += held
+            .iter()
+            .map(|(t, s)| t.len() + s.len() + 16)
+            .sum::<usize>();
+        self.held = held;
+        self
+    }
+
+    /// Delete the held OTLP spans of these traces in the same savepoint as
+    /// the records (the traces were completed).
+    #[must_use]
+    pub fn with_released_traces(mut self, released: Vec<String>) -> EncodedBatch {
+        self.released = released;
+        self
     }
 
     /// Tag the batch with the id its sender gave it: the store keeps the
@@ -267,6 +302,14 @@ impl Store {
                         &mut scratch,
                     )?;
                 }
+                for (trace, spans) in &batch.held {
+                    sp.prepare_cached(INSERT_HELD)?
+                        .execute(rusqlite::params![trace, spans])?;
+                }
+                for trace in &batch.released {
+                    sp.prepare_cached(DELETE_HELD)?
+                        .execute(rusqlite::params![trace])?;
+                }
                 Ok::<_, rusqlite::Error>(batch.rows.len() as u64)
             })();
             match inserted {
@@ -301,6 +344,28 @@ impl Store {
             return Err(e);
         }
         Ok(results)
+    }
+}
+
+impl Store {
+    /// The OTLP spans held (received and acknowledged, their trace not yet
+    /// completed), as `(trace id, spans)` rows in the order they were
+    /// stored: what a restarted collector reassembles.
+    ///
+    /// # Errors
+    ///
+    /// When SQLite fails.
+    pub fn held_spans(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let sqlite = self.sqlite("read the held OTLP spans");
+        let mut stmt = self
+            .conn
+            .prepare("SELECT trace_id, spans FROM otlp_spans ORDER BY rowid")
+            .map_err(self.sqlite("read the held OTLP spans"))?;
+        let rows: Vec<(String, String)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(Iterator::collect)
+            .map_err(sqlite)?;
+        Ok(rows)
     }
 }
 

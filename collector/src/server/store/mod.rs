@@ -51,6 +51,14 @@
 //! record's latency in `paths`, so the endpoints' summary
 //! ([`Store::endpoints`]) scans that compact table, not `records`.
 //!
+//! `otlp_spans` holds the OpenTelemetry spans `cpt serve --otlp-*` has
+//! acknowledged whose trace is not complete yet (one row per trace and
+//! request, the spans as JSON; [`EncodedBatch::with_held_spans`]); the
+//! batch that stores a trace's records deletes its rows
+//! ([`EncodedBatch::with_released_traces`]), and a collector that starts
+//! reads what is left ([`Store::held_spans`]). Any version gets the table
+//! when opened for writing: an older `cpt` ignores it.
+//!
 //! # Durability
 //!
 //! The database runs in WAL mode with `synchronous = FULL` by default: a

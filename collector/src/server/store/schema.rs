@@ -25,6 +25,11 @@ CREATE TABLE IF NOT EXISTS records (
 );
 CREATE INDEX IF NOT EXISTS records_by_service ON records (service, endpoint, start_unix_nanos);
 CREATE INDEX IF NOT EXISTS records_by_start ON records (start_unix_nanos);
+CREATE TABLE IF NOT EXISTS otlp_spans (
+    trace_id TEXT NOT NULL,
+    spans    TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS otlp_spans_by_trace ON otlp_spans (trace_id);
 CREATE TABLE IF NOT EXISTS batches (
     id                TEXT PRIMARY KEY,
     records           INTEGER NOT NULL,

@@ -21,6 +21,16 @@ use serde_json::value::RawValue;
 
 use super::tags::{TagValue, is_error_tag};
 use super::zipkin::guess;
+/// The OTLP protobuf messages of the trace service
+/// (`opentelemetry.proto.collector.trace.v1` and what it uses), from the
+/// `opentelemetry-proto` crate.
+pub mod pb {
+    pub use opentelemetry_proto::tonic::collector::trace::v1::*;
+    pub use opentelemetry_proto::tonic::common::v1::*;
+    pub use opentelemetry_proto::tonic::resource::v1::*;
+    pub use opentelemetry_proto::tonic::trace::v1::*;
+}
+
 use crate::traces::model::{
     BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, Wide, build,
     span_start_end,
@@ -197,6 +207,274 @@ fn status_error(s: &Option<Status>) -> bool {
     }
 }
 
+/// One span of an OTLP request, converted: the span as every reader makes
+/// it, and the values of the attributes asked for (only on a root span:
+/// the span's own attribute, else its resource's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Converted {
+    /// The span.
+    pub span: RawSpan<'static>,
+    /// `(key, value)` of each key asked for that the root span or its
+    /// resource has, in the order asked; empty for other spans.
+    pub labels: Vec<(String, String)>,
+}
+
+/// What [`json_request_spans`] and [`proto_spans`] hand over for each span: its
+/// trace id (lowercase hex; `None` when the span is too broken to tell),
+/// and the span or why it cannot be read.
+pub type SpanSink<'s> = dyn FnMut(Option<String>, Result<Converted, Reason>) + 's;
+
+/// The service and clock domain of a resource's spans: `service.name`
+/// (else `unknown_service`), and `host.name`, else
+/// `service.instance.id`, else the service, as the clock.
+fn resource_names(
+    names: &mut Interner,
+    service: Option<&str>,
+    host: Option<&str>,
+    instance: Option<&str>,
+) -> (Arc<str>, Arc<str>) {
+    let service_name = service.unwrap_or("unknown_service");
+    let svc: Arc<str> = names.get(service_name);
+    let clock: Arc<str> = match (host, instance) {
+        (Some(h), _) => names.get(&format!("host:{h}")),
+        (None, Some(i)) => names.get(&format!("instance:{i}")),
+        _ => names.get(&format!("service:{service_name}")),
+    };
+    (svc, clock)
+}
+
+/// A label value of an attribute (strings as they are; numbers and
+/// booleans as JSON writes them; other values have none).
+fn label_value(v: &TagValue<'_>) -> Option<String> {
+    match v {
+        TagValue::Str(s) => Some(s.to_string()),
+        TagValue::Bool(b) => Some(b.to_string()),
+        TagValue::Num(n) if n.fract() == 0.0 && n.abs() < 9.0e15 => Some(format!("{}", *n as i64)),
+        TagValue::Num(n) => Some(n.to_string()),
+        TagValue::Other => None,
+    }
+}
+
+/// The labels of a root span: for each key, the value of the span's
+/// attribute, else of its resource's (`read` gives an attribute's key and
+/// value).
+fn root_labels<'v, A: 'v>(
+    keys: &[String],
+    span: &'v [A],
+    resource: &'v [A],
+    read: impl Fn(&'v A) -> (&'v str, Option<TagValue<'v>>),
+) -> Vec<(String, String)> {
+    let find =
+        |attrs: &'v [A], k: &str| attrs.iter().rev().map(&read).find(|(key, _)| *key == k)?.1;
+    keys.iter()
+        .filter_map(|k| {
+            let v = find(span, k).or_else(|| find(resource, k))?;
+            Some((k.clone(), label_value(&v)?))
+        })
+        .collect()
+}
+
+/// Every span of one OTLP JSON document, converted, in document order.
+/// `label_keys`: the attributes whose values root spans carry as labels.
+fn json_spans(doc: &Doc<'_>, names: &mut Interner, label_keys: &[String], f: &mut SpanSink<'_>) {
+    for rs in &doc.resource_spans {
+        let mut service: Option<&str> = None;
+        let mut host: Option<&str> = None;
+        let mut instance: Option<&str> = None;
+        let resource_attrs = rs.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
+        for kv in resource_attrs {
+            let s = kv.value.as_ref().and_then(|v| v.string.as_deref());
+            match &*kv.key {
+                "service.name" => service = s,
+                "host.name" => host = s,
+                "service.instance.id" => instance = s,
+                _ => {}
+            }
+        }
+        let (svc, clock) = resource_names(names, service, host, instance);
+        for ss in rs.scope_spans.iter().chain(&rs.library_spans) {
+            for raw in &ss.spans {
+                let parsed = serde_json::from_str::<OSpan<'_>>(raw.get());
+                let (tid, res) = match parsed {
+                    Ok(s) => (s.trace_id.to_ascii_lowercase(), Ok(s)),
+                    Err(e) => match guess(raw.get(), "\"traceId\"") {
+                        Some(t) => (t.to_ascii_lowercase(), Err(Reason::Json(e.to_string()))),
+                        None => {
+                            f(None, Err(Reason::Json(e.to_string())));
+                            continue;
+                        }
+                    },
+                };
+                let res = res.and_then(|s| {
+                    span_start_end(
+                        &s.span_id,
+                        ("startTimeUnixNano", s.start.0),
+                        ("endTimeUnixNano", s.end.0),
+                        TimeUnit::Nanos,
+                    )
+                    .map(|t| (s, t))
+                });
+                let res = res.map(|(s, (start_ns, duration_ns))| {
+                    let error = status_error(&s.status)
+                        || s.attributes.iter().any(|kv| {
+                            kv.value
+                                .as_ref()
+                                .is_some_and(|v| is_error_tag(&kv.key, &v.tag()))
+                        });
+                    let parent_id: Option<Cow<'static, str>> = s
+                        .parent
+                        .as_deref()
+                        .filter(|p| !p.is_empty())
+                        .map(|p| p.to_ascii_lowercase().into());
+                    let labels = if parent_id.is_none() {
+                        root_labels(label_keys, &s.attributes, resource_attrs, |kv| {
+                            (&*kv.key, kv.value.as_ref().map(AnyValue::tag))
+                        })
+                    } else {
+                        Vec::new()
+                    };
+                    Converted {
+                        span: RawSpan {
+                            id: s.span_id.to_ascii_lowercase().into(),
+                            parent_id,
+                            service: svc.clone(),
+                            operation: names.get(&s.name),
+                            start_ns: Some(start_ns),
+                            duration_ns: Some(duration_ns),
+                            kind: span_kind(&s.kind),
+                            clock: clock.clone(),
+                            error,
+                            // OTLP has no "follows from" parent: a span
+                            // that only links to another has no parent
+                            // and is a root of its own.
+                            follows_from: false,
+                        },
+                        labels,
+                    }
+                });
+                f(Some(tid), res);
+            }
+        }
+    }
+}
+
+/// Every span of one OTLP JSON request body (`ExportTraceServiceRequest` in
+/// the protobuf JSON mapping, as `POST /v1/traces` takes it), converted as
+/// a file of it would be, in document order.
+///
+/// # Errors
+///
+/// When the body is not such a document.
+pub fn json_request_spans(
+    body: &str,
+    names: &mut Interner,
+    label_keys: &[String],
+    f: &mut SpanSink<'_>,
+) -> Result<(), String> {
+    let doc = serde_json::from_str::<Doc<'_>>(body).map_err(|e| format!("not OTLP JSON: {e}"))?;
+    json_spans(&doc, names, label_keys, f);
+    Ok(())
+}
+
+fn proto_tag(v: &pb::AnyValue) -> TagValue<'_> {
+    use pb::any_value::Value;
+    match &v.value {
+        Some(Value::StringValue(s)) => TagValue::Str(Cow::Borrowed(s)),
+        Some(Value::BoolValue(b)) => TagValue::Bool(*b),
+        Some(Value::IntValue(i)) => TagValue::Num(*i as f64),
+        Some(Value::DoubleValue(d)) => TagValue::Num(*d),
+        _ => TagValue::Other,
+    }
+}
+
+/// Lowercase hex of an id's bytes.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+/// Every span of one OTLP protobuf request (`ExportTraceServiceRequest`,
+/// as the OTLP gRPC and HTTP exporters send it), converted exactly as
+/// [`json_request_spans`] converts the same request in the JSON mapping:
+/// ids as lowercase hex, the same service, clock domain, kind and error
+/// rules.
+pub fn proto_spans(
+    req: &pb::ExportTraceServiceRequest,
+    names: &mut Interner,
+    label_keys: &[String],
+    f: &mut SpanSink<'_>,
+) {
+    for rs in &req.resource_spans {
+        let resource_attrs = rs.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
+        let mut service: Option<&str> = None;
+        let mut host: Option<&str> = None;
+        let mut instance: Option<&str> = None;
+        for kv in resource_attrs {
+            let s = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(pb::any_value::Value::StringValue(s)) => Some(s.as_str()),
+                _ => None,
+            };
+            match kv.key.as_str() {
+                "service.name" => service = s,
+                "host.name" => host = s,
+                "service.instance.id" => instance = s,
+                _ => {}
+            }
+        }
+        let (svc, clock) = resource_names(names, service, host, instance);
+        for ss in &rs.scope_spans {
+            for s in &ss.spans {
+                let tid = hex(&s.trace_id);
+                let id = hex(&s.span_id);
+                let res = span_start_end(
+                    &id,
+                    ("startTimeUnixNano", i128::from(s.start_time_unix_nano)),
+                    ("endTimeUnixNano", i128::from(s.end_time_unix_nano)),
+                    TimeUnit::Nanos,
+                );
+                let res = res.map(|(start_ns, duration_ns)| {
+                    let error = s.status.as_ref().is_some_and(|st| st.code == 2)
+                        || s.attributes.iter().any(|kv| {
+                            kv.value
+                                .as_ref()
+                                .is_some_and(|v| is_error_tag(&kv.key, &proto_tag(v)))
+                        });
+                    let parent_id: Option<Cow<'static, str>> =
+                        (!s.parent_span_id.is_empty()).then(|| hex(&s.parent_span_id).into());
+                    let labels = if parent_id.is_none() {
+                        root_labels(label_keys, &s.attributes, resource_attrs, |kv| {
+                            (kv.key.as_str(), kv.value.as_ref().map(proto_tag))
+                        })
+                    } else {
+                        Vec::new()
+                    };
+                    Converted {
+                        span: RawSpan {
+                            id: id.into(),
+                            parent_id,
+                            service: svc.clone(),
+                            operation: names.get(&s.name),
+                            start_ns: Some(start_ns),
+                            duration_ns: Some(duration_ns),
+                            kind: span_kind(&Some(Kind::Num(i64::from(s.kind)))),
+                            clock: clock.clone(),
+                            error,
+                            follows_from: false,
+                        },
+                        labels,
+                    }
+                });
+                f(Some(tid), res);
+            }
+        }
+    }
+}
+
 /// Read an OTLP JSON file (one document, or one per line) into validated
 /// traces (in order of first appearance) and file-level errors.
 pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, Vec<TraceError>) {
@@ -320,90 +598,31 @@ impl Acc {
     }
 
     fn doc(&mut self, doc: &Doc<'_>) {
-        for rs in &doc.resource_spans {
-            let mut service: Option<&str> = None;
-            let mut host: Option<&str> = None;
-            let mut instance: Option<&str> = None;
-            for kv in rs.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]) {
-                let s = kv.value.as_ref().and_then(|v| v.string.as_deref());
-                match &*kv.key {
-                    "service.name" => service = s,
-                    "host.name" => host = s,
-                    "service.instance.id" => instance = s,
-                    _ => {}
+        let Acc {
+            names,
+            order,
+            by_trace,
+            bad,
+            errors,
+        } = self;
+        json_spans(doc, names, &[], &mut |tid, res| {
+            let Some(tid) = tid else {
+                if let Err(e) = res {
+                    errors.push(TraceError::new("<unknown>", e));
                 }
-            }
-            let service_name = service.unwrap_or("unknown_service");
-            let svc: Arc<str> = self.names.get(service_name);
-            let clock: Arc<str> = match (host, instance) {
-                (Some(h), _) => self.names.get(&format!("host:{h}")),
-                (None, Some(i)) => self.names.get(&format!("instance:{i}")),
-                _ => self.names.get(&format!("service:{service_name}")),
+                return;
             };
-            for ss in rs.scope_spans.iter().chain(&rs.library_spans) {
-                for raw in &ss.spans {
-                    let parsed = serde_json::from_str::<OSpan<'_>>(raw.get());
-                    let (tid, res) = match parsed {
-                        Ok(s) => (s.trace_id.to_ascii_lowercase(), Ok(s)),
-                        Err(e) => match guess(raw.get(), "\"traceId\"") {
-                            Some(t) => (t.to_ascii_lowercase(), Err(Reason::Json(e.to_string()))),
-                            None => {
-                                self.errors.push(TraceError::new(
-                                    "<unknown>",
-                                    Reason::Json(e.to_string()),
-                                ));
-                                continue;
-                            }
-                        },
-                    };
-                    let v = self.by_trace.entry(tid.clone()).or_insert_with(|| {
-                        self.order.push(tid.clone());
-                        Vec::new()
-                    });
-                    let res = res.and_then(|s| {
-                        span_start_end(
-                            &s.span_id,
-                            ("startTimeUnixNano", s.start.0),
-                            ("endTimeUnixNano", s.end.0),
-                            TimeUnit::Nanos,
-                        )
-                        .map(|t| (s, t))
-                    });
-                    match res {
-                        Ok((s, (start_ns, duration_ns))) => {
-                            let error = status_error(&s.status)
-                                || s.attributes.iter().any(|kv| {
-                                    kv.value
-                                        .as_ref()
-                                        .is_some_and(|v| is_error_tag(&kv.key, &v.tag()))
-                                });
-                            v.push(RawSpan {
-                                id: s.span_id.to_ascii_lowercase().into(),
-                                parent_id: s
-                                    .parent
-                                    .as_deref()
-                                    .filter(|p| !p.is_empty())
-                                    .map(|p| p.to_ascii_lowercase().into()),
-                                service: svc.clone(),
-                                operation: self.names.get(&s.name),
-                                start_ns: Some(start_ns),
-                                duration_ns: Some(duration_ns),
-                                kind: span_kind(&s.kind),
-                                clock: clock.clone(),
-                                error,
-                                // OTLP has no "follows from" parent: a span
-                                // that only links to another has no parent
-                                // and is a root of its own.
-                                follows_from: false,
-                            });
-                        }
-                        Err(e) => {
-                            self.bad.entry(tid).or_insert(e);
-                        }
-                    }
+            let v = by_trace.entry(tid.clone()).or_insert_with(|| {
+                order.push(tid.clone());
+                Vec::new()
+            });
+            match res {
+                Ok(s) => v.push(s.span),
+                Err(e) => {
+                    bad.entry(tid).or_insert(e);
                 }
             }
-        }
+        });
     }
 
     fn finish(
