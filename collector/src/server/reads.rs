@@ -1,17 +1,19 @@
 //! Where the collector's reads run: profiles (`GET /profile`), record
 //! queries (`GET /v1/records`) and the web pages fold on a pool of their own
-//! whose threads run at a lower CPU priority than ingest ([`READ_NICE`] on
-//! Linux; threads a read starts, such as the store's reader, inherit it).
-//! On a busy machine a long profile then takes the CPU ingest leaves, and a
-//! sender's acknowledgement does not wait behind it; on an idle one a read
-//! runs as fast as `cpt profile --store`. Elsewhere the pool runs at normal
-//! priority (a nice value there is the whole process's).
+//! whose threads run at a lower CPU priority than ingest ([`READ_NICE`]
+//! levels below the process on Linux; threads a read starts, such as the
+//! store's reader, inherit it). On a busy machine a long profile then
+//! takes the CPU ingest leaves, and a sender's acknowledgement does not
+//! wait behind it; on an idle one a read runs as fast as `cpt profile
+//! --store`. Elsewhere the pool runs at normal priority (a nice value there
+//! is the whole process's).
 
 use std::sync::OnceLock;
 
-/// The nice value of the read threads (0 is normal, 19 the lowest): the
-/// scheduler gives an ingest thread about ten times a read thread's share
-/// of a core they both want.
+/// How many nice levels the read threads run below the process (whose
+/// own nice value an operator may have set; 19 is the lowest there is):
+/// the scheduler gives an ingest thread about ten times a read thread's
+/// share of a core they both want.
 pub(crate) const READ_NICE: i32 = 10;
 
 fn pool() -> Option<&'static rayon::ThreadPool> {
@@ -29,9 +31,12 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
 #[cfg(target_os = "linux")]
 fn lower_priority() {
     // On Linux the nice value is per thread, and "the calling process" of
-    // setpriority is the calling thread. Failing leaves it at normal
-    // priority, which is only slower for ingest.
-    let _ = rustix::process::setpriority_process(None, READ_NICE);
+    // setpriority is the calling thread, which starts at the nice value of
+    // the thread that made it. Relative to that: an absolute value would
+    // put reads above ingest in a collector started under `nice`. Failing
+    // leaves it where it was, which is only slower for ingest.
+    let base = nice_of_this_thread();
+    let _ = rustix::process::setpriority_process(None, (base + READ_NICE).min(19));
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -75,7 +80,7 @@ where
 }
 
 /// The nice value of the calling thread, where there is one.
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(target_os = "linux")]
 fn nice_of_this_thread() -> i32 {
     rustix::process::getpriority_process(None).unwrap_or(0)
 }
