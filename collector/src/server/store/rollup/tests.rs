@@ -481,16 +481,27 @@ fn a_profile_taken_while_the_writer_rolls_up_merges_and_deletes_is_the_fold_of_i
     let mut store = Store::open(&path).unwrap();
     store.set_retention(Retention::default()).unwrap();
     let reader = Store::open_read_only(&path).unwrap();
+    // Batches committed (set once `insert` returns) and batches begun (set
+    // before it starts): an answer's snapshot holds at least the first
+    // read before it and at most the second read after it, even when the
+    // writer is preempted between a commit and its announcement.
     let committed = Arc::new(AtomicUsize::new(0));
+    let begun = Arc::new(AtomicUsize::new(0));
     let answers = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let writer = {
-        let (committed, answers, done) = (committed.clone(), answers.clone(), done.clone());
+        let (committed, begun, answers, done) = (
+            committed.clone(),
+            begun.clone(),
+            answers.clone(),
+            done.clone(),
+        );
         let batches = batches.clone();
         std::thread::spawn(move || {
             let now = SystemTime::now();
             let cutoff = now_nanos() - 5 * DAY * NANOS;
             for (k, batch) in batches.iter().enumerate() {
+                begun.store(k + 1, Ordering::SeqCst);
                 store.insert(batch).unwrap();
                 committed.store(k + 1, Ordering::SeqCst);
                 // Small steps, so that commits land between a profile's reads.
@@ -541,12 +552,12 @@ fn a_profile_taken_while_the_writer_rolls_up_merges_and_deletes_is_the_fold_of_i
         i += 1;
         let before = committed.load(Ordering::SeqCst);
         let (got, _) = answer(&reader, &sels[s]).unwrap();
-        let after = committed.load(Ordering::SeqCst);
+        let after = begun.load(Ordering::SeqCst);
         answers.fetch_add(1, Ordering::SeqCst);
         taken += 1;
         let Some(k) = (before..=after).find(|&k| prefix[s][k] == got.requests()) else {
             panic!(
-                "{}: {} requests, but {}..={} batches committed hold {}..={}",
+                "{}: {} requests, but {}..={} batches committed or begun hold {}..={}",
                 sels[s],
                 got.requests(),
                 before,
