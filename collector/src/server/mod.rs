@@ -51,29 +51,16 @@
 //!
 //! # Where the code is
 //!
-//! | file | what |
+//! | folder or file | what |
 //! |---|---|
-//! | `admission.rs` | the permit, decoding off the async workers, waiting for the acknowledgement, the counters |
-//! | `writer.rs` | the single writer thread's group commit, and the store's upkeep between groups |
-//! | `retention.rs` | `--retain-for`, `--max-store-bytes`, roll-ups and their retention: what the writer does between groups; the gauges `/metrics` reads |
-//! | `metrics.rs` | `GET /metrics`, the Prometheus text format |
-//! | `trend.rs` | `GET /v1/trend`, an endpoint's trend from the roll-ups |
-//! | `staging.rs` | Parquet files staged until the store commits, settled at start |
-//! | `http_api.rs` | `POST /v1/records`, `GET /v1/records`, `GET /profile`, `GET /v1/stats`, `GET /healthz` |
-//! | `routes.rs` | every route in one table, and the guard in front of them all: allowed hosts, query limit, same-origin POSTs, the read policy |
-//! | `authority.rs` | the names the HTTP port answers to (DNS rebinding), trusted proxies' forwarded host, the origin a sign-in must come from |
-//! | `access.rs` | the read policy: who may read (the read token) and what (forced records), bearer parsing |
-//! | `headers.rs` | the security headers of every answer, the flame graphs' policy |
-//! | `errlog.rs` | failure details for the operator's log, rate-limited |
-//! | `grpc_api.rs` | `cpt.collector.v1.Collector/Export` |
-//! | `receiving.rs` | receiving slots shared fairly between peer addresses, the minimum body rate |
-//! | `tls.rs` | the TLS certificate and key of both ports |
+//! | `edge/` | the HTTP edge: connections, TLS, the route table and its guard, the read policy, security headers, the HTTP endpoints and the read threads |
+//! | `ingest/` | the ingest pipeline: receiving slots, admission, the gRPC export, replayed credentials, the writer's group commit, Parquet staging, and [`otlp`] |
+//! | `operations/` | retention and roll-ups between groups, `GET /metrics`, `GET /v1/trend`, the operator's log |
 //! | `ui/` | the web pages: `/`, `/ui/profile`, `/ui/request`, `/ui/diff` |
-//! | `listen.rs` | accepting connections: header-read and idle timeouts, HTTP/2 stream limit |
-//! | `connections.rs` | connections open, bounded in total and per peer address; the open-file limit |
-//! | [`otlp`] | the OpenTelemetry receivers (`--otlp-grpc`, `--otlp-http`): spans held durably, assembled into traces, their records made by the importer's code |
 //! | [`store`] | the SQLite store both the server and `cpt import` write |
 //! | `mod.rs` (here) | [`ServeConfig`], starting and stopping a [`Collector`] |
+//!
+//! Each folder's `mod.rs` lists its files.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -86,46 +73,30 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 
-mod access;
-mod admission;
-mod authority;
-mod connections;
-mod errlog;
-mod grpc_api;
-mod headers;
-mod http_api;
-mod listen;
-mod metrics;
-pub mod otlp;
-mod reads;
-mod receiving;
-mod replays;
-mod retention;
-mod routes;
-mod staging;
+mod edge;
+mod ingest;
+mod operations;
 pub mod store;
-mod tls;
-mod trend;
 mod ui;
-mod writer;
 
-use admission::{Counters, Ingest};
-use grpc_api::CollectorService;
-use http_api::router;
-use listen::ConnLimits;
+use edge::http_api::router;
+use edge::listen::ConnLimits;
+use ingest::admission::{Counters, Ingest};
+use ingest::grpc_api::CollectorService;
+use ingest::writer::write_loop;
 use store::{Durability, Store, StoreError};
-use writer::write_loop;
 
 pub use crate::ingest::IngestLimits;
-pub use authority::check_allowed_host;
-pub use http_api::SOURCE_HEADER;
-pub use otlp::OtlpConfig;
-pub use retention::{
+pub use edge::authority::check_allowed_host;
+pub use edge::http_api::SOURCE_HEADER;
+pub use edge::routes::MAX_TARGET_BYTES;
+pub use edge::tls::{TlsError, TlsFiles};
+pub use ingest::otlp;
+pub use ingest::otlp::OtlpConfig;
+pub use operations::retention::{
     DEFAULT_HOURLY_ROLLUPS_FOR, DEFAULT_RETAIN_FOR, DEFAULT_RETENTION_INTERVAL,
     DEFAULT_ROLLUPS_RETAIN_FOR, Keep, RetentionConfig, format_duration, parse_duration, parse_size,
 };
-pub use routes::MAX_TARGET_BYTES;
-pub use tls::{TlsError, TlsFiles};
 
 /// Default for [`ServeConfig::max_pending_batches`].
 pub const DEFAULT_MAX_PENDING_BATCHES: usize = 32;
@@ -137,7 +108,7 @@ pub const DEFAULT_MAX_GROUP_RECORDS: usize = 20_000;
 pub const DEFAULT_MAX_RECEIVING_BODIES: usize = 256;
 /// Default for [`ServeConfig::min_body_rate`]: 1 KiB/s.
 pub const DEFAULT_MIN_BODY_RATE: u64 = 1024;
-pub use receiving::BODY_RATE_GRACE;
+pub use ingest::receiving::BODY_RATE_GRACE;
 /// Default for [`ServeConfig::body_timeout`].
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default for [`ServeConfig::header_read_timeout`].
@@ -146,7 +117,7 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default for [`ServeConfig::max_connections`].
 pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
-pub use connections::RESERVED_DESCRIPTORS;
+pub use edge::connections::RESERVED_DESCRIPTORS;
 /// Default for [`ServeConfig::max_streams_per_connection`].
 pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 64;
 /// Records `GET /v1/records` returns when the query gives no `limit`.
@@ -157,7 +128,7 @@ pub const DEFAULT_RECORDS_LIMIT: u64 = 1000;
 pub const MAX_RECORDS_LIMIT: u64 = 100_000;
 /// Most parameters one query may have, on every route of the HTTP port (400
 /// beyond, naming the limit).
-pub use routes::MAX_QUERY_PARAMS;
+pub use edge::routes::MAX_QUERY_PARAMS;
 /// Most filters (`label=` and the like) one `GET /profile` query may have:
 /// [`MAX_QUERY_PARAMS`], as on every route.
 pub const MAX_PROFILE_FILTERS: usize = MAX_QUERY_PARAMS;
@@ -562,7 +533,11 @@ impl Collector {
     /// When the store cannot be opened or an address cannot be bound.
     pub async fn start(config: ServeConfig) -> Result<Collector, ServeError> {
         // Before anything is opened: a bad certificate fails the start.
-        let tls = config.tls.as_ref().map(tls::server_config).transpose()?;
+        let tls = config
+            .tls
+            .as_ref()
+            .map(edge::tls::server_config)
+            .transpose()?;
         config.retention.check().map_err(ServeError::Config)?;
         for name in &config.allowed_hosts {
             check_allowed_host(name)
@@ -583,8 +558,8 @@ impl Collector {
             Some(bound) => Store::open_bounded(&config.store, config.durability, bound)?,
             None => Store::open_with(&config.store, config.durability)?,
         };
-        let gauges = Arc::new(retention::StoreGauges::default());
-        let upkeep = retention::Upkeep::new(
+        let gauges = Arc::new(operations::retention::StoreGauges::default());
+        let upkeep = operations::retention::Upkeep::new(
             config.retention.clone(),
             config.parquet_dir.clone(),
             gauges.clone(),
@@ -595,7 +570,7 @@ impl Collector {
         let (jobs, rx) = mpsc::channel(max_pending);
         let max_group = config.max_group_records.max(1);
         if let Some(dir) = &config.parquet_dir {
-            match writer::remove_stale_temp_files(dir) {
+            match ingest::writer::remove_stale_temp_files(dir) {
                 Ok(0) => {}
                 Ok(n) => eprintln!(
                     "cpt serve: removed {n} unfinished Parquet temp file(s) a stopped collector left in {}",
@@ -609,11 +584,13 @@ impl Collector {
         }
         let parquet = match &config.parquet_dir {
             Some(dir) => {
-                let reader = staging::open_reader(&store_path).map_err(ServeError::Staging)?;
+                let reader =
+                    ingest::staging::open_reader(&store_path).map_err(ServeError::Staging)?;
                 // Groups a stopped collector left staged: in place if the
                 // store committed them, deleted if not.
-                let committed = staging::max_id(&reader).map_err(ServeError::Staging)?;
-                let settled = staging::settle(dir, committed).map_err(ServeError::Staging)?;
+                let committed = ingest::staging::max_id(&reader).map_err(ServeError::Staging)?;
+                let settled =
+                    ingest::staging::settle(dir, committed).map_err(ServeError::Staging)?;
                 if settled.published + settled.discarded + settled.orphans > 0 {
                     eprintln!(
                         "cpt serve: Parquet groups a stopped collector left: {} committed (moved into place), \
@@ -621,14 +598,14 @@ impl Collector {
                         settled.published, settled.discarded, settled.orphans
                     );
                 }
-                Some(writer::ParquetOut {
+                Some(ingest::writer::ParquetOut {
                     root: dir.clone(),
                     writer: crate::records::parquet::PartitionedWriter::new(
-                        dir.join(staging::STAGING),
+                        dir.join(ingest::staging::STAGING),
                     )
                     .map_err(ServeError::Parquet)?
                     .with_max_file_bytes(config.parquet_max_file_bytes)
-                    .with_max_hour_partitions(writer::PARQUET_HOURS_PER_GROUP),
+                    .with_max_hour_partitions(ingest::writer::PARQUET_HOURS_PER_GROUP),
                     reader,
                 })
             }
@@ -641,14 +618,14 @@ impl Collector {
         } else {
             Vec::new()
         };
-        let forced_nonces = Arc::new(replays::ForcedNonces::load(&store));
+        let forced_nonces = Arc::new(ingest::replays::ForcedNonces::load(&store));
         let writer = std::thread::Builder::new()
             .name("cpt-store-writer".into())
             .spawn(move || write_loop(store, rx, max_group, parquet, upkeep))
             .map_err(ServeError::Writer)?;
         let max_receiving = config.max_receiving_bodies.max(1);
-        let conns = connections::fit(
-            connections::descriptor_limit(),
+        let conns = edge::connections::fit(
+            edge::connections::descriptor_limit(),
             config.max_connections,
             config.max_connections_per_peer,
         );
@@ -670,14 +647,17 @@ impl Collector {
             limits: config.limits,
             body_timeout: config.body_timeout,
             token: config.ingest_token.clone().map(|t| Arc::from(t.trim())),
-            read: access::ReadAccess::new(config.read_token.as_deref()),
+            read: edge::access::ReadAccess::new(config.read_token.as_deref()),
             jobs,
             counters: Counters::default(),
             store_path,
             keep_records,
             gauges,
             max_store_bytes: config.retention.max_store_bytes,
-            connections: Arc::new(connections::Connections::new(conns.max, conns.max_per_peer)),
+            connections: Arc::new(edge::connections::Connections::new(
+                conns.max,
+                conns.max_per_peer,
+            )),
             forced_nonces,
             cpt_traces: Arc::default(),
             otlp_on: config.otlp.enabled(),
@@ -711,8 +691,8 @@ impl Collector {
             let listener = bind("http", addr).await?;
             http_addr = Some(local_addr("http", addr, &listener)?);
             let app = router(ingest.clone())
-                .merge(metrics::router(ingest.clone()))
-                .merge(trend::router(ingest.clone()))
+                .merge(operations::metrics::router(ingest.clone()))
+                .merge(operations::trend::router(ingest.clone()))
                 .merge(ui::router(
                     ui::UiState::new(
                         ingest.store_path.clone(),
@@ -720,19 +700,19 @@ impl Collector {
                     )
                     .with_tls(tls.is_some()),
                 ))
-                .fallback(routes::fallback)
+                .fallback(edge::routes::fallback)
                 // Every route, the fallback too, is behind the guard.
                 .layer(axum::middleware::from_fn_with_state(
-                    routes::Guard {
+                    edge::routes::Guard {
                         read: ingest.read.clone(),
-                        authorities: authority::Authorities::new(
+                        authorities: edge::authority::Authorities::new(
                             &config.allowed_hosts,
                             &config.trusted_proxies,
                             tls.is_some(),
                         ),
                         metrics_open: config.metrics_open,
                     },
-                    routes::guard,
+                    edge::routes::guard,
                 ));
             servers.push(spawner.spawn("http", listener, app));
         }
@@ -740,7 +720,7 @@ impl Collector {
         let mut otlp_http_addr = None;
         let mut assembler = None;
         if config.otlp.enabled() {
-            let started = otlp::start(
+            let started = ingest::otlp::start(
                 &config.otlp,
                 ingest.clone(),
                 held,
@@ -751,7 +731,7 @@ impl Collector {
             if let Some(addr) = config.otlp.grpc {
                 let listener = bind("otlp-grpc", addr).await?;
                 otlp_grpc_addr = Some(local_addr("otlp-grpc", addr, &listener)?);
-                let svc = otlp::grpc::TraceService {
+                let svc = ingest::otlp::grpc::TraceService {
                     otlp: started.otlp.clone(),
                 };
                 servers.push(spawner.spawn("otlp-grpc", listener, svc));
@@ -759,7 +739,7 @@ impl Collector {
             if let Some(addr) = config.otlp.http {
                 let listener = bind("otlp-http", addr).await?;
                 otlp_http_addr = Some(local_addr("otlp-http", addr, &listener)?);
-                let app = otlp::http::router(started.otlp.clone());
+                let app = ingest::otlp::http::router(started.otlp.clone());
                 servers.push(spawner.spawn("otlp-http", listener, app));
             }
         }
@@ -877,7 +857,7 @@ struct Spawner {
     limits: ConnLimits,
     tls: Option<Arc<rustls::ServerConfig>>,
     stopped: watch::Receiver<bool>,
-    connections: Arc<connections::Connections>,
+    connections: Arc<edge::connections::Connections>,
 }
 
 impl Spawner {
@@ -902,7 +882,7 @@ impl Spawner {
         let (limits, tls) = (self.limits, self.tls.clone());
         let (stopped, conns) = (self.stopped.clone(), self.connections.clone());
         tokio::spawn(async move {
-            listen::serve(listener, service, limits, tls, stopped, conns)
+            edge::listen::serve(listener, service, limits, tls, stopped, conns)
                 .await
                 .map_err(|e| ServeError::Server {
                     what,

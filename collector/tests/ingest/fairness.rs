@@ -1,6 +1,6 @@
 //! Fair admission: one peer address cannot take every receiving slot. While
 //! 127.0.0.2 holds slow HTTP/1 senders or stuck HTTP/2 streams, a sender on
-//! 127.0.0.1 is still answered at once (see `server/receiving.rs`).
+//! 127.0.0.1 is still answered at once (see `server/ingest/receiving.rs`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};

@@ -404,7 +404,7 @@ impl Store {
     /// Label each stored forced record of one of these (nonce, start)
     /// pairs `cpt.force.replayed=true`, in its labels and its record: a
     /// record of the same nonce that started earlier arrived after it
-    /// (`server/replays.rs`). Returns how many were labelled.
+    /// (`server/ingest/replays.rs`). Returns how many were labelled.
     ///
     /// # Errors
     ///

@@ -25,7 +25,7 @@ use crate::profile::aggregate::Aggregate;
 use crate::profile::diff::{DiffOptions, DiffReport, DiffRow, diff, fmt_signed};
 use crate::profile::flame::{FlameOptions, diff_flame_svg};
 use crate::records::selection::Selection;
-use crate::server::access::{Reader, Withheld};
+use crate::server::edge::access::{Reader, Withheld};
 
 /// Rows listed unless `all=on`.
 const TOP: usize = 40;
@@ -123,7 +123,7 @@ pub(super) async fn page(
     let path = state.store_path.clone();
     let cache = state.folds.clone();
     let opts = q.opts;
-    let folded = crate::server::reads::run(move || both(&path, &cache, &q)).await;
+    let folded = crate::server::edge::reads::run(move || both(&path, &cache, &q)).await;
     let (base, test) = match folded {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => return e.respond(Tab::Diff, what),
@@ -294,7 +294,7 @@ pub(super) async fn svg(
     };
     let path = state.store_path.clone();
     let cache = state.folds.clone();
-    let built = crate::server::reads::run(move || {
+    let built = crate::server::edge::reads::run(move || {
         let (base, test) = both(&path, &cache, &q)?;
         diff_flame_svg(&base.agg, &test.agg, &FlameOptions::default())
             .map_err(|e| PageError::BadQuery(e.to_string()))

@@ -19,7 +19,7 @@ use super::page::{self, PageError, Params, Tab, ago, bar, esc};
 use crate::format::{fmt_ns, plural};
 use crate::records::query;
 use crate::records::selection::{Selection, TriggerFilter};
-use crate::server::access::Reader;
+use crate::server::edge::access::Reader;
 use crate::server::store::EndpointSummary;
 
 /// Recent sampled records read to find the services on the paths.

@@ -18,7 +18,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 
 use super::page::{self, Params, Tab, esc};
 use super::{READ_COOKIE, UiState};
-use crate::server::authority::Origin;
+use crate::server::edge::authority::Origin;
 
 /// Where to go after signing in: a path on this site, else `/`.
 ///

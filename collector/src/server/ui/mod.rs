@@ -25,9 +25,9 @@
 //! graph SVG (zoom on click, search), loaded as a document of its own.
 //! Nothing here writes to the store. Who may read what is the collector's
 //! one read policy, applied to every route by the route guard
-//! (`server/routes.rs`): a page handler gets the caller's
-//! [`Reader`](super::access::Reader) and reads the store only through
-//! selections it narrowed ([`Reader::restrict`](super::access::Reader::restrict)).
+//! (`server/edge/routes.rs`): a page handler gets the caller's
+//! [`Reader`](super::edge::access::Reader) and reads the store only through
+//! selections it narrowed ([`Reader::restrict`](super::edge::access::Reader::restrict)).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,9 +48,9 @@ mod request;
 mod trend;
 
 /// Who may read the pages: the collector's one read check
-/// ([`ReadAccess`](super::access::ReadAccess)), the bearer header or the
+/// ([`ReadAccess`](super::edge::access::ReadAccess)), the bearer header or the
 /// cookie [`READ_COOKIE`] the login form sets, as for every other read.
-pub(crate) use super::access::{READ_COOKIE, ReadAccess as ReadGate};
+pub(crate) use super::edge::access::{READ_COOKIE, ReadAccess as ReadGate};
 
 /// What every page handler gets.
 #[derive(Clone, Debug)]

@@ -248,7 +248,7 @@ pub(super) fn error(status: StatusCode, tab: Tab, title: &str, msg: &str) -> Res
 
 /// A 303 to `to` (a local path).
 pub(super) fn redirect(to: &str) -> Response {
-    crate::server::routes::see_other(to)
+    crate::server::edge::routes::see_other(to)
 }
 
 /// Why a page could not be built.
@@ -289,7 +289,7 @@ pub(super) async fn with_store<T: Send + 'static>(
     f: impl FnOnce(&Store) -> Result<T, PageError> + Send + 'static,
 ) -> Result<T, PageError> {
     let path = path.to_path_buf();
-    crate::server::reads::run(move || {
+    crate::server::edge::reads::run(move || {
         let store = Store::open_read_only(&path)?;
         f(&store)
     })

@@ -1,5 +1,5 @@
 //! The read policy, route by route: every row of the route table
-//! (`server/routes.rs`) is asked for a forced record every way a route
+//! (`server/edge/routes.rs`) is asked for a forced record every way a route
 //! could take it, on an open collector and on one with a read token, and
 //! every answer is checked for what it must not show and for the security
 //! headers. A route added to the table that skips the policy (an `Open`
@@ -9,7 +9,7 @@
 //! never reached (the guard answers 404).
 
 use super::http_tests::{Answer, SAME_ORIGIN, forced, request, serve, version};
-use crate::server::routes::{Access, ROUTES, Route};
+use crate::server::edge::routes::{Access, ROUTES, Route};
 
 /// What only the forced record holds and no probe names (an error may echo
 /// the query): a label and its callee.

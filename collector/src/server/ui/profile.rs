@@ -27,7 +27,7 @@ use crate::profile::flame::{FlameOptions, flame_svg};
 use crate::profile::report::Report;
 use crate::records::query;
 use crate::records::selection::Selection;
-use crate::server::access::{Reader, Withheld};
+use crate::server::edge::access::{Reader, Withheld};
 
 /// Stacks in the table unless `top=` says otherwise.
 const TOP: usize = 25;
@@ -250,9 +250,9 @@ fn themed(svg: Vec<u8>) -> Vec<u8> {
 }
 
 /// The flame graph themed, under its own policy (its script and style by
-/// hash, framed by this collector's pages only: `server/headers.rs`).
+/// hash, framed by this collector's pages only: `server/edge/headers.rs`).
 pub(super) fn svg_response(svg: Vec<u8>) -> Response {
-    let (svg, csp) = crate::server::headers::flame_graph(themed(svg));
+    let (svg, csp) = crate::server::edge::headers::flame_graph(themed(svg));
     let mut resp = (
         StatusCode::OK,
         [
@@ -262,7 +262,7 @@ pub(super) fn svg_response(svg: Vec<u8>) -> Response {
         svg,
     )
         .into_response();
-    crate::server::headers::framed_by_own_pages(resp.headers_mut(), Some(csp));
+    crate::server::edge::headers::framed_by_own_pages(resp.headers_mut(), Some(csp));
     resp
 }
 
@@ -284,6 +284,6 @@ pub(super) fn svg_problem(status: StatusCode, msg: &str) -> Response {
     )
         .into_response();
     // Shown in the page's frame, as the graph would have been.
-    crate::server::headers::framed_by_own_pages(resp.headers_mut(), None);
+    crate::server::edge::headers::framed_by_own_pages(resp.headers_mut(), None);
     resp
 }

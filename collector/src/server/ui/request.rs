@@ -28,7 +28,7 @@ use crate::profile::aggregate::Aggregator;
 use crate::profile::tree::{Baseline, Node, collect_leaves, tree};
 use crate::records::query;
 use crate::records::selection::{Selection, format_time};
-use crate::server::access::Reader;
+use crate::server::edge::access::Reader;
 use crate::server::store::{Store, StoreQuery};
 
 /// Records one id may match (a trace id may have several).
@@ -53,9 +53,9 @@ fn find(store: &Store, reader: Reader, id: &str) -> Result<Found, PageError> {
     let by = |sel: Selection| -> Result<Vec<Record>, PageError> {
         // An open collector's reader: sampled records only, so a forced
         // request's id matches nothing.
-        let sel = reader
-            .restrict(sel)
-            .map_err(|_| PageError::BadQuery(crate::server::access::Withheld::MESSAGE.into()))?;
+        let sel = reader.restrict(sel).map_err(|_| {
+            PageError::BadQuery(crate::server::edge::access::Withheld::MESSAGE.into())
+        })?;
         let mut q = StoreQuery::from_selection(&sel);
         q.limit = Some(MATCHES);
         Ok(store.query(&q)?.collect::<Result<Vec<_>, _>>()?)

@@ -63,7 +63,7 @@ pub(super) async fn page(State(state): State<UiState>, RawQuery(raw): RawQuery) 
     };
     let path = state.store_path.clone();
     let query = q.clone();
-    let built = crate::server::reads::run(move || {
+    let built = crate::server::edge::reads::run(move || {
         Store::open_read_only(&path).and_then(|s| s.trend(&query))
     })
     .await;

@@ -3,10 +3,10 @@
 //!
 //! # The rule
 //!
-//! Both ports together keep at most [`super::ServeConfig::max_connections`]
+//! Both ports together keep at most [`crate::server::ServeConfig::max_connections`]
 //! connections open, and one peer address (its IP: every port and
 //! connection of it) at most
-//! [`super::ServeConfig::max_connections_per_peer`] of them (default: a
+//! [`crate::server::ServeConfig::max_connections_per_peer`] of them (default: a
 //! sixteenth of the total, at least one). A connection beyond either bound
 //! is closed as soon as it is accepted, with a reset (no `TIME_WAIT` kept
 //! for it), and counted by reason (`cpt_connections_refused_total`). The
@@ -30,7 +30,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::receiving::PeerSlots;
+use crate::server::ingest::receiving::PeerSlots;
 
 /// Descriptors kept for everything but connections: the store (its
 /// database, WAL and shared-memory files, for the writer and each reader),
@@ -40,7 +40,7 @@ pub const RESERVED_DESCRIPTORS: u64 = 256;
 /// Why a connection was refused (the `reason` label of
 /// `cpt_connections_refused_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Refused {
+pub(in crate::server) enum Refused {
     /// Its peer address had its share open.
     Peer = 0,
     /// Both ports together had their bound open.
@@ -48,9 +48,9 @@ pub(super) enum Refused {
 }
 
 impl Refused {
-    pub(super) const ALL: [Refused; 2] = [Refused::Peer, Refused::Total];
+    pub(in crate::server) const ALL: [Refused; 2] = [Refused::Peer, Refused::Total];
 
-    pub(super) fn as_str(self) -> &'static str {
+    pub(in crate::server) fn as_str(self) -> &'static str {
         match self {
             Refused::Peer => "peer",
             Refused::Total => "total",
@@ -60,7 +60,7 @@ impl Refused {
 
 /// The connections open on both ports, and the bounds on them.
 #[derive(Debug)]
-pub(super) struct Connections {
+pub(in crate::server) struct Connections {
     open: AtomicU64,
     max: u64,
     max_per_peer: usize,
@@ -71,7 +71,7 @@ pub(super) struct Connections {
 impl Connections {
     /// At most `max` connections, `max_per_peer` from one address (each at
     /// least 1).
-    pub(super) fn new(max: usize, max_per_peer: usize) -> Connections {
+    pub(in crate::server) fn new(max: usize, max_per_peer: usize) -> Connections {
         Connections {
             open: AtomicU64::new(0),
             max: max.max(1) as u64,
@@ -83,7 +83,7 @@ impl Connections {
 
     /// Count a connection just accepted from `peer`, or say why it must be
     /// closed (counted too).
-    pub(super) fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Open, Refused> {
+    pub(in crate::server) fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Open, Refused> {
         if !self.peers.take(peer, self.max_per_peer) {
             return Err(self.refuse(Refused::Peer));
         }
@@ -108,29 +108,29 @@ impl Connections {
     }
 
     /// Connections open now.
-    pub(super) fn open(&self) -> u64 {
+    pub(in crate::server) fn open(&self) -> u64 {
         self.open.load(Ordering::Relaxed)
     }
 
     /// The bound on both ports together.
-    pub(super) fn max(&self) -> u64 {
+    pub(in crate::server) fn max(&self) -> u64 {
         self.max
     }
 
     /// The bound per peer address.
-    pub(super) fn max_per_peer(&self) -> usize {
+    pub(in crate::server) fn max_per_peer(&self) -> usize {
         self.max_per_peer
     }
 
     /// Connections refused so far for `why`.
-    pub(super) fn refused(&self, why: Refused) -> u64 {
+    pub(in crate::server) fn refused(&self, why: Refused) -> u64 {
         self.refused[why as usize].load(Ordering::Relaxed)
     }
 }
 
 /// An open connection, counted until dropped.
 #[derive(Debug)]
-pub(super) struct Open {
+pub(in crate::server) struct Open {
     conns: Arc<Connections>,
     peer: IpAddr,
 }
@@ -145,12 +145,12 @@ impl Drop for Open {
 /// The connection bounds a collector runs with, fitted to the descriptors
 /// it may open.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Fitted {
-    pub(super) max: usize,
-    pub(super) max_per_peer: usize,
+pub(in crate::server) struct Fitted {
+    pub(in crate::server) max: usize,
+    pub(in crate::server) max_per_peer: usize,
     /// What to tell the operator when the limit is below what the bounds
     /// asked for need.
-    pub(super) warning: Option<String>,
+    pub(in crate::server) warning: Option<String>,
 }
 
 /// The default per-peer bound for a total of `max`: a sixteenth, at least 1.
@@ -162,7 +162,7 @@ fn default_per_peer(max: usize) -> usize {
 /// descriptor limit of `limit` (`None`: unlimited): with fewer than `max` +
 /// [`RESERVED_DESCRIPTORS`], the bounds shrink to what the limit leaves and
 /// a warning says so.
-pub(super) fn fit(limit: Option<u64>, max: usize, per_peer: Option<usize>) -> Fitted {
+pub(in crate::server) fn fit(limit: Option<u64>, max: usize, per_peer: Option<usize>) -> Fitted {
     let max = max.max(1);
     let need = max as u64 + RESERVED_DESCRIPTORS;
     let (fitted, warning) = match limit {
@@ -194,7 +194,7 @@ pub(super) fn fit(limit: Option<u64>, max: usize, per_peer: Option<usize>) -> Fi
 
 /// The process's open-file limit, its soft limit first raised to its hard
 /// one (`None`: unlimited, or unknown on this platform).
-pub(super) fn descriptor_limit() -> Option<u64> {
+pub(in crate::server) fn descriptor_limit() -> Option<u64> {
     #[cfg(target_os = "linux")]
     {
         use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};

@@ -26,30 +26,30 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::admission::Job;
-use super::retention::Upkeep;
-use super::staging::{self, Staged};
-use super::store::{EncodedBatch, Store, StoreError};
 use crate::records::parquet::PartitionedWriter;
+use crate::server::ingest::admission::Job;
+use crate::server::ingest::staging::{self, Staged};
+use crate::server::operations::retention::Upkeep;
+use crate::server::store::{EncodedBatch, Store, StoreError};
 
 /// Hour partitions one group commit writes Parquet files for, at most (see
 /// the module docs).
-pub(super) const PARQUET_HOURS_PER_GROUP: usize = 16;
+pub(in crate::server) const PARQUET_HOURS_PER_GROUP: usize = 16;
 
 /// The Parquet side of the writer: files staged under `root/.staging`.
 #[derive(Debug)]
-pub(super) struct ParquetOut {
-    pub(super) root: std::path::PathBuf,
+pub(in crate::server) struct ParquetOut {
+    pub(in crate::server) root: std::path::PathBuf,
     /// Writes into `root/.staging`.
-    pub(super) writer: PartitionedWriter,
+    pub(in crate::server) writer: PartitionedWriter,
     /// Reads the store's highest committed record id.
-    pub(super) reader: rusqlite::Connection,
+    pub(in crate::server) reader: rusqlite::Connection,
 }
 
 /// The single writer: group commit of whatever batches are waiting, and
 /// between groups the store's upkeep ([`Upkeep::step`]: retention and
 /// roll-ups, one small transaction at a time).
-pub(super) fn write_loop(
+pub(in crate::server) fn write_loop(
     mut store: Store,
     mut jobs: mpsc::Receiver<Job>,
     max_group_records: usize,
@@ -63,9 +63,10 @@ pub(super) fn write_loop(
         .enable_time()
         .build()
         .inspect_err(|e| {
-            super::errlog::error("the store writer cannot start its timer", || {
-                format!("{e}; upkeep (retention, roll-ups) runs only between batches")
-            });
+            crate::server::operations::errlog::error(
+                "the store writer cannot start its timer",
+                || format!("{e}; upkeep (retention, roll-ups) runs only between batches"),
+            );
         })
         .ok();
     loop {
@@ -143,7 +144,7 @@ fn commit_group(
                 // Committed: into place before the acknowledgement. A failed
                 // move leaves the manifest; the next start moves them.
                 if let Err(e) = staging::publish(&out.root, staged) {
-                    super::errlog::error(
+                    crate::server::operations::errlog::error(
                         "moving committed Parquet files into place failed",
                         || format!("{e} (the next start of cpt serve moves them)"),
                     );
@@ -162,9 +163,10 @@ fn commit_group(
                 if !later_uses.is_empty()
                     && let Err(e) = store.mark_replayed(&later_uses)
                 {
-                    super::errlog::error("labelling replayed forced records failed", || {
-                        e.to_string()
-                    });
+                    crate::server::operations::errlog::error(
+                        "labelling replayed forced records failed",
+                        || e.to_string(),
+                    );
                 }
                 for (job, result) in group.into_iter().zip(results) {
                     let _ = job.ack.send(result.map_err(Arc::new));
@@ -225,7 +227,7 @@ fn write_parquet(
 /// Remove the hidden `.part-*.parquet.tmp` files a killed collector left
 /// under `dir` (files of groups that never committed: no acknowledged
 /// record is only in one). Returns how many were removed.
-pub(super) fn remove_stale_temp_files(dir: &Path) -> std::io::Result<usize> {
+pub(in crate::server) fn remove_stale_temp_files(dir: &Path) -> std::io::Result<usize> {
     let mut removed = 0;
     let mut dirs = vec![dir.to_path_buf()];
     while let Some(d) = dirs.pop() {

@@ -53,7 +53,9 @@ fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
 ///
 /// Unreadable files, no certificate or key in them, or a key that does not
 /// match the certificate.
-pub(super) fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+pub(in crate::server) fn server_config(
+    files: &TlsFiles,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let certs = certs(&files.cert)?;
     let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
         TlsError(format!(

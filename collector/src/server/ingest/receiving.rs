@@ -3,10 +3,10 @@
 //!
 //! # The rule
 //!
-//! A request takes one of [`super::ServeConfig::max_receiving_bodies`]
+//! A request takes one of [`crate::server::ServeConfig::max_receiving_bodies`]
 //! receiving slots while its body arrives. One peer address (its IP: every
 //! port and connection of it, HTTP/1 and HTTP/2 streams alike) holds at most
-//! [`super::ServeConfig::max_receiving_bodies_per_peer`] of them (default: a
+//! [`crate::server::ServeConfig::max_receiving_bodies_per_peer`] of them (default: a
 //! quarter of the slots, at least one). Beyond that the peer's next request
 //! is refused at once (HTTP 429 / `RESOURCE_EXHAUSTED`, `Retry-After: 1`)
 //! while other peers still find slots: one address with hundreds of slow
@@ -15,9 +15,9 @@
 //!
 //! A body must also keep arriving: after a grace period of
 //! [`BODY_RATE_GRACE`], a body whose average rate since its request started
-//! falls below [`super::ServeConfig::min_body_rate`] bytes per second is cut
+//! falls below [`crate::server::ServeConfig::min_body_rate`] bytes per second is cut
 //! (HTTP 408 / `DEADLINE_EXCEEDED`), freeing its slot long before
-//! [`super::ServeConfig::body_timeout`].
+//! [`crate::server::ServeConfig::body_timeout`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,18 +35,18 @@ pub const BODY_RATE_GRACE: Duration = Duration::from_secs(5);
 /// The peer address of a request's connection, in its extensions
 /// (`listen.rs` puts it there).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct PeerIp(pub(super) IpAddr);
+pub(in crate::server) struct PeerIp(pub(in crate::server) IpAddr);
 
 /// Receiving slots held, per peer address.
 #[derive(Debug, Default)]
-pub(super) struct PeerSlots {
+pub(in crate::server) struct PeerSlots {
     held: Mutex<HashMap<IpAddr, usize>>,
 }
 
 impl PeerSlots {
     /// Take one of `peer`'s at most `max` slots; `false` when it holds them
     /// all.
-    pub(super) fn take(&self, peer: IpAddr, max: usize) -> bool {
+    pub(in crate::server) fn take(&self, peer: IpAddr, max: usize) -> bool {
         let mut held = self
             .held
             .lock()
@@ -60,7 +60,7 @@ impl PeerSlots {
     }
 
     /// Give back one of `peer`'s slots.
-    pub(super) fn give_back(&self, peer: IpAddr) {
+    pub(in crate::server) fn give_back(&self, peer: IpAddr) {
         let mut held = self
             .held
             .lock()
@@ -75,7 +75,7 @@ impl PeerSlots {
 }
 
 /// A receiving slot, given back when dropped.
-pub(super) struct Receiving {
+pub(in crate::server) struct Receiving {
     _permit: OwnedSemaphorePermit,
     peer: Option<(Arc<PeerSlots>, IpAddr)>,
 }
@@ -98,7 +98,7 @@ impl Drop for Receiving {
 
 /// Why a slot was not given.
 #[derive(Debug)]
-pub(super) enum NoSlot {
+pub(in crate::server) enum NoSlot {
     /// This peer holds its share.
     Peer,
     /// Every slot is taken.
@@ -107,7 +107,7 @@ pub(super) enum NoSlot {
 
 /// Take a slot for a body from `peer` (its share first, then a global
 /// permit).
-pub(super) fn take_slot(
+pub(in crate::server) fn take_slot(
     slots: &Arc<PeerSlots>,
     global: &Arc<tokio::sync::Semaphore>,
     peer: Option<IpAddr>,
@@ -134,7 +134,7 @@ pub(super) fn take_slot(
 
 /// Why a body was not received.
 #[derive(Debug)]
-pub(super) enum BodyError {
+pub(in crate::server) enum BodyError {
     /// Over the size limit.
     TooLarge,
     /// Not complete within the body timeout.
@@ -148,7 +148,7 @@ pub(super) enum BodyError {
 /// Receive a whole body of at most `limit` bytes within `timeout`, at an
 /// average of at least `min_rate` bytes per second after
 /// [`BODY_RATE_GRACE`] (`0`: no minimum).
-pub(super) async fn collect<B>(
+pub(in crate::server) async fn collect<B>(
     body: B,
     limit: usize,
     timeout: Duration,

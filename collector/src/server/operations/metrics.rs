@@ -18,9 +18,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{StatusCode, header};
 
-use super::admission::{BOUNDS, Counters, Histogram, Ingest, Reject};
-use super::connections::Refused;
-use super::retention::StoreGauges;
+use crate::server::edge::connections::Refused;
+use crate::server::ingest::admission::{BOUNDS, Counters, Histogram, Ingest, Reject};
+use crate::server::operations::retention::StoreGauges;
 
 /// Write `h` as the Prometheus histogram `name`: cumulative buckets at
 /// [`BOUNDS`], `+Inf`, the sum in seconds and the count.
@@ -55,7 +55,7 @@ impl Exposition {
 }
 
 /// The exposition of a collector's state.
-pub(super) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String {
+pub(in crate::server) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String {
     let c: &Counters = &ingest.counters;
     let g: &StoreGauges = &ingest.gauges;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -269,7 +269,7 @@ pub(super) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String {
     out.text
 }
 
-pub(super) fn router(ingest: Arc<Ingest>) -> Router {
+pub(in crate::server) fn router(ingest: Arc<Ingest>) -> Router {
     Router::new()
         .route("/metrics", get(get_metrics))
         .with_state(ingest)
@@ -278,7 +278,7 @@ pub(super) fn router(ingest: Arc<Ingest>) -> Router {
 /// Behind the route guard (`routes.rs`, `Access::Metrics`): the read
 /// policy, unless `--metrics-open`.
 async fn get_metrics(State(ingest): State<Arc<Ingest>>) -> Response {
-    let now = super::store::unix_nanos(std::time::SystemTime::now());
+    let now = crate::server::store::unix_nanos(std::time::SystemTime::now());
     (
         StatusCode::OK,
         [(

@@ -11,45 +11,45 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
-use super::Stats;
-use super::store::{EncodedBatch, StoreError};
 use crate::ingest::{BatchError, IngestLimits};
+use crate::server::Stats;
+use crate::server::store::{EncodedBatch, StoreError};
 use cpt_sdk::Record;
 
 #[derive(Debug, Default)]
-pub(super) struct Counters {
-    pub(super) accepted_batches: AtomicU64,
-    pub(super) accepted_records: AtomicU64,
+pub(in crate::server) struct Counters {
+    pub(in crate::server) accepted_batches: AtomicU64,
+    pub(in crate::server) accepted_records: AtomicU64,
     /// Of `accepted_records`, those forced: a reader who may not see
     /// forced records is shown the count without them.
-    pub(super) accepted_forced_records: AtomicU64,
-    pub(super) rejected_batches: AtomicU64,
-    pub(super) overloaded: AtomicU64,
-    pub(super) store_errors: AtomicU64,
-    pub(super) duplicate_batches: AtomicU64,
+    pub(in crate::server) accepted_forced_records: AtomicU64,
+    pub(in crate::server) rejected_batches: AtomicU64,
+    pub(in crate::server) overloaded: AtomicU64,
+    pub(in crate::server) store_errors: AtomicU64,
+    pub(in crate::server) duplicate_batches: AtomicU64,
     /// Rejected batches by [`Reject`] reason.
-    pub(super) rejected_by: [AtomicU64; Reject::ALL.len()],
+    pub(in crate::server) rejected_by: [AtomicU64; Reject::ALL.len()],
     /// From admission to acknowledgement, of every batch that was written.
-    pub(super) ack_seconds: Histogram,
+    pub(in crate::server) ack_seconds: Histogram,
 }
 
 /// The upper bounds of [`Histogram`]'s buckets, seconds: an
 /// acknowledgement is normally tens of milliseconds, a second is trouble.
-pub(super) const BOUNDS: [f64; 12] = [
+pub(in crate::server) const BOUNDS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// A histogram of durations for `/metrics`: cumulative buckets at [`BOUNDS`].
 #[derive(Debug, Default)]
-pub(super) struct Histogram {
+pub(in crate::server) struct Histogram {
     /// Observations per bucket (not cumulative), the last one `+Inf`.
-    pub(super) counts: [AtomicU64; BOUNDS.len() + 1],
-    pub(super) sum_nanos: AtomicU64,
+    pub(in crate::server) counts: [AtomicU64; BOUNDS.len() + 1],
+    pub(in crate::server) sum_nanos: AtomicU64,
 }
 
 impl Histogram {
     /// Count one duration.
-    pub(super) fn observe(&self, d: Duration) {
+    pub(in crate::server) fn observe(&self, d: Duration) {
         let s = d.as_secs_f64();
         let i = BOUNDS.iter().position(|&b| s <= b).unwrap_or(BOUNDS.len());
         self.counts[i].fetch_add(1, Ordering::Relaxed);
@@ -62,7 +62,7 @@ impl Histogram {
 
 /// Why a batch was rejected (the `reason` label of `/metrics`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Reject {
+pub(in crate::server) enum Reject {
     Malformed,
     TooLarge,
     Unauthenticated,
@@ -75,7 +75,7 @@ pub(super) enum Reject {
 }
 
 impl Reject {
-    pub(super) const ALL: [Reject; 9] = [
+    pub(in crate::server) const ALL: [Reject; 9] = [
         Reject::Malformed,
         Reject::TooLarge,
         Reject::Unauthenticated,
@@ -87,7 +87,7 @@ impl Reject {
         Reject::ClockAhead,
     ];
 
-    pub(super) fn as_str(self) -> &'static str {
+    pub(in crate::server) fn as_str(self) -> &'static str {
         match self {
             Reject::Malformed => "malformed",
             Reject::TooLarge => "too_large",
@@ -104,12 +104,12 @@ impl Reject {
 
 impl Counters {
     /// Count a rejected batch.
-    pub(super) fn reject(&self, why: Reject) {
+    pub(in crate::server) fn reject(&self, why: Reject) {
         self.rejected_batches.fetch_add(1, Ordering::Relaxed);
         self.rejected_by[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn snapshot(&self) -> Stats {
+    pub(in crate::server) fn snapshot(&self) -> Stats {
         Stats {
             accepted_batches: self.accepted_batches.load(Ordering::Relaxed),
             accepted_records: self.accepted_records.load(Ordering::Relaxed),
@@ -123,22 +123,22 @@ impl Counters {
 
 /// A batch on its way to the writer; the permit is released when the job is
 /// dropped, after the acknowledgement.
-pub(super) struct Job {
-    pub(super) batch: EncodedBatch,
+pub(in crate::server) struct Job {
+    pub(in crate::server) batch: EncodedBatch,
     /// The records themselves, kept when they are written as Parquet too.
-    pub(super) records: Option<Vec<Record>>,
+    pub(in crate::server) records: Option<Vec<Record>>,
     /// Stored forced records this batch shows to be replays, labelled once
     /// it is committed (`replays.rs`).
-    pub(super) later_uses: Vec<super::replays::LaterUse>,
-    pub(super) ack: oneshot::Sender<Result<u64, Arc<StoreError>>>,
+    pub(in crate::server) later_uses: Vec<crate::server::ingest::replays::LaterUse>,
+    pub(in crate::server) ack: oneshot::Sender<Result<u64, Arc<StoreError>>>,
     /// `None` for the OTLP assembler's records, which are not admitted
     /// (their spans were, on receipt).
-    pub(super) _permit: Option<OwnedSemaphorePermit>,
+    pub(in crate::server) _permit: Option<OwnedSemaphorePermit>,
 }
 
 /// What went wrong with a submitted batch.
 #[derive(Debug)]
-pub(super) enum SubmitError {
+pub(in crate::server) enum SubmitError {
     Overloaded {
         pending: usize,
     },
@@ -166,7 +166,7 @@ pub(super) enum SubmitError {
 }
 
 impl SubmitError {
-    pub(super) fn count(&self, c: &Counters) {
+    pub(in crate::server) fn count(&self, c: &Counters) {
         let counter = match self {
             SubmitError::Overloaded { .. }
             | SubmitError::Receiving { .. }
@@ -186,7 +186,7 @@ impl SubmitError {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn message(&self) -> String {
+    pub(in crate::server) fn message(&self) -> String {
         match self {
             SubmitError::Overloaded { pending } => format!(
                 "collector overloaded: {pending} batches already pending; retry later with backoff"
@@ -219,7 +219,7 @@ impl SubmitError {
             SubmitError::Store(e) => {
                 // The detail names the store's or the Parquet directory's
                 // files: the operator's log gets it, the client does not.
-                super::errlog::error("storing a batch failed", || e.to_string());
+                crate::server::operations::errlog::error("storing a batch failed", || e.to_string());
                 "batch not stored (store error; the collector's log has the detail): retry later"
                     .into()
             }
@@ -230,49 +230,49 @@ impl SubmitError {
 
 /// Why a body was not received: refused (counted), or the connection failed.
 #[derive(Debug)]
-pub(super) enum BodyFailure {
+pub(in crate::server) enum BodyFailure {
     Refused(SubmitError),
     Read(String),
 }
 
 /// The state the gRPC and HTTP front ends share.
 #[derive(Debug)]
-pub(super) struct Ingest {
-    pub(super) admission: Arc<Semaphore>,
-    pub(super) receiving: Arc<Semaphore>,
-    pub(super) max_pending: usize,
-    pub(super) max_receiving: usize,
-    pub(super) max_batch_bytes: usize,
-    pub(super) limits: IngestLimits,
-    pub(super) body_timeout: Duration,
-    pub(super) token: Option<Arc<str>>,
+pub(in crate::server) struct Ingest {
+    pub(in crate::server) admission: Arc<Semaphore>,
+    pub(in crate::server) receiving: Arc<Semaphore>,
+    pub(in crate::server) max_pending: usize,
+    pub(in crate::server) max_receiving: usize,
+    pub(in crate::server) max_batch_bytes: usize,
+    pub(in crate::server) limits: IngestLimits,
+    pub(in crate::server) body_timeout: Duration,
+    pub(in crate::server) token: Option<Arc<str>>,
     /// Receiving slots held per peer address, and each one's share.
-    pub(super) peer_slots: Arc<super::receiving::PeerSlots>,
-    pub(super) max_receiving_per_peer: usize,
+    pub(in crate::server) peer_slots: Arc<crate::server::ingest::receiving::PeerSlots>,
+    pub(in crate::server) max_receiving_per_peer: usize,
     /// Bytes per second a body must average after the grace (0: none).
-    pub(super) min_body_rate: u64,
+    pub(in crate::server) min_body_rate: u64,
     /// Who may read (`GET /v1/records`, `/profile`, `/v1/stats`).
-    pub(super) read: super::access::ReadAccess,
-    pub(super) jobs: mpsc::Sender<Job>,
-    pub(super) counters: Counters,
-    pub(super) store_path: PathBuf,
+    pub(in crate::server) read: crate::server::edge::access::ReadAccess,
+    pub(in crate::server) jobs: mpsc::Sender<Job>,
+    pub(in crate::server) counters: Counters,
+    pub(in crate::server) store_path: PathBuf,
     /// Jobs carry their records (for the Parquet writer).
-    pub(super) keep_records: bool,
+    pub(in crate::server) keep_records: bool,
     /// What the store holds, as the writer last measured it (`/metrics`).
-    pub(super) gauges: Arc<super::retention::StoreGauges>,
+    pub(in crate::server) gauges: Arc<crate::server::operations::retention::StoreGauges>,
     /// `--max-store-bytes`, for `/metrics`.
-    pub(super) max_store_bytes: Option<u64>,
+    pub(in crate::server) max_store_bytes: Option<u64>,
     /// Connections open on either port, and their bounds.
-    pub(super) connections: Arc<super::connections::Connections>,
+    pub(in crate::server) connections: Arc<crate::server::edge::connections::Connections>,
     /// Labels replayed forced records before they are stored.
-    pub(super) forced_nonces: Arc<super::replays::ForcedNonces>,
+    pub(in crate::server) forced_nonces: Arc<crate::server::ingest::replays::ForcedNonces>,
     /// With an OTLP receiver: the trace ids of cpt records, so that a root
     /// of the same service and trace makes no second record.
-    pub(super) cpt_traces: Arc<super::otlp::seen::CptTraces>,
+    pub(in crate::server) cpt_traces: Arc<crate::server::ingest::otlp::seen::CptTraces>,
     /// Whether an OTLP receiver runs (then `cpt_traces` is kept).
-    pub(super) otlp_on: bool,
+    pub(in crate::server) otlp_on: bool,
     /// The OTLP receivers' counters (`/metrics`).
-    pub(super) otlp: Arc<super::otlp::counters::Counters>,
+    pub(in crate::server) otlp: Arc<crate::server::ingest::otlp::counters::Counters>,
 }
 
 impl std::fmt::Debug for Job {
@@ -285,14 +285,17 @@ impl std::fmt::Debug for Job {
 
 impl Ingest {
     /// Check the credential, when one is configured.
-    pub(super) fn authorize(&self, authorization: Option<&[u8]>) -> Result<(), SubmitError> {
+    pub(in crate::server) fn authorize(
+        &self,
+        authorization: Option<&[u8]>,
+    ) -> Result<(), SubmitError> {
         let Some(token) = &self.token else {
             return Ok(());
         };
         let presented = authorization
-            .and_then(super::access::bearer)
+            .and_then(crate::server::edge::access::bearer)
             .unwrap_or_default();
-        if super::access::constant_time_eq(presented, token.as_bytes()) {
+        if crate::server::edge::access::constant_time_eq(presented, token.as_bytes()) {
             Ok(())
         } else {
             let e = SubmitError::Unauthenticated;
@@ -303,11 +306,11 @@ impl Ingest {
 
     /// A slot to receive a body from `peer` in (its share or every slot
     /// taken: refused at once; see `receiving.rs`).
-    pub(super) fn receive(
+    pub(in crate::server) fn receive(
         &self,
         peer: Option<std::net::IpAddr>,
-    ) -> Result<super::receiving::Receiving, SubmitError> {
-        use super::receiving::{NoSlot, take_slot};
+    ) -> Result<crate::server::ingest::receiving::Receiving, SubmitError> {
+        use crate::server::ingest::receiving::{NoSlot, take_slot};
         take_slot(
             &self.peer_slots,
             &self.receiving,
@@ -330,7 +333,7 @@ impl Ingest {
 
     /// Receive a body of at most `limit` bytes under the body timeout and
     /// the minimum rate.
-    pub(super) async fn receive_body<B>(
+    pub(in crate::server) async fn receive_body<B>(
         &self,
         body: B,
         limit: usize,
@@ -339,7 +342,7 @@ impl Ingest {
         B: hyper::body::Body,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        use super::receiving::{BodyError, collect};
+        use crate::server::ingest::receiving::{BodyError, collect};
         let e = match collect(body, limit, self.body_timeout, self.min_body_rate).await {
             Ok(b) => return Ok(b),
             Err(BodyError::TooLarge) => SubmitError::TooLarge { limit },
@@ -358,7 +361,7 @@ impl Ingest {
     }
 
     /// A writer permit for a received body (none left: refused at once).
-    pub(super) fn admit(&self) -> Result<OwnedSemaphorePermit, SubmitError> {
+    pub(in crate::server) fn admit(&self) -> Result<OwnedSemaphorePermit, SubmitError> {
         self.admission.clone().try_acquire_owned().map_err(|_| {
             let e = SubmitError::Overloaded {
                 pending: self.max_pending,
@@ -373,7 +376,7 @@ impl Ingest {
     /// returns once it is durable. A batch whose `batch_id` the store has
     /// committed before stores nothing and answers `Ok(0)` (counted as a
     /// duplicate): the sender's resend after a lost acknowledgement.
-    pub(super) async fn submit(
+    pub(in crate::server) async fn submit(
         &self,
         batch_id: Option<String>,
         decode: impl FnOnce(&IngestLimits, &AtomicBool) -> Result<Vec<Record>, BatchError>
@@ -468,7 +471,7 @@ impl Ingest {
     /// spans, the assembler's records) to the writer and wait until it is
     /// durable. `records`: the batch's records, when they are written as
     /// Parquet too.
-    pub(super) async fn commit(
+    pub(in crate::server) async fn commit(
         &self,
         batch: EncodedBatch,
         records: Option<Vec<Record>>,
@@ -492,10 +495,10 @@ impl Ingest {
 }
 
 /// The header (HTTP) and metadata key (gRPC) that carries a batch's id.
-pub(super) const BATCH_ID_HEADER: &str = crate::ingest::BATCH_ID_HEADER;
+pub(in crate::server) const BATCH_ID_HEADER: &str = crate::ingest::BATCH_ID_HEADER;
 
 /// Check a `cpt-batch-id` value: 1 to 64 characters of `[0-9A-Za-z_-]`.
-pub(super) fn batch_id(value: Option<&[u8]>) -> Result<Option<String>, SubmitError> {
+pub(in crate::server) fn batch_id(value: Option<&[u8]>) -> Result<Option<String>, SubmitError> {
     let Some(v) = value else { return Ok(None) };
     let ok = !v.is_empty()
         && v.len() <= 64

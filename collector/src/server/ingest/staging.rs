@@ -40,11 +40,11 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// The staging directory's name under `--parquet-dir`.
-pub(super) const STAGING: &str = ".staging";
+pub(in crate::server) const STAGING: &str = ".staging";
 const MANIFEST_SUFFIX: &str = ".manifest";
 
 /// A read-only connection to the store, for [`max_id`].
-pub(super) fn open_reader(store: &Path) -> Result<rusqlite::Connection, String> {
+pub(in crate::server) fn open_reader(store: &Path) -> Result<rusqlite::Connection, String> {
     rusqlite::Connection::open_with_flags(
         store,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -55,7 +55,7 @@ pub(super) fn open_reader(store: &Path) -> Result<rusqlite::Connection, String> 
 /// The store's highest committed record id (0 when empty): the highest
 /// id given out, which retention may have deleted since, or a record too
 /// old to keep raw had.
-pub(super) fn max_id(conn: &rusqlite::Connection) -> Result<i64, String> {
+pub(in crate::server) fn max_id(conn: &rusqlite::Connection) -> Result<i64, String> {
     conn.query_row(
         "SELECT max(coalesce((SELECT max(id) FROM records), 0), \
                 coalesce((SELECT value FROM store_state WHERE name = 'last_id'), 0))",
@@ -67,7 +67,7 @@ pub(super) fn max_id(conn: &rusqlite::Connection) -> Result<i64, String> {
 
 /// A group's staged files, waiting for the store's commit.
 #[derive(Debug)]
-pub(super) struct Staged {
+pub(in crate::server) struct Staged {
     manifest: PathBuf,
     /// Paths relative to the staging directory.
     files: Vec<PathBuf>,
@@ -85,7 +85,7 @@ fn sync_dir(dir: &Path) -> Result<(), String> {
 
 /// Write the manifest of a group whose finished `files` (under `staging`)
 /// hold `records` records, the store's highest id being `before`.
-pub(super) fn stage(
+pub(in crate::server) fn stage(
     staging: &Path,
     files: &[PathBuf],
     before: i64,
@@ -145,7 +145,7 @@ fn remove_empty_dirs(staging: &Path, files: &[PathBuf]) {
 }
 
 /// Move a committed group's files into place and drop its manifest.
-pub(super) fn publish(root: &Path, staged: &Staged) -> Result<(), String> {
+pub(in crate::server) fn publish(root: &Path, staged: &Staged) -> Result<(), String> {
     let staging = root.join(STAGING);
     let mut dirs = std::collections::BTreeSet::new();
     for rel in &staged.files {
@@ -177,7 +177,7 @@ pub(super) fn publish(root: &Path, staged: &Staged) -> Result<(), String> {
 }
 
 /// Delete an uncommitted group's files and manifest.
-pub(super) fn discard(root: &Path, staged: &Staged) {
+pub(in crate::server) fn discard(root: &Path, staged: &Staged) {
     let staging = root.join(STAGING);
     for rel in &staged.files {
         let _ = fs::remove_file(staging.join(rel));
@@ -202,20 +202,20 @@ fn read_manifest(path: &Path) -> Option<(i64, u64, Vec<PathBuf>)> {
 
 /// What settling the staging directory did at start.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct Settled {
+pub(in crate::server) struct Settled {
     /// Groups that had committed: their files moved into place.
-    pub(super) published: usize,
+    pub(in crate::server) published: usize,
     /// Groups that had not: their files deleted.
-    pub(super) discarded: usize,
+    pub(in crate::server) discarded: usize,
     /// Staged files without a manifest, deleted.
-    pub(super) orphans: usize,
+    pub(in crate::server) orphans: usize,
     /// Directories left empty, removed.
-    pub(super) empty_dirs: usize,
+    pub(in crate::server) empty_dirs: usize,
 }
 
 /// Settle what a stopped collector left in `root/.staging` (see the module
 /// docs), given the store's highest committed record id.
-pub(super) fn settle(root: &Path, committed: i64) -> Result<Settled, String> {
+pub(in crate::server) fn settle(root: &Path, committed: i64) -> Result<Settled, String> {
     let staging = root.join(STAGING);
     let mut settled = Settled::default();
     if !staging.is_dir() {

@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::errlog;
-use super::store::{Retention, Store, StoreError, unix_nanos};
+use crate::server::operations::errlog;
+use crate::server::store::{Retention, Store, StoreError, unix_nanos};
 
 /// How long something is kept: `forever`, or a duration (`7d`, `36h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,7 +278,7 @@ const GAUGES_EVERY: Duration = Duration::from_secs(1);
 /// The records per transaction while over the size bound, after one of
 /// `chunk` that deleted `deleted` records and appended `wal_bytes` to the
 /// WAL: the WAL then stays within its share of the bound (see
-/// [`super::store::Store::wal_cut_bytes`]) with transactions of about a
+/// [`crate::server::store::Store::wal_cut_bytes`]) with transactions of about a
 /// half of `wal_cut_bytes`. A transaction's WAL does not grow in
 /// proportion to its records: the index pages it rewrites are shared by
 /// the neighbouring rows it deletes, so that the more it deletes, the less
@@ -302,7 +302,7 @@ fn next_size_chunk(chunk: u64, deleted: u64, wal_bytes: Option<u64>, wal_cut_byt
 /// WAL, and where deleting starts and stops.
 ///
 /// The WAL is cut back at a sixteenth of the bound
-/// ([`super::store::Store::open_bounded`]) and holds that plus the
+/// ([`crate::server::store::Store::open_bounded`]) and holds that plus the
 /// transaction being written (a group commit, an eighth of that; a
 /// deletion, a quarter), and more while a cut waits for a reader or a
 /// checkpoint: a quarter of the bound is kept for it. The file gets the
@@ -344,7 +344,7 @@ enum Stage {
 
 /// The writer's upkeep (see the module docs).
 #[derive(Debug)]
-pub(super) struct Upkeep {
+pub(in crate::server) struct Upkeep {
     config: RetentionConfig,
     parquet_root: Option<PathBuf>,
     pass: Option<Stage>,
@@ -369,7 +369,7 @@ pub(super) struct Upkeep {
 }
 
 impl Upkeep {
-    pub(super) fn new(
+    pub(in crate::server) fn new(
         config: RetentionConfig,
         parquet_root: Option<PathBuf>,
         gauges: Arc<StoreGauges>,
@@ -394,7 +394,7 @@ impl Upkeep {
     }
 
     /// What the store itself needs to know: the raw window, roll-up periods.
-    pub(super) fn retention(&self) -> Retention {
+    pub(in crate::server) fn retention(&self) -> Retention {
         Retention {
             retain_for: self.config.retain_for.duration(),
             hourly_for: self.config.hourly_rollups_for,
@@ -402,7 +402,7 @@ impl Upkeep {
     }
 
     /// How long the writer may wait for a batch before upkeep is due.
-    pub(super) fn idle_for(&self) -> Duration {
+    pub(in crate::server) fn idle_for(&self) -> Duration {
         if self.pass.is_some() || self.over_size {
             return Duration::ZERO;
         }
@@ -416,7 +416,7 @@ impl Upkeep {
 
     /// Do one bounded piece of what is due. Failures are logged (and
     /// retried at the next step): upkeep never stops ingest.
-    pub(super) fn step(&mut self, store: &mut Store) {
+    pub(in crate::server) fn step(&mut self, store: &mut Store) {
         if let Err(e) = self.try_step(store) {
             self.gauges
                 .retention_failures
@@ -691,7 +691,7 @@ impl Upkeep {
 ///
 /// then the partitions and date directories left empty. Returns how many
 /// partitions went.
-pub(super) fn remove_partitions_before(
+pub(in crate::server) fn remove_partitions_before(
     root: &Path,
     cutoff_unix_nanos: u64,
     now_unix_nanos: u64,

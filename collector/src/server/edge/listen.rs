@@ -15,7 +15,7 @@
 //! With TLS, the handshake must finish within the header-read timeout.
 //!
 //! The body of an admitted request has its own deadline
-//! ([`super::ServeConfig::body_timeout`]), enforced by the handlers.
+//! ([`crate::server::ServeConfig::body_timeout`]), enforced by the handlers.
 //!
 //! **Stopping**: when the collector stops, every connection is told
 //! (HTTP/2 `GOAWAY`, HTTP/1 `Connection: close`) and closed as soon as no
@@ -42,10 +42,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::codegen::Service;
 
-use super::connections::Connections;
+use crate::server::edge::connections::Connections;
 
 /// How long a stopping collector lets in-flight requests finish.
-pub(super) const DRAIN: Duration = Duration::from_secs(1);
+pub(in crate::server) const DRAIN: Duration = Duration::from_secs(1);
 
 /// How long a stopping connection with nothing in flight is given to send
 /// its `GOAWAY` before it is closed.
@@ -53,16 +53,16 @@ const GOAWAY_GRACE: Duration = Duration::from_millis(20);
 
 /// Per-connection limits (see the module docs).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct ConnLimits {
-    pub(super) header_read_timeout: Duration,
-    pub(super) idle_timeout: Duration,
-    pub(super) max_streams: u32,
+pub(in crate::server) struct ConnLimits {
+    pub(in crate::server) header_read_timeout: Duration,
+    pub(in crate::server) idle_timeout: Duration,
+    pub(in crate::server) max_streams: u32,
 }
 
 /// Serve `service` on every connection `listener` accepts (over TLS with
 /// `tls`) until `stop` is set, then let the open connections finish (each
 /// still under its idle timeout) and return.
-pub(super) async fn serve<S, B>(
+pub(in crate::server) async fn serve<S, B>(
     listener: TcpListener,
     service: S,
     limits: ConnLimits,
@@ -151,7 +151,7 @@ async fn connection<T, S, B>(
         start,
     });
     let io = TokioIo::new(Tracked {
-        inner: super::headers::ParseErrorHeaders::new(stream),
+        inner: crate::server::edge::headers::ParseErrorHeaders::new(stream),
         activity: activity.clone(),
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -169,7 +169,8 @@ async fn connection<T, S, B>(
     let counted = activity.clone();
     let svc = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
         // Admission shares receiving slots fairly between peer addresses.
-        req.extensions_mut().insert(super::receiving::PeerIp(peer));
+        req.extensions_mut()
+            .insert(crate::server::ingest::receiving::PeerIp(peer));
         let guard = InFlight::enter(counted.clone());
         let mut service = service.clone();
         async move {

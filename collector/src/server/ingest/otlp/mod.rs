@@ -52,16 +52,16 @@ use std::time::Duration;
 use cpt_sdk::Record;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
-use super::admission::{Ingest, SubmitError};
-use super::store::EncodedBatch;
 use crate::ingest::BatchError;
+use crate::server::ingest::admission::{Ingest, SubmitError};
+use crate::server::store::EncodedBatch;
 use crate::traces::otlp::pb;
 
 pub(crate) mod assembler;
-pub(super) mod counters;
-pub(super) mod grpc;
-pub(super) mod http;
-pub(super) mod seen;
+pub(in crate::server) mod counters;
+pub(in crate::server) mod grpc;
+pub(in crate::server) mod http;
+pub(in crate::server) mod seen;
 pub(crate) mod spans;
 
 pub(crate) use counters::{Counters, Dropped};
@@ -78,7 +78,7 @@ pub const HTTP_TRACES_PATH: &str = "/v1/traces";
 /// The gRPC method of the OTLP trace export.
 pub const GRPC_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
-/// The OTLP receivers' settings ([`super::ServeConfig::otlp`]).
+/// The OTLP receivers' settings ([`crate::server::ServeConfig::otlp`]).
 #[derive(Clone, Debug)]
 pub struct OtlpConfig {
     /// OTLP/gRPC listen address (`None`: none; the standard port is 4317).
@@ -149,8 +149,8 @@ impl Commit {
 
 /// The receivers' shared state.
 #[derive(Debug)]
-pub(super) struct Otlp {
-    pub(super) ingest: Arc<Ingest>,
+pub(in crate::server) struct Otlp {
+    pub(in crate::server) ingest: Arc<Ingest>,
     tx: mpsc::Sender<assembler::Msg>,
     labels: Arc<[String]>,
     pub(crate) counters: Arc<Counters>,
@@ -159,7 +159,7 @@ pub(super) struct Otlp {
 impl Otlp {
     /// Sort a received body's spans, hold them durably, hand them to the
     /// assembler, and say what was refused.
-    pub(super) async fn accept(
+    pub(in crate::server) async fn accept(
         &self,
         body: bytes::Bytes,
         encoding: Encoding,
@@ -172,7 +172,7 @@ impl Otlp {
         let sorted = tokio::task::spawn_blocking(move || {
             let plain;
             let body: &[u8] = if gzip {
-                plain = super::http_api::gunzip(&body, limit)?;
+                plain = crate::server::edge::http_api::gunzip(&body, limit)?;
                 &plain
             } else {
                 &body
@@ -226,14 +226,14 @@ impl Otlp {
 
 /// The running receivers' shared parts.
 #[derive(Debug)]
-pub(super) struct Started {
-    pub(super) otlp: Arc<Otlp>,
-    pub(super) task: tokio::task::JoinHandle<()>,
+pub(in crate::server) struct Started {
+    pub(in crate::server) otlp: Arc<Otlp>,
+    pub(in crate::server) task: tokio::task::JoinHandle<()>,
 }
 
 /// Start the assembler with the spans held in the store (`held`: its
 /// `otlp_spans` rows).
-pub(super) fn start(
+pub(in crate::server) fn start(
     config: &OtlpConfig,
     ingest: Arc<Ingest>,
     held: Vec<(String, String)>,
@@ -252,9 +252,10 @@ pub(super) fn start(
                 restored.push((trace, s));
             }
             Err(e) => {
-                super::errlog::error("a held OTLP span row cannot be read; dropped", || {
-                    format!("trace {trace}: {e}")
-                });
+                crate::server::operations::errlog::error(
+                    "a held OTLP span row cannot be read; dropped",
+                    || format!("trace {trace}: {e}"),
+                );
                 counters.unreadable_rows.fetch_add(1, Ordering::Relaxed);
                 unreadable.push(trace);
             }

@@ -16,8 +16,8 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use super::spans::Encoding;
 use super::{GRPC_EXPORT_PATH, Otlp};
 use crate::ingest::codec::RawCodec;
-use crate::server::admission::SubmitError;
-use crate::server::grpc_api::{BoxFuture, receive};
+use crate::server::ingest::admission::SubmitError;
+use crate::server::ingest::grpc_api::{BoxFuture, receive};
 use crate::traces::otlp::pb;
 
 fn status(e: SubmitError) -> Status {

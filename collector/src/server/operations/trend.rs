@@ -14,13 +14,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{StatusCode, header};
 
-use super::admission::Ingest;
-use super::routes::error;
-use super::store::Store;
-use super::store::rollup::TrendQuery;
 use crate::records::query;
+use crate::server::edge::routes::error;
+use crate::server::ingest::admission::Ingest;
+use crate::server::store::Store;
+use crate::server::store::rollup::TrendQuery;
 
-pub(super) fn router(ingest: Arc<Ingest>) -> Router {
+pub(in crate::server) fn router(ingest: Arc<Ingest>) -> Router {
     Router::new()
         .route("/v1/trend", get(get_trend))
         .with_state(ingest)
@@ -45,7 +45,7 @@ async fn get_trend(State(ingest): State<Arc<Ingest>>, RawQuery(raw): RawQuery) -
             let csv = !p.iter().any(|(k, v)| k == "format" && v == "text");
             TrendQuery::from_pairs(
                 p.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-                super::store::unix_nanos(std::time::SystemTime::now()),
+                crate::server::store::unix_nanos(std::time::SystemTime::now()),
             )
             .map(|q| (q, csv))
         });
@@ -54,12 +54,14 @@ async fn get_trend(State(ingest): State<Arc<Ingest>>, RawQuery(raw): RawQuery) -
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad trend query: {e}")),
     };
     let path = ingest.store_path.clone();
-    let built =
-        super::reads::run(move || Store::open_read_only(&path).and_then(|s| s.trend(&q))).await;
+    let built = crate::server::edge::reads::run(move || {
+        Store::open_read_only(&path).and_then(|s| s.trend(&q))
+    })
+    .await;
     match built {
         Ok(Ok(t)) => text(StatusCode::OK, if csv { t.to_csv() } else { t.to_text() }),
         Ok(Err(e)) => {
-            super::errlog::error("building a trend failed", || e.to_string());
+            crate::server::operations::errlog::error("building a trend failed", || e.to_string());
             error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "building a trend failed: the store could not be read (the collector's log has the detail); retry later".into(),

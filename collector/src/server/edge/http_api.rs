@@ -3,13 +3,13 @@
 //!
 //! `GET /v1/records?request_id=ID` (or `trace_id=HEX`, or any other selection
 //! key but `percentile`, plus `limit=N`, default
-//! [`DEFAULT_RECORDS_LIMIT`](super::DEFAULT_RECORDS_LIMIT), at most
-//! [`MAX_RECORDS_LIMIT`](super::MAX_RECORDS_LIMIT)) streams the matching
+//! [`DEFAULT_RECORDS_LIMIT`](crate::server::DEFAULT_RECORDS_LIMIT), at most
+//! [`MAX_RECORDS_LIMIT`](crate::server::MAX_RECORDS_LIMIT)) streams the matching
 //! records as JSON Lines, oldest first, forced or not when an id is given; an
 //! empty body when none matches (yet).
 //!
 //! Every route is behind the route guard (`routes.rs`): a read handler runs
-//! only once the read policy ([`super::access`]) let the caller in, and
+//! only once the read policy ([`crate::server::edge::access`]) let the caller in, and
 //! narrows every selection to what that [`Reader`] may see.
 
 use std::sync::Arc;
@@ -22,15 +22,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 
-use super::access::{Reader, Withheld};
-use super::admission::{BodyFailure, Ingest, Reject, SubmitError};
-use super::errlog;
-use super::receiving::PeerIp;
-use super::store::{ProfileSource, Store, StoreError};
-use super::{DEFAULT_RECORDS_LIMIT, MAX_RECORDS_LIMIT};
 use crate::ingest::{self, BatchError, BodyFormat};
 use crate::records::query;
 use crate::records::selection::Selection;
+use crate::server::edge::access::{Reader, Withheld};
+use crate::server::ingest::admission::{BodyFailure, Ingest, Reject, SubmitError};
+use crate::server::ingest::receiving::PeerIp;
+use crate::server::operations::errlog;
+use crate::server::store::{ProfileSource, Store, StoreError};
+use crate::server::{DEFAULT_RECORDS_LIMIT, MAX_RECORDS_LIMIT};
 
 /// On every `GET /profile` answer: where its numbers came from, `raw`,
 /// `rollups` or `rollups+raw` ([`ProfileSource`]).
@@ -85,7 +85,7 @@ fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
         .into_response()
 }
 
-pub(super) fn router(ingest: Arc<Ingest>) -> Router {
+pub(in crate::server) fn router(ingest: Arc<Ingest>) -> Router {
     Router::new()
         .route(
             ingest::HTTP_RECORDS_PATH,
@@ -177,9 +177,9 @@ async fn post_records(
         }
     };
     drop(receiving);
-    let batch_id = match super::admission::batch_id(
+    let batch_id = match crate::server::ingest::admission::batch_id(
         headers
-            .get(super::admission::BATCH_ID_HEADER)
+            .get(crate::server::ingest::admission::BATCH_ID_HEADER)
             .map(HeaderValue::as_bytes),
     ) {
         Ok(id) => id,
@@ -210,7 +210,7 @@ async fn post_records(
 
 /// Whether a body is gzip (`Content-Encoding: gzip`) or plain (none, or
 /// `identity`); `Err`: another encoding, with what to do.
-pub(super) fn gzip_encoded(headers: &HeaderMap) -> Result<bool, String> {
+pub(in crate::server) fn gzip_encoded(headers: &HeaderMap) -> Result<bool, String> {
     match headers
         .get(header::CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
@@ -227,7 +227,7 @@ pub(super) fn gzip_encoded(headers: &HeaderMap) -> Result<bool, String> {
 /// Inflate a gzip body, every member of it (RFC 1952 §2.2: a gzip file is
 /// a series of members, and `cat a.gz b.gz` is one), refusing more than
 /// `limit` bytes of output (a small body may inflate enormously).
-pub(super) fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
+pub(in crate::server) fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
     use std::io::Read as _;
     let mut out = Vec::new();
     flate2::read::MultiGzDecoder::new(body)
@@ -316,7 +316,8 @@ async fn get_profile(
 ) -> Response {
     let path = ingest.store_path.clone();
     let query = query.unwrap_or_default();
-    let built = super::reads::run(move || profile_from_store(&path, &query, reader)).await;
+    let built =
+        crate::server::edge::reads::run(move || profile_from_store(&path, &query, reader)).await;
     match built {
         Ok(Ok((gz, source))) => (
             StatusCode::OK,
@@ -389,7 +390,7 @@ async fn get_records(
     let path = ingest.store_path.clone();
     let (started_tx, started) = tokio::sync::oneshot::channel();
     let (chunks_tx, chunks) = tokio::sync::mpsc::channel(RECORDS_CHUNKS_IN_FLIGHT);
-    super::reads::spawn(move || stream_records(&path, &q, started_tx, &chunks_tx));
+    crate::server::edge::reads::spawn(move || stream_records(&path, &q, started_tx, &chunks_tx));
     match started.await {
         Ok(Ok(())) => (
             StatusCode::OK,
@@ -413,7 +414,7 @@ type Chunk = Result<bytes::Bytes, std::io::Error>;
 /// cut, so the client sees a broken answer rather than a short one).
 fn stream_records(
     path: &std::path::Path,
-    q: &super::store::StoreQuery,
+    q: &crate::server::store::StoreQuery,
     started: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
     chunks: &tokio::sync::mpsc::Sender<Chunk>,
 ) {
@@ -472,7 +473,10 @@ impl hyper::body::Body for ChunkBody {
 }
 
 /// Split `limit=N` off a `GET /v1/records` query; the rest is a selection.
-fn records_query(query: &str, reader: Reader) -> Result<super::store::StoreQuery, ProfileError> {
+fn records_query(
+    query: &str,
+    reader: Reader,
+) -> Result<crate::server::store::StoreQuery, ProfileError> {
     let bad = |msg: String| ProfileError::BadQuery(format!("bad records query {query:?}: {msg}"));
     let mut limit = DEFAULT_RECORDS_LIMIT;
     let mut sel = Selection::new();
@@ -502,7 +506,7 @@ fn records_query(query: &str, reader: Reader) -> Result<super::store::StoreQuery
         ));
     }
     let sel = reader.restrict(sel)?;
-    let mut q = super::store::StoreQuery::from_selection(&sel);
+    let mut q = crate::server::store::StoreQuery::from_selection(&sel);
     q.limit = Some(limit);
     Ok(q)
 }

@@ -13,13 +13,13 @@ use tokio::sync::OwnedSemaphorePermit;
 use tonic::Status;
 use tonic::server::{Grpc, NamedService, UnaryService};
 
-use super::admission::BodyFailure;
-use super::admission::{Ingest, SubmitError};
 use crate::ingest::codec::RawCodec;
 use crate::ingest::{self, BatchError, BodyFormat, proto};
+use crate::server::ingest::admission::BodyFailure;
+use crate::server::ingest::admission::{Ingest, SubmitError};
 
 impl SubmitError {
-    pub(super) fn into_status(self) -> Status {
+    pub(in crate::server) fn into_status(self) -> Status {
         let msg = self.message();
         match self {
             SubmitError::Overloaded { .. }
@@ -38,15 +38,16 @@ impl SubmitError {
 
 /// The hand-written tonic service for `cpt.collector.v1.Collector`.
 #[derive(Clone, Debug)]
-pub(super) struct CollectorService {
-    pub(super) ingest: Arc<Ingest>,
+pub(in crate::server) struct CollectorService {
+    pub(in crate::server) ingest: Arc<Ingest>,
 }
 
 impl NamedService for CollectorService {
     const NAME: &'static str = ingest::GRPC_SERVICE;
 }
 
-pub(super) type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
+pub(in crate::server) type BoxFuture<T, E> =
+    Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
 
 impl<B> tonic::codegen::Service<http::Request<B>> for CollectorService
 where
@@ -94,7 +95,7 @@ where
                     if failed && !ran.load(Ordering::Relaxed) {
                         ingest
                             .counters
-                            .reject(super::admission::Reject::RefusedByGrpc);
+                            .reject(crate::server::ingest::admission::Reject::RefusedByGrpc);
                     }
                     resp
                 }
@@ -109,7 +110,7 @@ where
 /// (holding a receiving slot, not the writer's), check it is exactly one
 /// gRPC message within the size limit (uncompressed, or with `gzip_ok`
 /// gzip, which is inflated here), then take the writer's permit.
-pub(super) async fn receive<B>(
+pub(in crate::server) async fn receive<B>(
     ingest: &Ingest,
     req: http::Request<B>,
     gzip_ok: bool,
@@ -126,7 +127,7 @@ where
     )?;
     let peer = req
         .extensions()
-        .get::<super::receiving::PeerIp>()
+        .get::<crate::server::ingest::receiving::PeerIp>()
         .map(|p| p.0);
     let receiving = ingest.receive(peer)?;
     let limit = ingest.max_batch_bytes;
@@ -193,7 +194,7 @@ where
                 "a compressed message with grpc-encoding {encoding:?}: only gzip is accepted"
             )));
         }
-        let plain = super::http_api::gunzip(&bytes[5..], limit).map_err(|e| {
+        let plain = crate::server::edge::http_api::gunzip(&bytes[5..], limit).map_err(|e| {
             let e = SubmitError::Malformed(e);
             e.count(&ingest.counters);
             e
@@ -226,10 +227,10 @@ impl UnaryService<Bytes> for ExportCall {
             .take()
             .expect("tonic calls a unary service once per request; this is a bug");
         Box::pin(async move {
-            let batch_id = super::admission::batch_id(
+            let batch_id = crate::server::ingest::admission::batch_id(
                 request
                     .metadata()
-                    .get(super::admission::BATCH_ID_HEADER)
+                    .get(crate::server::ingest::admission::BATCH_ID_HEADER)
                     .map(|v| v.as_bytes()),
             )
             .map_err(|e| {

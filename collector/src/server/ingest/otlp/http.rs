@@ -16,8 +16,8 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 
 use super::spans::Encoding;
 use super::{HTTP_TRACES_PATH, Otlp};
-use crate::server::admission::{BodyFailure, Reject, SubmitError};
-use crate::server::receiving::PeerIp;
+use crate::server::ingest::admission::{BodyFailure, Reject, SubmitError};
+use crate::server::ingest::receiving::PeerIp;
 
 /// `google.rpc.Status`, the body of an OTLP/HTTP error answer.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -125,7 +125,7 @@ async fn export(
     ) {
         return error(encoding, &e);
     }
-    let gzip = match crate::server::http_api::gzip_encoded(&headers) {
+    let gzip = match crate::server::edge::http_api::gzip_encoded(&headers) {
         Ok(g) => g,
         Err(e) => {
             ingest.counters.reject(Reject::UnsupportedMediaType);

@@ -75,7 +75,7 @@ where
             f();
         });
     if let Err(e) = started {
-        super::errlog::error("starting a read thread failed", || e.to_string());
+        crate::server::operations::errlog::error("starting a read thread failed", || e.to_string());
     }
 }
 

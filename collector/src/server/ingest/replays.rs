@@ -26,11 +26,11 @@ use std::sync::Mutex;
 use cpt_sdk::force::{MAX_TTL_SECS, NONCE_LABEL, REPLAYED_LABEL};
 use cpt_sdk::{Record, Trigger};
 
-use super::store::Store;
 use crate::records::selection::{Selection, TriggerFilter};
+use crate::server::store::Store;
 
 /// Nonces remembered at most (about 100 bytes each).
-pub(super) const CAPACITY: usize = 65_536;
+pub(in crate::server) const CAPACITY: usize = 65_536;
 
 /// The first forced record seen with a nonce.
 #[derive(Clone, Copy, Debug)]
@@ -44,14 +44,14 @@ struct First {
 /// A stored forced record that turned out to be a replay: one with its
 /// nonce that started earlier arrived after it (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct LaterUse {
-    pub(super) nonce: String,
-    pub(super) start_unix_nanos: u64,
+pub(in crate::server) struct LaterUse {
+    pub(in crate::server) nonce: String,
+    pub(in crate::server) start_unix_nanos: u64,
 }
 
 /// The nonces of recent forced records (see the module docs).
 #[derive(Debug, Default)]
-pub(super) struct ForcedNonces {
+pub(in crate::server) struct ForcedNonces {
     first: Mutex<HashMap<String, First>>,
 }
 
@@ -59,7 +59,7 @@ impl ForcedNonces {
     /// Read back the nonces of the store's forced records of the last
     /// [`MAX_TTL_SECS`]; a store that cannot be read is logged and leaves
     /// the set empty.
-    pub(super) fn load(store: &Store) -> ForcedNonces {
+    pub(in crate::server) fn load(store: &Store) -> ForcedNonces {
         let nonces = ForcedNonces::default();
         let now = cpt_sdk::force::now_unix_secs();
         let since = now
@@ -80,11 +80,14 @@ impl ForcedNonces {
             Ok(())
         });
         if let Err(e) = read {
-            super::errlog::error("reading the recent forced records back failed", || {
-                format!(
-                    "{e} (a replayed force credential is labelled only once seen again after this start)"
-                )
-            });
+            crate::server::operations::errlog::error(
+                "reading the recent forced records back failed",
+                || {
+                    format!(
+                        "{e} (a replayed force credential is labelled only once seen again after this start)"
+                    )
+                },
+            );
         }
         nonces
     }
@@ -92,7 +95,7 @@ impl ForcedNonces {
     /// Label the forced records of `records` whose nonce a record that
     /// started earlier carried, and remember the new nonces; returns the
     /// stored records that these records show to be replays.
-    pub(super) fn label(&self, records: &mut [Record]) -> Vec<LaterUse> {
+    pub(in crate::server) fn label(&self, records: &mut [Record]) -> Vec<LaterUse> {
         self.label_at(records, cpt_sdk::force::now_unix_secs())
     }
 

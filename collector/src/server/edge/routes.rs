@@ -5,7 +5,7 @@
 //! whatever route answers it. For each one it:
 //!
 //! 0. refuses a request for a name the port does not answer to with 421
-//!    ([`super::authority`]: an IP address, `localhost` or an
+//!    ([`crate::server::edge::authority`]: an IP address, `localhost` or an
 //!    `--allowed-host` name; DNS rebinding is refused here);
 //! 1. looks the path and method up in [`ROUTES`]: a path the table does not
 //!    list is 404 and a method it does not list 405, even when a handler
@@ -23,7 +23,7 @@
 //!    needed, else the [`Reader`] goes to the handler as a request
 //!    extension and, when it withholds forced records, the answer says so
 //!    in [`FORCED_HEADER`];
-//! 5. adds the security headers to the answer ([`super::headers`]).
+//! 5. adds the security headers to the answer ([`crate::server::edge::headers`]).
 //!
 //! Every answer the guard gives itself is JSON, `{"error": "…"}`, as the
 //! API's are.
@@ -39,11 +39,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 
-use super::access::{ReadAccess, Reader};
-use super::authority::{Authorities, Origin};
-use super::headers;
-use super::receiving::PeerIp;
 use crate::records::query;
+use crate::server::edge::access::{ReadAccess, Reader};
+use crate::server::edge::authority::{Authorities, Origin};
+use crate::server::edge::headers;
+use crate::server::ingest::receiving::PeerIp;
 
 /// Most parameters one query may have, on every route (400 beyond, naming
 /// this limit). A profile's selection needs a handful; a query of
