@@ -139,13 +139,20 @@ impl InputArgs {
                 RootSelector::Endpoints(self.roots.clone())
             },
             stream_above_bytes: self.stream_above_mib.saturating_mul(1 << 20),
+            otlp_labels: Vec::new(),
         })
     }
 
     /// Import with a progress bar, report rejected traces, fail when nothing
     /// could be analysed.
     fn import(&self) -> anyhow::Result<Import> {
-        let opts = self.options()?;
+        self.import_with(|_| {})
+    }
+
+    /// [`Self::import`] with options a subcommand adds to the shared ones.
+    fn import_with(&self, more: impl FnOnce(&mut ImportOptions)) -> anyhow::Result<Import> {
+        let mut opts = self.options()?;
+        more(&mut opts);
         let started = Instant::now();
         let bar = if self.quiet {
             ProgressBar::hidden()
@@ -270,6 +277,11 @@ pub struct ConvertArgs {
     /// Needs `--accounting crisp`.
     #[arg(long, value_name = "FILE")]
     cct: Option<PathBuf>,
+    /// `--from otlp`: resource or span attributes whose values become record labels (on the
+    /// root span, else its resource), comma-separated or repeated, as `cpt serve --otlp-label`
+    /// takes them, e.g. `service.version,deployment.environment`.
+    #[arg(long, value_name = "KEYS", value_delimiter = ',')]
+    otlp_label: Vec<String>,
 }
 
 /// `cpt traces topdown`.
@@ -408,7 +420,19 @@ fn convert(a: ConvertArgs) -> anyhow::Result<()> {
     if a.cct.is_some() && a.input.accounting != crate::traces::Accounting::Crisp {
         bail!("--cct writes CRISP's reference exclusive times: add --accounting crisp");
     }
-    let imp = a.input.import()?;
+    let labels: Vec<String> = a
+        .otlp_label
+        .iter()
+        .map(|k| k.trim().to_owned())
+        .filter(|k| !k.is_empty())
+        .collect();
+    if !labels.is_empty() && a.input.from != Format::Otlp {
+        bail!(
+            "--otlp-label reads OpenTelemetry attributes: it needs --from otlp, not --from {}",
+            a.input.from
+        );
+    }
+    let imp = a.input.import_with(|o| o.otlp_labels = labels)?;
     if let Some(path) = &a.cct {
         let text = crate::traces::analysis::crisp_reference::conformance_cct(
             imp.analyzed.iter().map(|x| x.call_paths.as_slice()),

@@ -177,6 +177,10 @@ pub struct ImportOptions {
     /// not the file's text (OTLP: when it is one document per line; a single
     /// document is read whole).
     pub stream_above_bytes: u64,
+    /// OTLP: attributes whose values a root span's record carries as
+    /// labels (the span's own attribute, else its resource's), as `cpt
+    /// serve --otlp-label` takes them. Other formats ignore it.
+    pub otlp_labels: Vec<String>,
 }
 
 impl Default for ImportOptions {
@@ -188,6 +192,7 @@ impl Default for ImportOptions {
             accounting: Accounting::default(),
             roots: RootSelector::default(),
             stream_above_bytes: 256 << 20,
+            otlp_labels: Vec::new(),
         }
     }
 }
@@ -447,7 +452,7 @@ fn import_stream(
         let errs = if format == Format::Zipkin {
             zipkin::read_reader(reader, opts.build, &mut each)
         } else {
-            otlp::read_reader(reader, opts.build, &mut each)
+            otlp::read_reader(reader, opts.build, &opts.otlp_labels, &mut each)
         };
         imp.merge(analyze_all(batch, opts, true, progress));
         for e in errs {
@@ -638,7 +643,7 @@ pub fn import_text(
             finish_prebuilt(traces, errs, opts, parallel, progress)
         }
         Format::Otlp => {
-            let (traces, errs) = otlp::read(text, opts.build);
+            let (traces, errs) = otlp::read(text, opts.build, &opts.otlp_labels);
             finish_prebuilt(traces, errs, opts, parallel, progress)
         }
         Format::Nezha => {
@@ -717,6 +722,22 @@ pub fn trace_records(
     pieces: &mut Vec<Piece>,
 ) -> Vec<Analyzed> {
     let mut out = analyze(trace, opts, scratch, pieces);
+    if !trace.root_labels.is_empty() {
+        // The root's labels (OTLP's `--otlp-label`); a record's request id
+        // is its root span's id. Labels the analysis set win.
+        for a in &mut out {
+            let root = a.record.request_id.as_deref();
+            if let Some((_, labels)) = trace.root_labels.iter().find(|(id, _)| Some(&**id) == root)
+            {
+                for (key, v) in labels {
+                    a.record
+                        .labels
+                        .entry(key.clone())
+                        .or_insert_with(|| v.clone());
+                }
+            }
+        }
+    }
     if trace.duplicates_renamed > 0 {
         // The trace's span ids were ambiguous: say so on every record
         // made from it.

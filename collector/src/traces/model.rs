@@ -126,6 +126,10 @@ pub struct Trace {
     /// Span records that shared an id with a differing record and were
     /// kept under `ID~dupK` (see [`build`]).
     pub duplicates_renamed: usize,
+    /// Labels of root spans, by span id: the attribute values an importer
+    /// was asked to carry onto their records (OTLP's `--otlp-label`).
+    /// Empty unless the reader set them after [`build`].
+    pub root_labels: Vec<RootLabels>,
 }
 
 impl Trace {
@@ -187,6 +191,10 @@ pub struct RawSpan<'a> {
     /// whose parent is a `Producer`, whatever the reader says.
     pub follows_from: bool,
 }
+
+/// A root span's id and the `(key, value)` labels its record carries
+/// ([`Trace::root_labels`]).
+pub type RootLabels = (Box<str>, Vec<(String, String)>);
 
 /// Validation choices.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -743,6 +751,7 @@ pub fn build(
         orphans,
         duplicates_dropped,
         duplicates_renamed,
+        root_labels: Vec::new(),
     };
     late::detach_late_children(&mut trace);
     Ok(trace)

@@ -223,6 +223,95 @@ fn traces_convert_counts_a_missing_file_as_a_failed_file() {
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 1);
 }
 
+/// `cpt traces convert --otlp-label` puts a root's attribute (its own, else
+/// its resource's) on its record, as `cpt serve --otlp-label` does; other
+/// formats refuse the flag instead of ignoring it.
+#[test]
+fn traces_convert_otlp_label_labels_each_root_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let span = |id: &str, parent: &str, attrs: &str| {
+        format!(
+            r#"{{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"{id}","parentSpanId":"{parent}","name":"GET /","kind":2,"startTimeUnixNano":"1700000000000000000","endTimeUnixNano":"1700000000005000000","attributes":[{attrs}]}}"#
+        )
+    };
+    let doc = format!(
+        r#"{{"resourceSpans":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"front"}}}},{{"key":"service.version","value":{{"stringValue":"2.1"}}}}]}},"scopeSpans":[{{"spans":[{},{}]}}]}}]}}"#,
+        span(
+            "00f067aa0ba902b7",
+            "",
+            r#"{"key":"tenant","value":{"intValue":"7"}}"#
+        ),
+        span(
+            "00f067aa0ba902b8",
+            "00f067aa0ba902b7",
+            r#"{"key":"tenant","value":{"intValue":"9"}}"#
+        ),
+    );
+    let input = write(dir.path(), "otlp.json", doc.as_bytes());
+    let out = dir.path().join("out.jsonl");
+    run(
+        &[
+            "traces",
+            "convert",
+            "--from",
+            "otlp",
+            "--otlp-label",
+            "service.version, tenant",
+            "--otlp-label=absent",
+            "-q",
+            "-o",
+            s(&out),
+            s(&input),
+        ],
+        true,
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 1, "{text}");
+    let labels = &records[0]["labels"];
+    assert_eq!(labels["service.version"], "2.1", "{text}");
+    // The root's own attribute, not its child's.
+    assert_eq!(labels["tenant"], "7", "{text}");
+    assert!(labels.get("absent").is_none(), "{text}");
+    // Without the flag, no such labels.
+    run(
+        &[
+            "traces",
+            "convert",
+            "--from",
+            "otlp",
+            "-q",
+            "-o",
+            s(&out),
+            s(&input),
+        ],
+        true,
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(!text.contains("service.version"), "{text}");
+    let (_, stderr) = run(
+        &[
+            "traces",
+            "convert",
+            "--from",
+            "jaeger",
+            "--otlp-label",
+            "tenant",
+            "-o",
+            s(&out),
+            s(&input),
+        ],
+        false,
+    );
+    assert!(
+        stderr.contains("--otlp-label") && stderr.contains("--from otlp"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn traces_convert_quiet_still_says_why_its_only_trace_was_rejected() {
     let dir = tempfile::tempdir().unwrap();

@@ -237,10 +237,15 @@ fn metric(text: &str, series: &str) -> u64 {
 /// JSON, each service's spans in its own request, children before their
 /// parents as exporters send them: the records stored are exactly (byte for
 /// byte) those `cpt traces convert --from otlp` makes of the same requests
-/// written to a file, clock-skew repair included.
+/// written to a file, clock-skew repair and `--otlp-label` labels included.
 #[test]
 fn otlp_records_are_the_file_imports_byte_for_byte() {
-    let c = TestCollector::start(|c| open(otlp_on(c)));
+    let labels = vec!["service.version".to_owned(), "absent".to_owned()];
+    let c = TestCollector::start(|c| {
+        let mut c = open(otlp_on(c));
+        c.otlp.labels = labels.clone();
+        c
+    });
     let dir = tempfile::tempdir().unwrap();
     let mut file = String::new();
     for t in 1..=12u64 {
@@ -283,13 +288,23 @@ fn otlp_records_are_the_file_imports_byte_for_byte() {
     }
     let path = dir.path().join("spans.jsonl");
     std::fs::write(&path, &file).unwrap();
-    let imported = import_files(&[path], Format::Otlp, &ImportOptions::default(), &|_| {});
+    let opts = ImportOptions {
+        otlp_labels: labels,
+        ..ImportOptions::default()
+    };
+    let imported = import_files(&[path], Format::Otlp, &opts, &|_| {});
     assert_eq!(imported.records().count(), 12);
     let live = wait_for_records(&c, 12, Duration::from_secs(20));
     let want = sorted(imported.records().cloned().collect());
     assert_eq!(sorted(live), want);
-    // The skewed traces were repaired, the same way.
+    // The skewed traces were repaired, the same way, and every record has
+    // its root's version.
     assert!(want.iter().any(|r| r.contains("skew.shifted_spans")));
+    assert!(
+        want.iter()
+            .all(|r| r.contains(r#""service.version":"1.4""#)),
+        "{want:?}"
+    );
     let m = metrics(&c);
     assert_eq!(metric(&m, "cpt_otlp_spans_accepted_total"), 60);
     assert_eq!(metric(&m, "cpt_otlp_records_stored_total"), 12);

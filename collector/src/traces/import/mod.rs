@@ -92,7 +92,7 @@ fn read_text(
             (results, err.into_iter().collect())
         }
         Format::Zipkin => zipkin::read(text, opts),
-        Format::Otlp => otlp::read(text, opts),
+        Format::Otlp => otlp::read(text, opts, &[]),
         Format::Nezha => nezha::read(text, opts),
     };
     for r in results {

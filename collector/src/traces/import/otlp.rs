@@ -32,8 +32,8 @@ pub mod pb {
 }
 
 use crate::traces::model::{
-    BuildOptions, Interner, RawSpan, Reason, SpanKind, TimeUnit, Trace, TraceError, Wide, build,
-    span_start_end,
+    BuildOptions, Interner, RawSpan, Reason, RootLabels, SpanKind, TimeUnit, Trace, TraceError,
+    Wide, build, span_start_end,
 };
 
 #[derive(Deserialize)]
@@ -477,9 +477,15 @@ pub fn proto_spans(
 
 /// Read an OTLP JSON file (one document, or one per line) into validated
 /// traces (in order of first appearance) and file-level errors.
-pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, Vec<TraceError>) {
+/// `label_keys`: the attributes whose values root spans carry as labels
+/// ([`Trace::root_labels`]).
+pub fn read(
+    text: &str,
+    opts: BuildOptions,
+    label_keys: &[String],
+) -> (Vec<Result<Trace, TraceError>>, Vec<TraceError>) {
     let mut out = Vec::new();
-    let mut acc = Acc::default();
+    let mut acc = Acc::new(label_keys);
     let first_line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let json_lines =
         serde_json::from_str::<Doc<'_>>(first_line).is_ok() && text.trim() != first_line.trim();
@@ -502,9 +508,10 @@ pub fn read(text: &str, opts: BuildOptions) -> (Vec<Result<Trace, TraceError>>, 
 pub fn read_reader<R: std::io::BufRead>(
     mut reader: R,
     opts: BuildOptions,
+    label_keys: &[String],
     f: &mut dyn FnMut(Result<Trace, TraceError>),
 ) -> Vec<TraceError> {
-    let mut acc = Acc::default();
+    let mut acc = Acc::new(label_keys);
     let mut line = String::new();
     let mut n = 0;
     let mut first: Option<String> = None;
@@ -562,16 +569,30 @@ pub fn read_reader<R: std::io::BufRead>(
 }
 
 /// Spans read so far, grouped by trace.
-#[derive(Default)]
-struct Acc {
+struct Acc<'k> {
     names: Interner,
+    label_keys: &'k [String],
     order: Vec<String>,
     by_trace: HashMap<String, Vec<RawSpan<'static>>>,
+    /// Labels of root spans, by trace: only roots that have some.
+    root_labels: HashMap<String, Vec<RootLabels>>,
     bad: HashMap<String, Reason>,
     errors: Vec<TraceError>,
 }
 
-impl Acc {
+impl<'k> Acc<'k> {
+    fn new(label_keys: &'k [String]) -> Self {
+        Acc {
+            names: Interner::default(),
+            label_keys,
+            order: Vec::new(),
+            by_trace: HashMap::new(),
+            root_labels: HashMap::new(),
+            bad: HashMap::new(),
+            errors: Vec::new(),
+        }
+    }
+
     /// Line `n` (0-based) of a JSON-lines file.
     fn line(&mut self, n: usize, line: &str) {
         if line.trim().is_empty() {
@@ -600,12 +621,14 @@ impl Acc {
     fn doc(&mut self, doc: &Doc<'_>) {
         let Acc {
             names,
+            label_keys,
             order,
             by_trace,
+            root_labels,
             bad,
             errors,
         } = self;
-        json_spans(doc, names, &[], &mut |tid, res| {
+        json_spans(doc, names, label_keys, &mut |tid, res| {
             let Some(tid) = tid else {
                 if let Err(e) = res {
                     errors.push(TraceError::new("<unknown>", e));
@@ -617,7 +640,13 @@ impl Acc {
                 Vec::new()
             });
             match res {
-                Ok(s) => v.push(s.span),
+                Ok(s) => {
+                    if !s.labels.is_empty() {
+                        let id: Box<str> = s.span.id.as_ref().into();
+                        root_labels.entry(tid).or_default().push((id, s.labels));
+                    }
+                    v.push(s.span);
+                }
                 Err(e) => {
                     bad.entry(tid).or_insert(e);
                 }
@@ -633,15 +662,20 @@ impl Acc {
         let Acc {
             order,
             mut by_trace,
+            mut root_labels,
             mut bad,
             errors,
             ..
         } = self;
         for tid in order {
             let spans = by_trace.remove(&tid).unwrap_or_default();
+            let labels = root_labels.remove(&tid).unwrap_or_default();
             f(match bad.remove(&tid) {
                 Some(e) => Err(TraceError::new(tid, e)),
-                None => build(&tid, spans, opts),
+                None => build(&tid, spans, opts).map(|mut t| {
+                    t.root_labels = labels;
+                    t
+                }),
             });
         }
         errors
@@ -667,7 +701,7 @@ mod tests {
             r#"{"traceId":"ab","spanId":"02","parentSpanId":"01","name":"child","kind":"SPAN_KIND_CLIENT","startTimeUnixNano":1100,"endTimeUnixNano":1900,"status":{"code":2}}"#,
         );
         let text = format!("{a}\n{b}\n");
-        let (traces, errs) = read(&text, BuildOptions::default());
+        let (traces, errs) = read(&text, BuildOptions::default(), &[]);
         assert!(errs.is_empty(), "{errs:?}");
         let t = traces.into_iter().next().unwrap().unwrap();
         assert_eq!(t.spans.len(), 2);
@@ -677,7 +711,7 @@ mod tests {
         );
         assert_eq!(&*t.spans[0].service, "svc");
         // The same as one pretty document.
-        let (traces, _) = read(&a, BuildOptions::default());
+        let (traces, _) = read(&a, BuildOptions::default(), &[]);
         assert_eq!(traces[0].as_ref().unwrap().spans[0].kind, SpanKind::Server);
     }
 
@@ -686,7 +720,7 @@ mod tests {
         let a = doc(
             r#"{"traceId":"ab","spanId":"01","name":"root","startTimeUnixNano":"2000","endTimeUnixNano":"1000"}"#,
         );
-        let (traces, _) = read(&a, BuildOptions::default());
+        let (traces, _) = read(&a, BuildOptions::default(), &[]);
         assert!(
             traces[0]
                 .as_ref()

@@ -226,25 +226,24 @@ pub(crate) fn complete(
         let raws = held.spans.iter().map(|s| s.to_raw(&mut names)).collect();
         let built = build(&trace, raws, BuildOptions::default());
         let t = match built {
-            Ok(t) => t,
+            Ok(mut t) => {
+                // The roots' labels (`--otlp-label`), as the file reader
+                // sets them.
+                t.root_labels = held
+                    .spans
+                    .iter()
+                    .filter(|s| s.is_root() && !s.labels.is_empty())
+                    .map(|s| (s.id.as_str().into(), s.labels.clone()))
+                    .collect();
+                t
+            }
             Err(e) => {
                 k.drop_trace(Dropped::of(&e.reason), held.spans.len());
                 continue;
             }
         };
         for a in trace_records(&t, &c.import, &mut scratch, &mut pieces) {
-            let mut r = a.record;
-            // The root's labels (`--otlp-label`); the record's request id
-            // is its root span's id.
-            if let Some(root) = held
-                .spans
-                .iter()
-                .find(|s| s.is_root() && Some(s.id.as_str()) == r.request_id.as_deref())
-            {
-                for (key, v) in &root.labels {
-                    r.labels.entry(key.clone()).or_insert_with(|| v.clone());
-                }
-            }
+            let r = a.record;
             if c.cpt_traces.has(&r.service, r.trace_id.as_deref()) {
                 k.skipped_cpt.fetch_add(1, Ordering::Relaxed);
                 continue;
