@@ -323,6 +323,13 @@ pub(crate) struct SizeShares {
 }
 
 impl SizeShares {
+    /// Pages in use past this are deleted back to `low` in one step,
+    /// whatever it costs ingest: half the room between `high` and the
+    /// share is left.
+    pub(crate) fn urgent(&self) -> u64 {
+        self.high + (self.pages - self.high) / 2
+    }
+
     pub(crate) fn of(bound: u64) -> SizeShares {
         let pages = bound - bound / 4;
         SizeShares {
@@ -356,6 +363,10 @@ pub(in crate::server) struct Upkeep {
     over_size: bool,
     /// Records still to delete for the size bound.
     owed: u64,
+    /// The last step rolled up (and did nothing else).
+    rolled_up_last: bool,
+    /// How long a step may delete past the arrivals ([`SIZE_STEP`]).
+    size_step: Duration,
     /// Whether the store's file can shrink (read once).
     can_shrink: Option<bool>,
     /// Records per transaction while over the size bound.
@@ -384,6 +395,8 @@ impl Upkeep {
             last_gauges: now - GAUGES_EVERY,
             over_size: false,
             owed: 0,
+            rolled_up_last: false,
+            size_step: SIZE_STEP,
             can_shrink: None,
             size_chunk: FIRST_SIZE_CHUNK,
             compact_chunk: FIRST_SIZE_CHUNK,
@@ -449,13 +462,22 @@ impl Upkeep {
         // Roll-ups first, at their pace, also while over the size bound:
         // they answer profiles in place of the records above the roll-up
         // mark, and only rolled-up records can be deleted.
+        //
+        // Under a size bound, a step that rolled up is followed by one that
+        // sees to the bound: on a starved machine a roll-up step can take
+        // longer than [`ROLL_UP_EVERY`], and every step would roll up while
+        // the pages in use grew past the file's share.
+        let bound_waits = self.config.max_store_bytes.is_some() && self.rolled_up_last;
+        self.rolled_up_last = false;
         if self.pending > 0
+            && !bound_waits
             && (self.pending >= ROLL_UP_AT
                 || now >= self.last_roll_up + ROLL_UP_EVERY
                 || self.pass == Some(Stage::DeleteOld))
         {
             let step = store.roll_up(ROLL_UP_AT as usize, sys, hourly)?;
             self.last_roll_up = now;
+            self.rolled_up_last = true;
             self.pending -= step.records as i64;
             return self.refresh_due(store, now);
         }
@@ -494,10 +516,19 @@ impl Upkeep {
             if self.owed > 0 {
                 // This step deletes the arrivals, and what is owed besides
                 // for as long as [`SIZE_STEP`] allows: ingest waits for no
-                // more than that.
+                // more than that. Past the middle of the room between the
+                // `high` mark and the file's share, everything owed is
+                // deleted now, however long it takes: on a starved machine
+                // [`SIZE_STEP`] of wall time deletes little more than the
+                // arrivals, and records that free less than they took
+                // (roll-ups stay) would push the file past its share.
                 let mut goal = self.owed;
-                let mut must = arrived.min(goal);
-                while goal > 0 && (must > 0 || now.elapsed() < SIZE_STEP) {
+                let mut must = if size.used_bytes > shares.urgent() {
+                    goal
+                } else {
+                    arrived.min(goal)
+                };
+                while goal > 0 && (must > 0 || now.elapsed() < self.size_step) {
                     let deleted = store.delete_oldest(self.size_chunk.min(goal) as usize)?;
                     self.owed = self.owed.saturating_sub(deleted);
                     goal = goal.saturating_sub(deleted);
@@ -785,6 +816,69 @@ mod tests {
         // Nothing deleted says nothing; an unknown WAL, the fewest.
         assert_eq!(next_size_chunk(300, 0, Some(1 << 20), cut), 300);
         assert_eq!(next_size_chunk(300, 300, None, cut), MIN_SIZE_CHUNK);
+    }
+
+    /// A store whose pages in use are past the urgent mark is brought back
+    /// to its low mark by one step, even when the step has no time to
+    /// spare (a starved writer): the file never outgrows its share while
+    /// records that free less than they took keep arriving.
+    #[test]
+    fn a_store_past_the_urgent_mark_is_brought_back_in_one_step_however_starved() {
+        use cpt_sdk::{CriticalPath, Frame, Record, SegmentKind, Trigger};
+        let dir = tempfile::tempdir().unwrap();
+        let bound: u64 = 8 << 20;
+        let shares = SizeShares::of(bound);
+        let mut store =
+            Store::open_bounded(dir.path().join("s.db"), Default::default(), bound).unwrap();
+        let start = unix_nanos(SystemTime::now()) - 60_000_000_000;
+        let mut n = 0u64;
+        while store.size().unwrap().used_bytes <= shares.urgent() {
+            let batch: Vec<Record> = (0..200)
+                .map(|i| {
+                    let mut p = CriticalPath::new();
+                    p.push_frames(
+                        [Frame::new("svc", format!("step{}", i % 17))],
+                        Duration::from_micros(10 + i),
+                        SegmentKind::Busy,
+                    );
+                    let mut r = Record::new("svc", Trigger::Sampled, p);
+                    r.endpoint = Some("/x".into());
+                    r.start_unix_nanos = Some(start + n);
+                    r.labels.insert("user".into(), format!("{n:032x}"));
+                    n += 1;
+                    r
+                })
+                .collect();
+            store.insert(&batch).unwrap();
+        }
+        // Everything is rolled up, so everything can be deleted.
+        while store
+            .roll_up(
+                ROLL_UP_AT as usize,
+                SystemTime::now(),
+                DEFAULT_HOURLY_ROLLUPS_FOR,
+            )
+            .unwrap()
+            .records
+            > 0
+        {}
+        let config = RetentionConfig {
+            retain_for: Keep::Forever,
+            max_store_bytes: Some(bound),
+            ..RetentionConfig::keep_everything()
+        };
+        let mut upkeep = Upkeep::new(config, None, Arc::default());
+        upkeep.size_step = Duration::ZERO;
+        upkeep.step(&mut store);
+        let used = store.size().unwrap().used_bytes;
+        assert!(
+            used <= shares.high,
+            "one step left {used} bytes of pages in use (high mark {}, urgent {}, low {})",
+            shares.high,
+            shares.urgent(),
+            shares.low
+        );
+        assert!(store.state().unwrap().deleted_by_retention > 0);
     }
 
     #[test]
