@@ -65,7 +65,7 @@ pub struct EncodedBatch {
     /// What the rows' columns hold, about what the batch adds to the pages.
     bytes: usize,
     /// OTLP spans to hold: `(trace id, spans)` rows of `otlp_spans`.
-    held: Vec<(String, String)>,
+    held: Vec<(String, Vec<u8>)>,
     /// Traces whose held spans are deleted (completed: their records are
     /// in this batch or were dropped for a counted reason).
     released: Vec<String>,
@@ -104,7 +104,7 @@ impl EncodedBatch {
     /// id, spans)` rows that [`Store::held_spans`] reads back after a
     /// restart.
     #[must_use]
-    pub fn with_held_spans(mut self, held: Vec<(String, String)>) -> EncodedBatch {
+    pub fn with_held_spans(mut self, held: Vec<(String, Vec<u8>)>) -> EncodedBatch {
         self.bytes += held
             .iter()
             .map(|(t, s)| t.len() + s.len() + 16)
@@ -355,14 +355,23 @@ impl Store {
     /// # Errors
     ///
     /// When SQLite fails.
-    pub fn held_spans(&self) -> Result<Vec<(String, String)>, StoreError> {
+    pub fn held_spans(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         let sqlite = self.sqlite("read the held OTLP spans");
         let mut stmt = self
             .conn
             .prepare("SELECT trace_id, spans FROM otlp_spans ORDER BY rowid")
             .map_err(self.sqlite("read the held OTLP spans"))?;
-        let rows: Vec<(String, String)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        let rows: Vec<(String, Vec<u8>)> = stmt
+            .query_map([], |r| {
+                // A blob, or the text of rows written as JSON.
+                let spans = match r.get_ref(1)? {
+                    rusqlite::types::ValueRef::Blob(b) | rusqlite::types::ValueRef::Text(b) => {
+                        b.to_vec()
+                    }
+                    _ => Vec::new(),
+                };
+                Ok((r.get(0)?, spans))
+            })
             .and_then(Iterator::collect)
             .map_err(sqlite)?;
         Ok(rows)

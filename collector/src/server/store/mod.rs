@@ -53,7 +53,8 @@
 //!
 //! `otlp_spans` holds the OpenTelemetry spans `cpt serve --otlp-*` has
 //! acknowledged whose trace is not complete yet (one row per trace and
-//! request, the spans as JSON; [`EncodedBatch::with_held_spans`]); the
+//! request, the spans as a protobuf blob (JSON text in rows of the first
+//! encoding); [`EncodedBatch::with_held_spans`]); the
 //! batch that stores a trace's records deletes its rows
 //! ([`EncodedBatch::with_released_traces`]), and a collector that starts
 //! reads what is left ([`Store::held_spans`]). Any version gets the table

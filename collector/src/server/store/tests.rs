@@ -931,3 +931,29 @@ fn a_wal_at_the_hard_limit_is_cut_when_the_checkpoints_fall_behind() {
         limits.hard_limit
     );
 }
+
+/// Held OTLP spans read back as the bytes they were written as: the
+/// protobuf rows of today and the JSON text rows of the first encoding.
+#[test]
+fn held_spans_read_back_blob_and_text_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let mut store = Store::open(&path).unwrap();
+    let blob = vec![0x0a, 0x01, b's', 0xff];
+    let batch = EncodedBatch::new(&[]).with_held_spans(vec![("t1".into(), blob.clone())]);
+    store.insert_encoded(&batch).unwrap();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "INSERT INTO otlp_spans (trace_id, spans) VALUES ('t2', '[{\"i\":\"x\"}]')",
+            [],
+        )
+        .unwrap();
+    assert_eq!(
+        store.held_spans().unwrap(),
+        vec![
+            ("t1".to_owned(), blob),
+            ("t2".to_owned(), b"[{\"i\":\"x\"}]".to_vec())
+        ]
+    );
+}

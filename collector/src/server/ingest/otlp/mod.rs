@@ -61,6 +61,7 @@ pub(crate) mod assembler;
 pub(in crate::server) mod counters;
 pub(in crate::server) mod grpc;
 pub(in crate::server) mod http;
+mod row;
 pub(in crate::server) mod seen;
 pub(crate) mod spans;
 
@@ -197,6 +198,8 @@ impl Otlp {
             c.refused[i].fetch_add(*n, Ordering::Relaxed);
         }
         c.truncated.fetch_add(received.truncated, Ordering::Relaxed);
+        let refused = received.refused_total();
+        let refusal = (refused > 0).then(|| received.refusal_message());
         if received.spans > 0 {
             let batch = EncodedBatch::new(&[]).with_held_spans(rows);
             self.ingest
@@ -208,17 +211,13 @@ impl Otlp {
             c.spans.fetch_add(received.spans as u64, Ordering::Relaxed);
             // Durable now; an assembler that has stopped finds them in the
             // store at the next start.
-            let _ = self
-                .tx
-                .send(assembler::Msg::Spans(received.traces.clone()))
-                .await;
+            let _ = self.tx.send(assembler::Msg::Spans(received.traces)).await;
         }
         c.requests.fetch_add(1, Ordering::Relaxed);
-        let refused = received.refused_total();
         Ok(pb::ExportTraceServiceResponse {
-            partial_success: (refused > 0).then(|| pb::ExportTracePartialSuccess {
+            partial_success: refusal.map(|error_message| pb::ExportTracePartialSuccess {
                 rejected_spans: i64::try_from(refused).unwrap_or(i64::MAX),
-                error_message: received.refusal_message(),
+                error_message,
             }),
         })
     }
@@ -236,7 +235,7 @@ pub(in crate::server) struct Started {
 pub(in crate::server) fn start(
     config: &OtlpConfig,
     ingest: Arc<Ingest>,
-    held: Vec<(String, String)>,
+    held: Vec<(String, Vec<u8>)>,
     counters: Arc<Counters>,
     stopped: tokio::sync::watch::Receiver<bool>,
 ) -> Started {

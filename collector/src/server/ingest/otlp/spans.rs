@@ -14,8 +14,9 @@ use crate::traces::model::{Interner, RawSpan, Reason, SpanKind};
 use crate::traces::otlp::{self, Converted, pb};
 
 /// A span held until its trace is complete: what the importer's
-/// [`RawSpan`] holds, owned, and the root's labels. Stored as JSON in the
-/// store's `otlp_spans` table (short keys: one row holds many spans).
+/// [`RawSpan`] holds, owned, and the root's labels. Stored in the store's
+/// `otlp_spans` table ([`super::row`]; the short JSON keys are those of the
+/// first encoding, still read).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct HeldSpan {
     #[serde(rename = "i")]
@@ -183,15 +184,17 @@ impl Received {
         format!("spans refused: {}", parts.join("; "))
     }
 
-    /// The rows the store holds them in: one per trace, its spans as JSON.
-    pub(crate) fn rows(&self) -> Vec<(String, String)> {
+    /// The rows the store holds them in: one per trace ([`super::row`]).
+    pub(crate) fn rows(&self) -> Vec<(String, Vec<u8>)> {
         self.traces
             .iter()
             .map(|(t, s)| {
-                (
-                    t.clone(),
-                    serde_json::to_string(s).expect("held spans always serialize; this is a bug"),
-                )
+                let row = super::row::encode(s).unwrap_or_else(|| {
+                    // Ids the protobuf row cannot keep (the receiver lets
+                    // none through): the JSON row reads back as well.
+                    serde_json::to_vec(s).expect("held spans always serialize; this is a bug")
+                });
+                (t.clone(), row)
             })
             .collect()
     }
@@ -315,8 +318,8 @@ pub(crate) fn receive(
 }
 
 /// Read the held spans of a stored row back.
-pub(crate) fn from_row(spans: &str) -> Result<Vec<HeldSpan>, String> {
-    serde_json::from_str(spans).map_err(|e| e.to_string())
+pub(crate) fn from_row(spans: &[u8]) -> Result<Vec<HeldSpan>, String> {
+    super::row::decode(spans)
 }
 
 #[cfg(test)]
