@@ -454,6 +454,37 @@ impl IngestLimits {
     }
 }
 
+impl IngestLimits {
+    /// [`check`](Self::check) a record, coarsening its path one level at a
+    /// time (the deepest frames folded into their parents,
+    /// [`CriticalPath::coarsen`](cpt_sdk::CriticalPath::coarsen), the time
+    /// that lost its detail counted in `accounting.truncated`) until it is
+    /// within the limits, as the SDK's encoder does to fit a path in a
+    /// header. `Ok(true)`: it was coarsened. `Err`: over a limit that no
+    /// coarsening helps (labels, names, or even its root alone).
+    pub(crate) fn fit(&self, r: &mut Record) -> Result<bool, Over> {
+        let mut failed = match self.check(r) {
+            Ok(_) => return Ok(false),
+            Err(e) => e,
+        };
+        // Each depth from the path as it came: folding a folded path again
+        // would count its time as truncated twice.
+        let whole = r.path.clone();
+        let mut depth = whole.depth();
+        while depth > 1 {
+            depth -= 1;
+            r.path.clone_from(&whole);
+            r.path.coarsen(depth);
+            match self.check(r) {
+                Ok(_) => return Ok(true),
+                Err(e) => failed = e,
+            }
+        }
+        r.path = whole;
+        Err(failed)
+    }
+}
+
 /// This machine's clock, ns since the Unix epoch.
 fn now_unix_nanos() -> u64 {
     std::time::SystemTime::now()
@@ -473,4 +504,40 @@ fn rough(d: Duration) -> String {
 
 fn humantime_secs(d: Duration) -> String {
     format!("{}s", d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cpt_sdk::{CriticalPath, Frame, SegmentKind, Trigger};
+
+    /// A path deeper than the limit is folded to it, total kept and the
+    /// folded time counted as truncated; labels over the limit are not
+    /// something folding helps.
+    #[test]
+    fn fit_coarsens_a_path_to_the_limits_and_refuses_what_coarsening_cannot_mend() {
+        let limits = IngestLimits::new().with_max_depth(2).with_max_labels(1);
+        let mut p = CriticalPath::new();
+        let stack = |d: usize| {
+            (0..d)
+                .map(|i| Frame::new("svc", format!("f{i}")))
+                .collect::<Vec<_>>()
+        };
+        p.push_frames(stack(1), Duration::from_millis(3), SegmentKind::Busy);
+        p.push_frames(stack(4), Duration::from_millis(5), SegmentKind::Busy);
+        p.push_frames(stack(2), Duration::from_millis(7), SegmentKind::Busy);
+        let mut r = Record::new("svc", Trigger::Sampled, p);
+        assert!(limits.check(&r).is_err());
+        assert_eq!(limits.fit(&mut r), Ok(true));
+        assert_eq!(r.path.depth(), 2);
+        assert_eq!(r.path.total(), Duration::from_millis(15));
+        assert_eq!(r.path.accounting.truncated, Duration::from_millis(5));
+        // Within the limits: untouched.
+        let before = r.clone();
+        assert_eq!(limits.fit(&mut r), Ok(false));
+        assert_eq!(r, before);
+        r.labels.insert("a".into(), "1".into());
+        r.labels.insert("b".into(), "2".into());
+        assert!(limits.fit(&mut r).is_err());
+    }
 }

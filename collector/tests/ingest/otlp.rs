@@ -729,3 +729,158 @@ fn otlp_kill_9_three_times_under_load_loses_no_acknowledged_span() {
     assert!(twice.is_empty(), "traces stored twice: {twice:?}");
     assert!(want.len() >= 600);
 }
+
+/// A span of trace `t` with a 64-bit span number (ids never zero).
+fn wide_span(t: u64, n: u64, parent: Option<u64>, name: &str, start: u64, end: u64) -> pb::Span {
+    let sid = |n: u64| {
+        let mut v = n.to_be_bytes().to_vec();
+        v[0] = 0xcd;
+        v
+    };
+    pb::Span {
+        trace_id: id(t, 0, 16),
+        span_id: sid(n),
+        parent_span_id: parent.map(sid).unwrap_or_default(),
+        name: name.into(),
+        kind: if parent.is_none() { 2 } else { 3 },
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
+        ..Default::default()
+    }
+}
+
+/// A trace of 10⁵ spans (a root and 99 999 calls one after another, sent
+/// children first in five requests of 20 000 spans) makes the file
+/// import's record, its path coarsened to the ingest limits (16 384
+/// segments): the same request, latency and total, the folded time counted
+/// as truncated and the record as coarsened in `/metrics`. A small trace
+/// sent after it is stored byte for byte as the file import makes it,
+/// within the wait and a few seconds: the big one holds up no other.
+#[test]
+fn otlp_a_trace_of_100_000_spans_is_coarsened_to_the_limits_and_holds_up_no_other() {
+    let c = TestCollector::start(|c| open(otlp_on(c)));
+    let t0 = an_hour_ago();
+    let us = 1_000;
+    let n: u64 = 100_000;
+    let mut spans: Vec<pb::Span> = (1..n)
+        .map(|i| {
+            wide_span(
+                900,
+                i,
+                Some(0),
+                &format!("call {}", i % 7),
+                t0 + i * 10 * us,
+                t0 + (i + 1) * 10 * us,
+            )
+        })
+        .collect();
+    spans.push(wide_span(
+        900,
+        0,
+        None,
+        "GET /big",
+        t0,
+        t0 + (n + 1) * 10 * us,
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let mut file = String::new();
+    for chunk in spans.chunks(20_000) {
+        let req = request(vec![resource("front", "a", chunk.to_vec())]);
+        file.push_str(&to_json(&req));
+        file.push('\n');
+        let r = post_traces(otlp_http(&c), &[PB], &prost::Message::encode_to_vec(&req));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let small = request(trace(901, 0));
+    file.push_str(&to_json(&small));
+    file.push('\n');
+    let sent_small = Instant::now();
+    let r = post_traces(otlp_http(&c), &[PB], &prost::Message::encode_to_vec(&small));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let path = dir.path().join("spans.jsonl");
+    std::fs::write(&path, &file).unwrap();
+    let imported = import_files(&[path], Format::Otlp, &ImportOptions::default(), &|_| {});
+    assert_eq!(imported.stats.spans, n + 5);
+    assert_eq!(imported.records().count(), 2);
+    let live = wait_for_records(&c, 2, Duration::from_secs(60));
+    let small_within = sent_small.elapsed();
+    assert!(
+        small_within < WAIT + Duration::from_secs(30),
+        "the small trace took {small_within:?}"
+    );
+    assert_eq!(live.len(), 2);
+    let of = |v: &[Record], endpoint: &str| {
+        v.iter()
+            .find(|r| r.endpoint.as_deref() == Some(endpoint))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {endpoint} record"))
+    };
+    let file: Vec<Record> = imported.records().cloned().collect();
+    assert_eq!(
+        of(&live, "GET /api").to_json(),
+        of(&file, "GET /api").to_json()
+    );
+    let (got, want) = (of(&live, "GET /big"), of(&file, "GET /big"));
+    // Each call, and the root's own time before and after them.
+    assert_eq!(
+        want.path.segments().len(),
+        n as usize + 1,
+        "the file's is whole"
+    );
+    assert!(
+        got.path.segments().len() <= 16_384,
+        "{}",
+        got.path.segments().len()
+    );
+    assert_eq!(
+        (&got.request_id, got.latency, got.path.total()),
+        (&want.request_id, want.latency, want.path.total())
+    );
+    assert_eq!(
+        got.path.accounting.truncated,
+        want.path.total() - Duration::from_micros(20)
+    );
+    let m = metrics(&c);
+    assert_eq!(metric(&m, "cpt_otlp_spans_accepted_total"), n + 5);
+    assert_eq!(metric(&m, "cpt_otlp_records_stored_total"), 2);
+    assert_eq!(metric(&m, "cpt_otlp_records_coarsened_total"), 1);
+    assert_eq!(metric(&m, "cpt_otlp_records_refused_total"), 0);
+    assert_eq!(metric(&m, "cpt_otlp_pending_spans"), 0);
+    if let Some((ok, out)) = crate::metrics::promtool(&m) {
+        assert!(ok, "promtool check metrics refused it:\n{out}\n{m}");
+    }
+}
+
+/// Attribute values of megabytes: one that no `--otlp-label` names is not
+/// kept at all; a label's is cut to the ingest limit (512 bytes) and
+/// counted; the trace makes its record either way. A body over
+/// `--max-batch-bytes` is refused whole, saying so.
+#[test]
+fn otlp_attribute_values_of_megabytes_are_cut_or_left_and_counted() {
+    let c = TestCollector::start(|c| {
+        let mut c = open(otlp_on(c));
+        c.otlp.labels = vec!["tenant".into()];
+        c
+    });
+    let big = "x".repeat(3 << 20);
+    let mut spans = trace(902, 0);
+    let root = &mut spans[1].scope_spans[0].spans[0];
+    root.attributes = vec![kv("tenant", &big), kv("payload", &big)];
+    // The second attribute makes the body 6 MiB, over the 4 MiB bound.
+    let too_big = prost::Message::encode_to_vec(&request(spans.clone()));
+    let r = post_traces(otlp_http(&c), &[PB], &too_big);
+    assert_eq!(r.status, 413, "{}", r.text());
+    spans[1].scope_spans[0].spans[0].attributes.pop();
+    let body = prost::Message::encode_to_vec(&request(spans));
+    assert!(body.len() > 3 << 20);
+    let r = post_traces(otlp_http(&c), &[PB], &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got = wait_for_records(&c, 1, Duration::from_secs(20));
+    assert_eq!(got.len(), 1);
+    let tenant = got[0].labels.get("tenant").expect("the label, cut");
+    assert_eq!(tenant.len(), 512);
+    assert!(!got[0].labels.contains_key("payload"));
+    let m = metrics(&c);
+    assert_eq!(metric(&m, "cpt_otlp_names_truncated_total"), 1);
+    assert_eq!(metric(&m, "cpt_otlp_records_stored_total"), 1);
+}

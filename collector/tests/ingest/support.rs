@@ -161,7 +161,9 @@ pub(crate) fn post_records(addr: SocketAddr, content_type: &str, body: &[u8]) ->
 
 /// Every record in the store at `path`, in insertion order.
 pub(crate) fn stored(path: &Path) -> Vec<Record> {
-    let store = Store::open(path).expect("reopen the store");
+    // Read-only: a writable open would take the write lock (and run a
+    // checkpointer) beside the collector's writer, and hold it up.
+    let store = Store::open_read_only(path).expect("reopen the store");
     store
         .query(&StoreQuery::default())
         .expect("query")

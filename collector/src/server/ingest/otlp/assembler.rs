@@ -243,16 +243,21 @@ pub(crate) fn complete(
             }
         };
         for a in trace_records(&t, &c.import, &mut scratch, &mut pieces) {
-            let r = a.record;
+            let mut r = a.record;
             if c.cpt_traces.has(&r.service, r.trace_id.as_deref()) {
                 k.skipped_cpt.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            if c.limits.check(&r).is_err()
-                || c.limits.start(r.start_unix_nanos, now_unix_nanos).is_err()
-            {
+            // A path over the ingest limits (a trace of 10⁵ spans) is
+            // coarsened to fit, as the SDK's encoder coarsens a path to fit
+            // a header.
+            let fitted = c.limits.fit(&mut r);
+            if fitted.is_err() || c.limits.start(r.start_unix_nanos, now_unix_nanos).is_err() {
                 k.records_refused.fetch_add(1, Ordering::Relaxed);
                 continue;
+            }
+            if fitted == Ok(true) {
+                k.records_coarsened.fetch_add(1, Ordering::Relaxed);
             }
             out.records.push(r);
         }

@@ -61,6 +61,7 @@ pub(crate) struct Counters {
     pub(crate) dropped_spans: [AtomicU64; Dropped::ALL.len()],
     pub(crate) skipped_cpt: AtomicU64,
     pub(crate) records_refused: AtomicU64,
+    pub(crate) records_coarsened: AtomicU64,
     pub(crate) records: AtomicU64,
     pub(crate) store_errors: AtomicU64,
 }
@@ -140,6 +141,12 @@ impl Counters {
             "counter",
             "Records of completed traces over the ingest limits (or starting too far ahead): not stored.",
             load(&self.records_refused),
+        );
+        one(
+            "cpt_otlp_records_coarsened_total",
+            "counter",
+            "Records of completed traces whose path was over the ingest limits: coarsened to fit (deepest frames folded into their parents, counted as truncated time), then stored.",
+            load(&self.records_coarsened),
         );
         one(
             "cpt_otlp_records_stored_total",
