@@ -18,8 +18,16 @@ type BClient = ServiceBClient<cpt_middleware::Client<tonic::transport::Channel>>
 /// tonic's `ServiceB` (`B1`: 5 ms of work) as internal service `service`,
 /// trusting [`SECRET`], or without cpt.
 async fn serve_b(service: &'static str, cpt: Cpt) -> SocketAddr {
-    let svc = services::b(|_: Request<RunRequest>| async {
+    serve_b_taking(service, cpt, None).await
+}
+
+/// [`serve_b`] whose `B1` sleeps `slow` after its work.
+async fn serve_b_taking(service: &'static str, cpt: Cpt, slow: Option<Duration>) -> SocketAddr {
+    let svc = services::b(move |_: Request<RunRequest>| async move {
         work().await;
+        if let Some(d) = slow {
+            tokio::time::sleep(d).await;
+        }
         Ok::<_, Status>(Response::new(RunReply { value: 1 }))
     });
     match cpt {
@@ -149,17 +157,25 @@ fn actix_entry_to_tonic_refused_and_timed_out_calls_end_their_node() {
         assert_sums(&r.path, r.latency);
         assert_blind_spot(&r.path, "at-b-r /cpt.example.ServiceB/B1", Duration::ZERO);
 
-        // A callee that takes longer than the caller waits: B1 works 5 ms,
-        // the caller gives up after 1 ms.
-        let b = serve_b("at-b-t", Cpt::Internal).await;
-        let entry = serve_entry("at-timeout", "at-b-t", SECRET, b, Duration::from_millis(1));
+        // A callee that takes longer than the caller waits: B1 takes 2 s,
+        // the caller gives up after 100 ms (long enough for the lazy
+        // channel to connect on a loaded machine, so that the call is on
+        // the wire when it is given up).
+        let b = serve_b_taking("at-b-t", Cpt::Internal, Some(Duration::from_secs(2))).await;
+        let entry = serve_entry(
+            "at-timeout",
+            "at-b-t",
+            SECRET,
+            b,
+            Duration::from_millis(100),
+        );
         assert_eq!(order(entry).await, "timed out");
         let r = records_of("at-timeout", 1).await.remove(0);
         assert_sums(&r.path, r.latency);
         // The deadline's timer starts before tonic makes the call (after
         // its channel is ready): the node is shorter than the deadline.
         assert_blind_spot(&r.path, "at-b-t /cpt.example.ServiceB/B1", Duration::ZERO);
-        assert!(r.latency >= Duration::from_millis(1));
+        assert!(r.latency >= Duration::from_millis(100));
     });
 }
 
