@@ -180,7 +180,7 @@ impl Otlp {
             };
             let received = spans::receive(body, encoding, &labels, &limits, unix_nanos_now())
                 .map_err(|m| BatchError::new("body", m))?;
-            let rows = received.rows();
+            let rows = row::rows(&received.traces);
             Ok::<_, BatchError>((received, rows))
         })
         .await
@@ -243,7 +243,7 @@ pub(in crate::server) fn start(
     let mut restored: Vec<(String, Vec<spans::HeldSpan>)> = Vec::new();
     let mut unreadable = Vec::new();
     for (trace, row) in held {
-        match spans::from_row(&row) {
+        match row::decode(&row) {
             Ok(s) => {
                 counters
                     .restored_spans

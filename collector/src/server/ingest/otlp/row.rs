@@ -110,6 +110,21 @@ pub(crate) fn encode(spans: &[HeldSpan]) -> Option<Vec<u8>> {
     Some(prost::Message::encode_to_vec(&row))
 }
 
+/// The rows the store holds a request's spans in: one per trace.
+pub(crate) fn rows(traces: &[(String, Vec<HeldSpan>)]) -> Vec<(String, Vec<u8>)> {
+    traces
+        .iter()
+        .map(|(t, s)| {
+            let row = encode(s).unwrap_or_else(|| {
+                // Ids the protobuf row cannot keep (the receiver lets none
+                // through): the JSON row reads back as well.
+                serde_json::to_vec(s).expect("held spans always serialize; this is a bug")
+            });
+            (t.clone(), row)
+        })
+        .collect()
+}
+
 /// Read a stored row back: protobuf, or the JSON array of the first
 /// encoding.
 pub(crate) fn decode(row: &[u8]) -> Result<Vec<HeldSpan>, String> {
@@ -194,6 +209,32 @@ mod tests {
         );
         // Rows of the first encoding still read.
         assert_eq!(decode(&json).unwrap(), spans);
+    }
+
+    /// What the receiver holds of a request (JSON ids in capitals
+    /// included) makes protobuf rows that read back as it.
+    #[test]
+    fn received_spans_survive_their_rows() {
+        use super::super::spans::{Encoding, receive};
+        let now = 1_700_000_000_000_000_000u64;
+        let body = format!(
+            r#"{{"resourceSpans":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"svc"}}}},{{"key":"service.version","value":{{"stringValue":"2"}}}}]}},"scopeSpans":[{{"spans":[{{"traceId":"0AF7651916CD43DD8448EB211C80319C","spanId":"00F067AA0BA902B7","name":"root","kind":2,"startTimeUnixNano":"{now}","endTimeUnixNano":"{}"}},{{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"00f067aa0ba902b8","parentSpanId":"00F067AA0BA902B7","name":"child","startTimeUnixNano":"{now}","endTimeUnixNano":"{}"}}]}}]}}]}}"#,
+            now + 1000,
+            now + 500
+        );
+        let got = receive(
+            body.as_bytes(),
+            Encoding::Json,
+            &["service.version".into()],
+            &crate::ingest::IngestLimits::default(),
+            now,
+        )
+        .unwrap();
+        assert_eq!(got.spans, 2);
+        let rows = rows(&got.traces);
+        assert_eq!(rows.len(), 1);
+        assert_ne!(rows[0].1.first(), Some(&b'['), "a protobuf row");
+        assert_eq!(decode(&rows[0].1).unwrap(), got.traces[0].1);
     }
 
     #[test]

@@ -15,8 +15,8 @@ use crate::traces::otlp::{self, Converted, pb};
 
 /// A span held until its trace is complete: what the importer's
 /// [`RawSpan`] holds, owned, and the root's labels. Stored in the store's
-/// `otlp_spans` table ([`super::row`]; the short JSON keys are those of the
-/// first encoding, still read).
+/// `otlp_spans` table (`row.rs`; the short JSON keys are those of the first
+/// encoding, still read).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct HeldSpan {
     #[serde(rename = "i")]
@@ -183,21 +183,6 @@ impl Received {
         }
         format!("spans refused: {}", parts.join("; "))
     }
-
-    /// The rows the store holds them in: one per trace ([`super::row`]).
-    pub(crate) fn rows(&self) -> Vec<(String, Vec<u8>)> {
-        self.traces
-            .iter()
-            .map(|(t, s)| {
-                let row = super::row::encode(s).unwrap_or_else(|| {
-                    // Ids the protobuf row cannot keep (the receiver lets
-                    // none through): the JSON row reads back as well.
-                    serde_json::to_vec(s).expect("held spans always serialize; this is a bug")
-                });
-                (t.clone(), row)
-            })
-            .collect()
-    }
 }
 
 /// `s` cut to at most `max` bytes at a character boundary; counts a cut.
@@ -315,11 +300,6 @@ pub(crate) fn receive(
         }
     }
     Ok(sorter.out)
-}
-
-/// Read the held spans of a stored row back.
-pub(crate) fn from_row(spans: &[u8]) -> Result<Vec<HeldSpan>, String> {
-    super::row::decode(spans)
 }
 
 #[cfg(test)]
@@ -453,20 +433,5 @@ mod tests {
         assert!(receive(b"\xff\xff\xff", Encoding::Protobuf, &[], &limits(), NOW).is_err());
         assert!(receive(b"{\"x\":", Encoding::Json, &[], &limits(), NOW).is_err());
         assert!(receive(b"\xff{}", Encoding::Json, &[], &limits(), NOW).is_err());
-    }
-
-    #[test]
-    fn held_spans_survive_their_row() {
-        let req = request(vec![span(1, 1, None, NOW, NOW + 1000)]);
-        let got = receive(
-            &prost::Message::encode_to_vec(&req),
-            Encoding::Protobuf,
-            &["service.version".into()],
-            &limits(),
-            NOW,
-        )
-        .unwrap();
-        let rows = got.rows();
-        assert_eq!(from_row(&rows[0].1).unwrap(), got.traces[0].1);
     }
 }
