@@ -91,20 +91,21 @@ struct LiveNode {
     woken_running: bool,
     /// `(woken, resumed)`: ready to run but not running.
     runnable: Vec<(Duration, Duration)>,
-    /// What the node's waits were on, in time order (see
-    /// [`WaitMark`](crate::path::graph::WaitMark)).
-    waits: Vec<(Duration, Option<Arc<WaitSite>>)>,
     /// Woken from outside any span (the runtime's drivers) since it last ran.
     woken_by_runtime: bool,
-    /// tokio resources it polled (`tokio-resources`), made on first use.
-    resources: Option<Box<Polled>>,
+    /// What its waits were on, made at its first named wait or tokio
+    /// resource polled: most nodes have none, and carry one pointer.
+    waits: Option<Box<Waits>>,
 }
 
-/// The tokio resources a node polled and found pending: in the poll in
-/// progress, and in the poll before the wait in progress, by resource key
-/// (its span id).
+/// What a node's waits were on.
 #[derive(Debug, Default)]
-struct Polled {
+struct Waits {
+    /// In time order (see [`WaitMark`](crate::path::graph::WaitMark)).
+    marks: Vec<(Duration, Option<Arc<WaitSite>>)>,
+    /// The tokio resources it polled and found pending (`tokio-resources`):
+    /// in the poll in progress, and in the poll before the wait in
+    /// progress, by resource key (its span id).
     pending: SmallVec<[(u64, Arc<WaitSite>); 2]>,
     waited: SmallVec<[(u64, Arc<WaitSite>); 2]>,
 }
@@ -152,9 +153,8 @@ impl LiveNode {
             woken: None,
             woken_running: false,
             runnable: Vec::new(),
-            waits: Vec::new(),
             woken_by_runtime: false,
-            resources: None,
+            waits: None,
         }
     }
 }
@@ -164,45 +164,43 @@ impl LiveNode {
     /// last resource it polled pending), or that nothing names it.
     #[inline]
     fn mark_exit(&mut self, now: Duration) {
-        let Some(polled) = self.resources.as_deref_mut() else {
-            // No tokio resource polled (always so without them): only an
-            // `[io]` mark before may need ending.
-            if self.waits.last().is_some_and(|m| m.1.is_some()) {
-                self.push_mark(now, None);
-            }
+        // No named wait and no tokio resource polled (always so without
+        // them): nothing to mark, no mark to end.
+        let Some(w) = self.waits.as_deref_mut() else {
             return;
         };
-        let pending = std::mem::take(&mut polled.pending);
+        let pending = std::mem::take(&mut w.pending);
         let site = pending.last().map(|p| p.1.clone());
-        if site.is_some() || self.waits.last().is_some_and(|m| m.1.is_some()) {
-            self.push_mark(now, site);
+        if site.is_some() || w.marks.last().is_some_and(|m| m.1.is_some()) {
+            w.push_mark(now, site);
         }
-        if let Some(p) = self.resources.as_deref_mut() {
-            p.waited = pending;
-        }
+        w.waited = pending;
     }
 
     /// The wait just ended was ended by the runtime: unless a resource
     /// names it, it is `[io]`.
     fn mark_io(&mut self) {
         let Some(exit) = self.last_exit else { return };
-        match self.waits.last_mut() {
+        let w = self.waits.get_or_insert_with(Box::default);
+        match w.marks.last_mut() {
             Some(last) if last.0 == exit => {
                 if last.1.is_none() {
                     last.1 = Some(waits::io_site());
                 }
             }
-            _ => self.push_mark(exit, Some(waits::io_site())),
+            _ => w.push_mark(exit, Some(waits::io_site())),
         }
     }
+}
 
+impl Waits {
     fn push_mark(&mut self, at: Duration, site: Option<Arc<WaitSite>>) {
-        if self.waits.len() >= MAX_BUSY {
-            if let Some(last) = self.waits.last_mut() {
+        if self.marks.len() >= MAX_BUSY {
+            if let Some(last) = self.marks.last_mut() {
                 *last = (at, site);
             }
         } else {
-            self.waits.push((at, site));
+            self.marks.push((at, site));
         }
     }
 }
@@ -533,7 +531,7 @@ impl Request {
         let Some(n) = st.nodes.get_mut(node.index()) else {
             return;
         };
-        let polled = n.resources.get_or_insert_with(Box::default);
+        let polled = n.waits.get_or_insert_with(Box::default);
         if !ready {
             if let Some(i) = polled.pending.iter().position(|p| p.0 == key) {
                 polled.pending.remove(i);
@@ -549,7 +547,7 @@ impl Request {
         if let Some(i) = polled.waited.iter().position(|p| p.0 == key) {
             let site = polled.waited[i].1.clone();
             polled.waited.clear();
-            if let Some(last) = n.waits.last_mut()
+            if let Some(last) = polled.marks.last_mut()
                 && Some(last.0) == n.last_exit
             {
                 last.1 = Some(site);
@@ -654,11 +652,11 @@ impl Ended {
         }
         // Wait marks, with their sites as frames of the cache's table.
         let (mut marks, mut ranges) = (Vec::new(), Vec::new());
-        if self.nodes.iter().any(|n| !n.waits.is_empty()) {
+        if self.nodes.iter().any(|n| n.waits.is_some()) {
             ranges.reserve(self.nodes.len());
             for n in &self.nodes {
                 let from = marks.len() as u32;
-                for (at, site) in &n.waits {
+                for (at, site) in n.waits.iter().flat_map(|w| &w.marks) {
                     let on = site
                         .as_ref()
                         .map(|s| FrameRef::new(cache.wait(s, service, &request.service)));

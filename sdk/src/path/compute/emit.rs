@@ -18,14 +18,20 @@ pub(super) fn emit<S: Source>(
     // Size the path once: what the walk found plus what the callees bring.
     let (mut frames, mut segments) = (prep.len().min(graph.frames().len()), pieces.len());
     for piece in pieces {
-        if let Piece::Splice { node, .. } = *piece {
-            match graph.callee(node) {
+        match *piece {
+            Piece::Splice { node, .. } => match graph.callee(node) {
                 Some(CalleeOutcome::Path(p)) => {
                     frames += p.frames().len();
                     segments += p.segments().len() + 1;
                 }
                 _ => frames += 1,
-            }
+            },
+            // A named wait's frame.
+            Piece::Seg {
+                kind: SegmentKind::Wait,
+                ..
+            } => frames += 1,
+            Piece::Seg { .. } => {}
         }
     }
     let mut path = CriticalPath::with_capacity(frames, segments);
