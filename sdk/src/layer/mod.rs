@@ -287,6 +287,12 @@ impl CriticalPathLayer {
     fn pop_entered(&self, id: &Id) -> Option<Option<NodeState>> {
         let key = self.key();
         ENTERED.with_borrow_mut(|stack| {
+            if let Some(top) = stack.last()
+                && top.0 == key
+                && top.1 == *id
+            {
+                return stack.pop().map(|e| e.2);
+            }
             let i = stack.iter().rposition(|e| e.0 == key && e.1 == *id)?;
             Some(stack.remove(i).2)
         })
@@ -355,35 +361,34 @@ impl CriticalPathLayer {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
+        let mut ready = waits::ReadyVisitor::default();
+        event.record(&mut ready);
+        let Some(ready) = ready.0 else { return };
         let key = self.key();
-        let found = ENTERED.with_borrow(|stack| {
+        ENTERED.with_borrow(|stack| {
             let mut resource = None;
             for e in stack.iter().rev().filter(|e| e.0 == key) {
                 if let Some(state) = &e.2 {
-                    return resource.map(|r| (state.clone(), r));
+                    let Some((resource, site)) = resource else {
+                        return;
+                    };
+                    let site = match site {
+                        Ok(id) => match waits::SiteId::site(id) {
+                            Some(site) => site,
+                            None => return,
+                        },
+                        Err(ref own) => own,
+                    };
+                    state
+                        .request
+                        .poll_op(state.node, Id::into_u64(&resource), site, ready);
+                    return;
                 }
                 if let Some(site) = self.resource_site(&e.1, ctx) {
                     resource = Some((e.1.clone(), site));
                 }
             }
-            None
         });
-        let Some((state, (resource, site))) = found else {
-            return;
-        };
-        let site = match site {
-            Ok(id) => match id.site() {
-                Some(site) => site.clone(),
-                None => return,
-            },
-            Err(own) => own,
-        };
-        let mut ready = waits::ReadyVisitor::default();
-        event.record(&mut ready);
-        let Some(ready) = ready.0 else { return };
-        state
-            .request
-            .poll_op(state.node, resource.into_u64(), &site, ready);
     }
 }
 
