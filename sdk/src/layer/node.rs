@@ -843,7 +843,8 @@ impl compute::Source for LiveGraph<'_> {
         self.nodes.len()
     }
 
-    #[inline]
+    // Inlined into the walk's preparation, which reads every field once.
+    #[inline(always)]
     fn node(&self, i: usize) -> NodeView<'_> {
         let n = &self.nodes[i];
         NodeView {

@@ -164,6 +164,7 @@ pub(crate) fn compute_from<S: Source>(graph: &S, root: NodeId, end: Duration) ->
             &sc.prep.nodes,
             root.index(),
             &sc.walk.pieces,
+            sc.prep.waits.len(),
             &mut sc.stacks,
         )
     });

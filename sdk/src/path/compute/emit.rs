@@ -5,35 +5,32 @@
 use super::*;
 
 /// Turn pieces (latest first) into the path, resolving stacks and splicing
-/// callees.
+/// callees (`marks`: how many wait marks the graph has).
 #[inline(never)]
 pub(super) fn emit<S: Source>(
     graph: &S,
     prep: &[Prep],
     root: usize,
     pieces: &[Piece],
+    marks: usize,
     stacks: &mut Stacks,
 ) -> CriticalPath {
     stacks.reset(prep.len(), graph.frames().len());
     // Size the path once: what the walk found plus what the callees bring.
     let (mut frames, mut segments) = (prep.len().min(graph.frames().len()), pieces.len());
     for piece in pieces {
-        match *piece {
-            Piece::Splice { node, .. } => match graph.callee(node) {
+        if let Piece::Splice { node, .. } = *piece {
+            match graph.callee(node) {
                 Some(CalleeOutcome::Path(p)) => {
                     frames += p.frames().len();
                     segments += p.segments().len() + 1;
                 }
                 _ => frames += 1,
-            },
-            // A named wait's frame.
-            Piece::Seg {
-                kind: SegmentKind::Wait,
-                ..
-            } => frames += 1,
-            Piece::Seg { .. } => {}
+            }
         }
     }
+    // The named waits' frames: at most one per mark, or per piece.
+    frames += marks.min(pieces.len());
     let mut path = CriticalPath::with_capacity(frames, segments);
     for piece in pieces.iter().rev() {
         match *piece {
