@@ -37,10 +37,11 @@
 //!
 //! `CPT_WAITS_COUNT=<case>:<iterations>` runs one case that many times and
 //! nothing else, for instruction counts (which repeat on a shared machine,
-//! unlike times): the count at N minus the count at 0, divided by N.
+//! unlike times), counted inside `run` alone and divided by N:
 //!
 //! ```text
-//! CPT_WAITS_COUNT=request/off:20000 valgrind --tool=callgrind target/release/deps/waits-<hash>
+//! CPT_WAITS_COUNT=request/off:5000 valgrind --tool=callgrind --toggle-collect=waits::run \
+//!   target/release/deps/waits-<hash>
 //! ```
 
 use std::hint::black_box;
@@ -210,11 +211,18 @@ fn count(spec: &str) {
         let names: Vec<_> = cases.iter().map(|c| c.name).collect();
         panic!("CPT_WAITS_COUNT: no case {name:?}; the cases are {names:?}");
     };
-    tracing::dispatcher::with_default(&c.dispatch, || {
-        for _ in 0..n {
-            (c.run)();
-        }
-    });
+    let f = &mut c.run;
+    tracing::dispatcher::with_default(&c.dispatch, || run(f, n));
+}
+
+/// `n` iterations of `c`: the function to count instructions in, so that
+/// what runs once per process (quanta's calibration, the cases' set-up) is
+/// left out (`valgrind --tool=callgrind --toggle-collect=waits::run`).
+#[inline(never)]
+fn run(f: &mut dyn FnMut(), n: u64) {
+    for _ in 0..n {
+        f();
+    }
 }
 
 fn main() {

@@ -15,9 +15,10 @@
 //!   mutex, `RwLock`, barrier and oneshot channel is a `runtime.resource`
 //!   span with its type and the place it was created; each poll of it emits a
 //!   `runtime::resource::poll_op` event with `is_ready`. The layer keeps the
-//!   resource's name on its span, notes which resources a node polled
-//!   pending before it stopped running, and which of them was ready when it
-//!   resumed: that one names the wait (`[sleep src/main.rs:88]`).
+//!   resource's name by its span id (its resource table), notes which
+//!   resources a node polled pending before it stopped running, and which of
+//!   them was ready when it resumed: that one names the wait
+//!   (`[sleep src/main.rs:88]`).
 //!
 //! The marks go into the node's [`WaitMark`](crate::path::graph::WaitMark)s;
 //! the walk names a wait it leaves on the node with the latest mark.
