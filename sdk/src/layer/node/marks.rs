@@ -153,6 +153,7 @@ impl Request {
 
 /// Every node's wait marks, with their sites as frames of `cache`'s
 /// table, and node `i`'s range of them (none at all when no node has any).
+#[inline]
 pub(super) fn wait_marks(
     nodes: &[LiveNode],
     cache: &mut FrameCache,
