@@ -168,3 +168,33 @@ fn polls_outside_nodes_touch_no_request() {
         ]
     );
 }
+
+/// More resources open at once than the layer's resource table holds
+/// (16 384, four per span-id hash): those it has no room for keep their
+/// names on their spans, and still name the waits on them.
+#[test]
+fn resources_beyond_the_table_still_name_their_waits() {
+    let line = |i: usize| 1000 + (i % 64) as u32;
+    let t = Traced::manual();
+    let open: Vec<Span> = (0..20_000)
+        .map(|i| resource("Semaphore", line(i)))
+        .collect();
+    let root = t.root("R");
+    let waited: Vec<usize> = (0..open.len()).step_by(97).collect();
+    for &i in &waited {
+        root.in_scope(|| poll(&open[i], false));
+        t.work(1);
+        root.in_scope(|| poll(&open[i], true));
+    }
+    let done = request::finish(&root).expect("traced");
+    let names: Vec<String> = segs(&done.path)
+        .into_iter()
+        .filter(|s| s.2 == Wait)
+        .map(|s| s.0)
+        .collect();
+    let want: Vec<String> = waited
+        .iter()
+        .map(|&i| format!("R/[semaphore app/src/main.rs:{}]", line(i)))
+        .collect();
+    assert_eq!(names, want);
+}
