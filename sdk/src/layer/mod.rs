@@ -449,12 +449,18 @@ where
         if self.idle() || attrs.is_root() {
             return;
         }
-        // Spans inside a resource (tokio's `async_op` spans) are no nodes.
+        // Spans inside a resource (tokio's `async_op` spans, and the
+        // `async_op.poll` spans inside those) are no nodes: kept as such, so
+        // that their own children are known without a registry lookup.
         #[cfg(feature = "tokio-resources")]
-        if let Some(parent) = attrs.parent()
-            && self.resource_site(parent, &ctx).is_some()
-        {
-            return;
+        if let Some(parent) = attrs.parent() {
+            if self.resources.find(parent).is_some() {
+                self.resources.insert_inside(id);
+                return;
+            }
+            if self.resource_site(parent, &ctx).is_some() {
+                return;
+            }
         }
         // The parent is usually the span this thread is in: take its state
         // from the entered stack rather than from the registry (and when

@@ -15,6 +15,11 @@
 //! open, so a slot holding an id holds that open span's site; a slot is
 //! emptied at the span's close, before the registry can reuse the id.
 //!
+//! A span made inside a resource while a request is traced (tokio's
+//! `async_op` spans and the `async_op.poll` spans inside those) takes a slot
+//! too, marked as no resource: it is no node, nor are its children, which
+//! the layer then knows without a registry lookup.
+//!
 //! The table is allocated when the layer sees its first resource span.
 
 use std::sync::OnceLock;
@@ -31,6 +36,11 @@ const SHIFT: u32 = 64 - BUCKETS.trailing_zeros();
 
 /// An empty slot's key (span ids are never zero).
 const EMPTY: u64 = 0;
+
+/// The site of a slot that holds a span made inside a resource (tokio's
+/// `async_op` spans), not a resource: such spans are no nodes, nor are
+/// their children.
+const INSIDE: u32 = u32::MAX;
 
 #[derive(Debug, Default)]
 pub(crate) struct ResourceTable {
@@ -60,6 +70,16 @@ impl ResourceTable {
 
     /// Keep `site` as resource `id`'s; false when its bucket is full.
     pub(crate) fn insert(&self, id: &Id, site: SiteId) -> bool {
+        self.insert_raw(id, site.0)
+    }
+
+    /// Keep `id` as a span made inside a resource (no room: it is not kept,
+    /// and its children take the slower way to the same answer).
+    pub(crate) fn insert_inside(&self, id: &Id) {
+        self.insert_raw(id, INSIDE);
+    }
+
+    fn insert_raw(&self, id: &Id, site: u32) -> bool {
         let buckets = self
             .buckets
             .get_or_init(|| (0..BUCKETS).map(|_| Bucket::default()).collect());
@@ -70,7 +90,7 @@ impl ResourceTable {
                 && k.compare_exchange(EMPTY, key, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             {
-                s.store(site.0, Ordering::Release);
+                s.store(site, Ordering::Release);
                 return true;
             }
         }
@@ -80,6 +100,13 @@ impl ResourceTable {
     /// The site of resource `id`, if the table has it.
     #[inline]
     pub(crate) fn get(&self, id: &Id) -> Option<SiteId> {
+        self.find(id).filter(|s| s.0 != INSIDE)
+    }
+
+    /// What the table has for `id`: a resource's site, or that it is a
+    /// span inside one.
+    #[inline]
+    pub(crate) fn find(&self, id: &Id) -> Option<SiteId> {
         let b = self.bucket(id)?;
         let key = id.into_u64();
         let w = b
@@ -137,5 +164,10 @@ mod tests {
         assert!(t.insert(&same[WAYS], SiteId(9)), "the freed slot is taken");
         assert_eq!(t.get(&same[WAYS]), Some(SiteId(9)));
         assert_eq!(t.get(&same[0]), Some(SiteId(0)), "the others kept theirs");
+        // A span inside a resource is found, but is no resource.
+        assert!(t.remove(&same[0]));
+        t.insert_inside(&same[0]);
+        assert!(t.find(&same[0]).is_some());
+        assert_eq!(t.get(&same[0]), None);
     }
 }
