@@ -1,29 +1,47 @@
-//! What named waits cost, side by side in one run (a bench binary: each
-//! case is timed over many rounds and the median round reported).
+//! What named waits cost, side by side in one run (a bench binary: the
+//! cases run in interleaved rounds, so that a change of load on the machine
+//! falls on all of them alike, and each case's median round is reported).
 //!
 //! tokio's resource spans and poll events are made here as tokio makes
-//! them under `--cfg tokio_unstable` (`runtime.resource` with its type and
-//! creation site, `runtime::resource::poll_op` with `is_ready`), so the
-//! bench needs no cfg:
+//! them for a `tokio::time::sleep` under `--cfg tokio_unstable`: a
+//! `runtime.resource` span with its type and creation site, its
+//! `runtime.resource.async_op` and `runtime.resource.async_op.poll` spans,
+//! and on each poll the three entered (by clones, as tokio does) around a
+//! `runtime::resource::poll_op` event with `is_ready`. So the bench needs no
+//! cfg.
 //!
-//! - `resource/*`: create and close one resource span, with the bare
-//!   registry and with cpt's layer (no request traced): cpt's share of a
-//!   resource span outside traced requests is the difference;
-//! - `poll/*`: one poll of a resource (enter its span, the event, exit),
-//!   likewise;
+//! - `resource/*`: create and close one `runtime.resource` span, with the
+//!   bare registry and with cpt's layer (no request traced): cpt's share of
+//!   a resource span outside traced requests is the difference;
+//! - `poll/*`: one poll of a sleep (its three spans entered, the event,
+//!   exited), likewise;
 //! - `request/*`: a traced request whose handler node waits four times
 //!   (begin, the handler's five polls, finish with the path computed):
-//!   `plain` with no resources (what tokio emits without the cfg), `named`
-//!   with a resource made per wait, polled pending before and ready after
-//!   it, as a sleep is. Their ratio is what the opt-in costs a traced
-//!   request, tokio's own spans included.
+//!   `off` with no resources (what tokio emits without the cfg: the same
+//!   request with the opt-in off), `on` with a sleep made per wait, polled
+//!   pending before and ready after it;
+//! - `registry/*`: the same two requests on the bare registry (no cpt
+//!   layer): the difference is what tokio's own instrumentation costs,
+//!   which is the user's choice and not cpt's.
 //!
-//! With the feature off only `request/plain` runs: compared with the same
-//! case built from a tree without named waits, it is what nothing but the
-//! new code paths cost.
+//! cpt's share of the opt-in is `request/on − request/off − (registry/on −
+//! registry/off)`; the report gives it as a ratio to `request/off` too.
+//!
+//! With the feature off only `request/off` and `registry/off` run: compared
+//! with the same request built with the feature on, or from an older tree,
+//! they are what nothing but the code paths cost.
 //!
 //! ```text
 //! cargo bench -p cpt-sdk --features tokio-resources --bench waits
+//! ```
+//!
+//! `CPT_WAITS_COUNT=<case>:<iterations>` runs one case that many times and
+//! nothing else, for instruction counts (which repeat on a shared machine,
+//! unlike times), counted inside `run` alone and divided by N:
+//!
+//! ```text
+//! CPT_WAITS_COUNT=request/off:5000 valgrind --tool=callgrind --toggle-collect=waits::run \
+//!   target/release/deps/waits-<hash>
 //! ```
 
 use std::hint::black_box;
@@ -38,22 +56,13 @@ use tracing_subscriber::prelude::*;
 /// Rounds per case; the median round is reported.
 const ROUNDS: usize = 15;
 
-/// The median over [`ROUNDS`] of the time per iteration of `f`, in ns.
-fn time(iters: u64, mut f: impl FnMut()) -> f64 {
-    for _ in 0..iters / 4 {
-        f();
-    }
-    let mut rounds: Vec<f64> = (0..ROUNDS)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                f();
-            }
-            start.elapsed().as_nanos() as f64 / iters as f64
-        })
-        .collect();
-    rounds.sort_by(f64::total_cmp);
-    rounds[ROUNDS / 2]
+/// tokio's spans of one `tokio::time::sleep`, as `Sleep::new_timeout` makes
+/// them.
+#[cfg(feature = "tokio-resources")]
+struct Sleep {
+    resource: tracing::Span,
+    async_op: tracing::Span,
+    async_op_poll: tracing::Span,
 }
 
 #[cfg(feature = "tokio-resources")]
@@ -71,30 +80,54 @@ fn resource(line: u32) -> tracing::Span {
 }
 
 #[cfg(feature = "tokio-resources")]
-fn poll(res: &tracing::Span, ready: bool) {
-    let _in = res.enter();
+fn sleep(line: u32) -> Sleep {
+    let resource = resource(line);
+    let async_op = tracing::trace_span!(
+        target: "tokio::time::sleep",
+        parent: &resource,
+        "runtime.resource.async_op",
+        source = "Sleep::new_timeout",
+    );
+    let async_op_poll = tracing::trace_span!(
+        target: "tokio::time::sleep",
+        parent: &async_op,
+        "runtime.resource.async_op.poll",
+    );
+    Sleep {
+        resource,
+        async_op,
+        async_op_poll,
+    }
+}
+
+/// One poll of a sleep, as `Sleep::poll` makes it.
+#[cfg(feature = "tokio-resources")]
+fn poll(s: &Sleep, ready: bool) {
+    let _res = s.resource.clone().entered();
+    let _op = s.async_op.clone().entered();
+    let _poll = s.async_op_poll.clone().entered();
     tracing::trace!(target: "runtime::resource::poll_op", op_name = "poll_elapsed", is_ready = ready);
 }
 
 /// One traced request: a handler node polled five times, waiting between
-/// its polls, each wait on a fresh resource when `named`.
+/// its polls, each wait on a new sleep when `named`.
 fn request(named: bool) {
     let root = tracing::info_span!("request");
     request::begin(&root, RequestOptions::new(Some(Trigger::Sampled)));
     let handler = root.in_scope(|| tracing::info_span!("handle"));
     #[cfg(feature = "tokio-resources")]
-    let mut res: Option<tracing::Span> = None;
+    let mut waiting: Option<Sleep> = None;
     for i in 0..5u32 {
         let _in = handler.enter();
         #[cfg(feature = "tokio-resources")]
         if named {
-            if let Some(r) = res.take() {
-                poll(&r, true);
+            if let Some(s) = waiting.take() {
+                poll(&s, true);
             }
             if i < 4 {
-                let r = resource(80 + i);
-                poll(&r, false);
-                res = Some(r);
+                let s = sleep(80 + i);
+                poll(&s, false);
+                waiting = Some(s);
             }
         }
         let _ = (named, i);
@@ -104,37 +137,128 @@ fn request(named: bool) {
     black_box(request::finish(&root));
 }
 
-fn main() {
-    let (layer, _h) = CriticalPathLayer::builder().with_service("bench").build();
-    let cpt = Dispatch::new(tracing_subscriber::registry().with(layer));
-    #[cfg(feature = "tokio-resources")]
-    let registry = Dispatch::new(tracing_subscriber::registry());
+/// A case: its name, the subscriber it runs under, iterations per round,
+/// and one iteration.
+struct Case {
+    name: &'static str,
+    dispatch: Dispatch,
+    iters: u64,
+    run: Box<dyn FnMut()>,
+}
 
-    let mut rows: Vec<(&str, f64)> = Vec::new();
+fn cases() -> Vec<Case> {
+    let cpt = || {
+        let (layer, _h) = CriticalPathLayer::builder().with_service("bench").build();
+        Dispatch::new(tracing_subscriber::registry().with(layer))
+    };
+    let registry = || Dispatch::new(tracing_subscriber::registry());
+    let case = |name, dispatch, iters, run: Box<dyn FnMut()>| Case {
+        name,
+        dispatch,
+        iters,
+        run,
+    };
+    #[cfg_attr(not(feature = "tokio-resources"), expect(unused_mut))]
+    let mut cases = vec![
+        case("request/off", cpt(), 5_000, Box::new(|| request(false))),
+        case(
+            "registry/off",
+            registry(),
+            5_000,
+            Box::new(|| request(false)),
+        ),
+    ];
     #[cfg(feature = "tokio-resources")]
     {
-        let new = || drop(black_box(resource(7)));
-        let r = tracing::dispatcher::with_default(&registry, || time(200_000, new));
-        rows.push(("resource/registry", r));
-        let c = tracing::dispatcher::with_default(&cpt, || time(200_000, new));
-        rows.push(("resource/cpt_untraced", c));
-        let polled = |d: &Dispatch| {
-            tracing::dispatcher::with_default(d, || {
-                let res = resource(7);
-                time(500_000, || poll(&res, false))
-            })
+        cases.push(case("request/on", cpt(), 5_000, Box::new(|| request(true))));
+        cases.push(case(
+            "registry/on",
+            registry(),
+            5_000,
+            Box::new(|| request(true)),
+        ));
+        let new = || Box::new(|| drop(black_box(resource(7)))) as Box<dyn FnMut()>;
+        // The sleep is made under the case's subscriber, at its first run.
+        let polled = || {
+            let mut s: Option<Sleep> = None;
+            Box::new(move || poll(s.get_or_insert_with(|| sleep(7)), false)) as Box<dyn FnMut()>
         };
-        rows.push(("poll/registry", polled(&registry)));
-        rows.push(("poll/cpt_untraced", polled(&cpt)));
+        cases.splice(
+            0..0,
+            [
+                case("resource/registry", registry(), 100_000, new()),
+                case("resource/cpt_untraced", cpt(), 100_000, new()),
+                case("poll/registry", registry(), 100_000, polled()),
+                case("poll/cpt_untraced", cpt(), 100_000, polled()),
+            ],
+        );
     }
-    let plain = tracing::dispatcher::with_default(&cpt, || time(20_000, || request(false)));
-    rows.push(("request/plain", plain));
-    #[cfg(feature = "tokio-resources")]
-    {
-        let named = tracing::dispatcher::with_default(&cpt, || time(20_000, || request(true)));
-        rows.push(("request/named", named));
-    }
+    cases
+}
 
+/// `CPT_WAITS_COUNT=<case>:<iterations>`: run one case that many times.
+fn count(spec: &str) {
+    let (name, n) = spec
+        .split_once(':')
+        .and_then(|(c, n)| Some((c, n.parse::<u64>().ok()?)))
+        .unwrap_or_else(|| {
+            panic!(
+                "CPT_WAITS_COUNT must be <case>:<iterations>, e.g. request/off:20000; got {spec:?}"
+            )
+        });
+    let mut cases = cases();
+    let Some(c) = cases.iter_mut().find(|c| c.name == name) else {
+        let names: Vec<_> = cases.iter().map(|c| c.name).collect();
+        panic!("CPT_WAITS_COUNT: no case {name:?}; the cases are {names:?}");
+    };
+    let f = &mut c.run;
+    tracing::dispatcher::with_default(&c.dispatch, || run(f, n));
+}
+
+/// `n` iterations of `c`: the function to count instructions in, so that
+/// what runs once per process (quanta's calibration, the cases' set-up) is
+/// left out (`valgrind --tool=callgrind --toggle-collect=waits::run`).
+#[inline(never)]
+fn run(f: &mut dyn FnMut(), n: u64) {
+    for _ in 0..n {
+        f();
+    }
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var("CPT_WAITS_COUNT") {
+        count(&spec);
+        return;
+    }
+    let mut cases = cases();
+    // Warm-up: a quarter round of each.
+    for c in &mut cases {
+        tracing::dispatcher::with_default(&c.dispatch, || {
+            for _ in 0..c.iters / 4 {
+                (c.run)();
+            }
+        });
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(ROUNDS); cases.len()];
+    for _ in 0..ROUNDS {
+        for (c, t) in cases.iter_mut().zip(&mut times) {
+            tracing::dispatcher::with_default(&c.dispatch, || {
+                let start = Instant::now();
+                for _ in 0..c.iters {
+                    (c.run)();
+                }
+                t.push(start.elapsed().as_nanos() as f64 / c.iters as f64);
+            });
+        }
+    }
+    let rows: Vec<(&str, f64)> = cases
+        .iter()
+        .zip(&mut times)
+        .map(|(c, t)| {
+            t.sort_by(f64::total_cmp);
+            (c.name, t[ROUNDS / 2])
+        })
+        .collect();
     for (name, ns) in &rows {
         println!("{name:<24} {ns:>10.1} ns");
     }
@@ -147,11 +271,23 @@ fn main() {
     }
     if let (Some(r), Some(c)) = (get("poll/registry"), get("poll/cpt_untraced")) {
         println!(
-            "cpt's share of a poll (span enter, event, exit) outside traced requests: {:.1} ns",
+            "cpt's share of a poll (3 spans entered, the event, exited) outside traced requests: {:.1} ns",
             c - r
         );
     }
-    if let (Some(p), Some(n)) = (get("request/plain"), get("request/named")) {
-        println!("a traced request, named waits on / off: {:.2}x", n / p);
+    if let (Some(off), Some(on), Some(roff), Some(ron)) = (
+        get("request/off"),
+        get("request/on"),
+        get("registry/off"),
+        get("registry/on"),
+    ) {
+        let tokio = ron - roff;
+        let cpt = on - off - tokio;
+        println!("a traced request, named waits on / off: {:.2}x", on / off);
+        println!("  tokio's own spans: {tokio:.0} ns; cpt's share: {cpt:.0} ns");
+        println!(
+            "  the request with cpt's share alone / off: {:.2}x",
+            (off + cpt) / off
+        );
     }
 }

@@ -142,6 +142,8 @@ impl Builder {
                 shared: shared.clone(),
                 ext: None,
                 table: Arc::default(),
+                #[cfg(feature = "tokio-resources")]
+                resources: Arc::default(),
             },
             Handle { shared },
         )

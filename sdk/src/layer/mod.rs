@@ -30,6 +30,8 @@ mod builder;
 mod finisher;
 pub(crate) mod node;
 pub mod request;
+#[cfg(feature = "tokio-resources")]
+mod resources;
 mod table;
 pub(crate) mod waits;
 
@@ -58,6 +60,9 @@ pub struct CriticalPathLayer {
     /// Span id → node, for the subscriber this copy is installed in (a new
     /// table per `on_layer`: span ids are per subscriber).
     table: Arc<table::NodeTable>,
+    /// Span id → tokio resource site, likewise per subscriber.
+    #[cfg(feature = "tokio-resources")]
+    resources: Arc<resources::ResourceTable>,
 }
 
 impl std::fmt::Debug for CriticalPathLayer {
@@ -282,37 +287,73 @@ impl CriticalPathLayer {
     fn pop_entered(&self, id: &Id) -> Option<Option<NodeState>> {
         let key = self.key();
         ENTERED.with_borrow_mut(|stack| {
+            if let Some(top) = stack.last()
+                && top.0 == key
+                && top.1 == *id
+            {
+                return stack.pop().map(|e| e.2);
+            }
             let i = stack.iter().rposition(|e| e.0 == key && e.1 == *id)?;
             Some(stack.remove(i).2)
         })
     }
 }
 
-/// Keep the name of a new `runtime.resource` span on it (one of tokio's
-/// internal resources, a `Mutex`'s semaphore, takes the name of the resource
-/// it is made in).
-#[cfg(feature = "tokio-resources")]
-fn new_resource<S>(attrs: &Attributes<'_>, id: &Id, ctx: &Context<'_, S>)
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    let site = match waits::read_resource(attrs) {
-        Some(site) => site,
-        None => match ctx
-            .lookup_current()
-            .and_then(|outer| outer.extensions().get::<waits::Resource>().cloned())
-        {
-            Some(outer) => outer.0,
-            None => return,
-        },
-    };
-    if let Some(span) = ctx.span(id) {
-        span.extensions_mut().insert(waits::Resource(site));
-    }
-}
-
 #[cfg(feature = "tokio-resources")]
 impl CriticalPathLayer {
+    /// Keep the site of a new `runtime.resource` span in the resource
+    /// table (one of tokio's internal resources, a `Mutex`'s semaphore,
+    /// takes the site of the resource it is made in).
+    fn new_resource<S>(&self, attrs: &Attributes<'_>, id: &Id, ctx: &Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let site = match waits::read_resource(attrs) {
+            Some(site) => site,
+            None => match ctx
+                .lookup_current()
+                .and_then(|outer| self.resource_site(&outer.id(), ctx))
+            {
+                Some(outer) => outer,
+                None => return,
+            },
+        };
+        let own = match site {
+            Ok(site) if self.resources.insert(id, site) => return,
+            Ok(site) => site.site().cloned(),
+            Err(own) => Some(own),
+        };
+        if let Some(own) = own
+            && let Some(span) = ctx.span(id)
+            && span
+                .extensions_mut()
+                .replace(waits::Resource(own))
+                .is_none()
+        {
+            self.resources.spilled.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The site of the resource span `id`, if it is one.
+    fn resource_site<S>(
+        &self,
+        id: &Id,
+        ctx: &Context<'_, S>,
+    ) -> Option<Result<waits::SiteId, Arc<waits::WaitSite>>>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        if let Some(site) = self.resources.get(id) {
+            return Some(Ok(site));
+        }
+        if self.resources.spilled.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let span = ctx.span(id)?;
+        let ext = span.extensions();
+        ext.get::<waits::Resource>().map(|r| Err(r.0.clone()))
+    }
+
     /// A tokio resource was polled: tell the innermost node entered on this
     /// thread, naming the outermost resource entered inside it (an
     /// `Interval` rather than the `Sleep` it polls).
@@ -320,36 +361,34 @@ impl CriticalPathLayer {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        let key = self.key();
-        let found = ENTERED.with_borrow(|stack| {
-            let mut resource = None;
-            for e in stack.iter().rev().filter(|e| e.0 == key) {
-                if let Some(state) = &e.2 {
-                    return resource.map(|r| (state.clone(), r));
-                }
-                if let Some(span) = ctx.span(&e.1)
-                    && waits::is_resource(span.metadata())
-                {
-                    resource = Some(e.1.clone());
-                }
-            }
-            None
-        });
-        let Some((state, resource)) = found else {
-            return;
-        };
-        let Some(site) = ctx
-            .span(&resource)
-            .and_then(|s| s.extensions().get::<waits::Resource>().cloned())
-        else {
-            return;
-        };
         let mut ready = waits::ReadyVisitor::default();
         event.record(&mut ready);
         let Some(ready) = ready.0 else { return };
-        state
-            .request
-            .poll_op(state.node, resource.into_u64(), &site.0, ready);
+        let key = self.key();
+        ENTERED.with_borrow(|stack| {
+            let mut resource = None;
+            for e in stack.iter().rev().filter(|e| e.0 == key) {
+                if let Some(state) = &e.2 {
+                    let Some((resource, site)) = resource else {
+                        return;
+                    };
+                    let site = match site {
+                        Ok(id) => match waits::SiteId::site(id) {
+                            Some(site) => site,
+                            None => return,
+                        },
+                        Err(ref own) => own,
+                    };
+                    state
+                        .request
+                        .poll_op(state.node, Id::into_u64(&resource), site, ready);
+                    return;
+                }
+                if let Some(site) = self.resource_site(&e.1, ctx) {
+                    resource = Some((e.1.clone(), site));
+                }
+            }
+        });
     }
 }
 
@@ -392,6 +431,10 @@ where
             write: write_ext::<S>,
         });
         self.table = Arc::default();
+        #[cfg(feature = "tokio-resources")]
+        {
+            self.resources = Arc::default();
+        }
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
@@ -399,11 +442,25 @@ where
         // semaphore is made at start.
         #[cfg(feature = "tokio-resources")]
         if waits::is_resource(attrs.metadata()) {
-            new_resource(attrs, id, &ctx);
+            self.new_resource(attrs, id, &ctx);
             return;
         }
-        if self.idle() {
+        // A span made with `parent: None` is a node only by `begin`.
+        if self.idle() || attrs.is_root() {
             return;
+        }
+        // Spans inside a resource (tokio's `async_op` spans, and the
+        // `async_op.poll` spans inside those) are no nodes: kept as such, so
+        // that their own children are known without a registry lookup.
+        #[cfg(feature = "tokio-resources")]
+        if let Some(parent) = attrs.parent() {
+            if self.resources.find(parent).is_some() {
+                self.resources.insert_inside(id);
+                return;
+            }
+            if self.resource_site(parent, &ctx).is_some() {
+                return;
+            }
         }
         // The parent is usually the span this thread is in: take its state
         // from the entered stack rather than from the registry (and when
@@ -482,8 +539,19 @@ where
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        // The slot is released even when idle: the registry may reuse the
+        // The slots are released even when idle: the registry may reuse the
         // id as soon as this returns.
+        // A resource is no node.
+        #[cfg(feature = "tokio-resources")]
+        if self.resources.remove(&id) {
+            return;
+        } else if self.resources.spilled.load(Ordering::Acquire) > 0
+            && let Some(span) = ctx.span(&id)
+            && span.extensions_mut().remove::<waits::Resource>().is_some()
+        {
+            self.resources.spilled.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
         let mut state = self.table.remove(&id);
         if self.table.spilled.load(Ordering::Acquire) > 0
             && let Some(span) = ctx.span(&id)

@@ -24,13 +24,17 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 use smallvec::SmallVec;
 use tracing::Metadata;
 
-use super::waits::{self, WaitSite};
 use crate::path::compute;
 use crate::path::compute::NodeView;
 use crate::path::graph::{Busy, CalleeOutcome, FrameRef, NodeId, Resumption, WaitMark};
 use crate::path::{CriticalPath, Frame, FrameTable, Location};
 use crate::record::{Labels, Record};
 use crate::trigger::Trigger;
+
+mod marks;
+
+use marks::Waits;
+pub(crate) use marks::WakeSource;
 
 /// Nodes per request beyond this are not recorded (their spans are ignored).
 pub(crate) const MAX_NODES: usize = 1 << 16;
@@ -91,39 +95,11 @@ struct LiveNode {
     woken_running: bool,
     /// `(woken, resumed)`: ready to run but not running.
     runnable: Vec<(Duration, Duration)>,
-    /// What the node's waits were on, in time order (see
-    /// [`WaitMark`](crate::path::graph::WaitMark)).
-    waits: Vec<(Duration, Option<Arc<WaitSite>>)>,
     /// Woken from outside any span (the runtime's drivers) since it last ran.
     woken_by_runtime: bool,
-    /// tokio resources it polled (`tokio-resources`), made on first use.
-    resources: Option<Box<Polled>>,
-}
-
-/// The tokio resources a node polled and found pending: in the poll in
-/// progress, and in the poll before the wait in progress, by resource key
-/// (its span id).
-#[derive(Debug, Default)]
-struct Polled {
-    pending: SmallVec<[(u64, Arc<WaitSite>); 2]>,
-    waited: SmallVec<[(u64, Arc<WaitSite>); 2]>,
-}
-
-#[cfg(feature = "tokio-resources")]
-/// Resources remembered per poll: a `select!` over more is named by the
-/// ones polled last.
-const MAX_POLLED: usize = 8;
-
-/// Who woke a node: see [`Request::wake`].
-#[derive(Debug)]
-pub(crate) enum WakeSource {
-    /// A node (of any request) was current on the waking thread.
-    Node(NodeState),
-    /// A span that is not a node was current.
-    Span,
-    /// No span was current: the runtime's drivers (I/O, timers) or a
-    /// thread outside any span.
-    Runtime,
+    /// What its waits were on, made at its first named wait or tokio
+    /// resource polled: most nodes have none, and carry one pointer.
+    waits: Option<Box<Waits>>,
 }
 
 impl LiveNode {
@@ -152,57 +128,8 @@ impl LiveNode {
             woken: None,
             woken_running: false,
             runnable: Vec::new(),
-            waits: Vec::new(),
             woken_by_runtime: false,
-            resources: None,
-        }
-    }
-}
-
-impl LiveNode {
-    /// The node stopped running at `now`: mark what its wait is on (the
-    /// last resource it polled pending), or that nothing names it.
-    #[inline]
-    fn mark_exit(&mut self, now: Duration) {
-        let Some(polled) = self.resources.as_deref_mut() else {
-            // No tokio resource polled (always so without them): only an
-            // `[io]` mark before may need ending.
-            if self.waits.last().is_some_and(|m| m.1.is_some()) {
-                self.push_mark(now, None);
-            }
-            return;
-        };
-        let pending = std::mem::take(&mut polled.pending);
-        let site = pending.last().map(|p| p.1.clone());
-        if site.is_some() || self.waits.last().is_some_and(|m| m.1.is_some()) {
-            self.push_mark(now, site);
-        }
-        if let Some(p) = self.resources.as_deref_mut() {
-            p.waited = pending;
-        }
-    }
-
-    /// The wait just ended was ended by the runtime: unless a resource
-    /// names it, it is `[io]`.
-    fn mark_io(&mut self) {
-        let Some(exit) = self.last_exit else { return };
-        match self.waits.last_mut() {
-            Some(last) if last.0 == exit => {
-                if last.1.is_none() {
-                    last.1 = Some(waits::io_site());
-                }
-            }
-            _ => self.push_mark(exit, Some(waits::io_site())),
-        }
-    }
-
-    fn push_mark(&mut self, at: Duration, site: Option<Arc<WaitSite>>) {
-        if self.waits.len() >= MAX_BUSY {
-            if let Some(last) = self.waits.last_mut() {
-                *last = (at, site);
-            }
-        } else {
-            self.waits.push((at, site));
+            waits: None,
         }
     }
 }
@@ -496,67 +423,6 @@ impl Request {
         }
     }
 
-    /// The node's future was woken (its waker fired) at `now`, by what
-    /// `source` says was current on the waking thread: another node of this
-    /// request is the blocker of the node's next resumption; the runtime
-    /// (no span) names an `[io]` wait when tokio's resources are seen (a
-    /// timer would have named itself).
-    pub(crate) fn wake(self: &Arc<Self>, node: NodeId, now: Duration, source: WakeSource) {
-        let mut st = self.state();
-        if let Some(n) = st.nodes.get_mut(node.index()) {
-            if n.open.is_some() {
-                n.woken_running = true;
-                return;
-            }
-            if n.woken.is_none() {
-                n.woken = Some(now);
-            }
-            match source {
-                WakeSource::Node(by)
-                    if by.node != node
-                        && Arc::ptr_eq(&by.request, self)
-                        && n.next_blocker.is_none() =>
-                {
-                    n.next_blocker = Some(by.node);
-                }
-                WakeSource::Runtime if waits::io_from_runtime_wakes() => n.woken_by_runtime = true,
-                _ => {}
-            }
-        }
-    }
-
-    #[cfg(feature = "tokio-resources")]
-    /// The node polled a tokio resource (key: its span id) that was
-    /// `ready` or not.
-    pub(crate) fn poll_op(&self, node: NodeId, key: u64, site: &Arc<WaitSite>, ready: bool) {
-        let mut st = self.state();
-        let Some(n) = st.nodes.get_mut(node.index()) else {
-            return;
-        };
-        let polled = n.resources.get_or_insert_with(Box::default);
-        if !ready {
-            if let Some(i) = polled.pending.iter().position(|p| p.0 == key) {
-                polled.pending.remove(i);
-            } else if polled.pending.len() >= MAX_POLLED {
-                polled.pending.remove(0);
-            }
-            polled.pending.push((key, site.clone()));
-            return;
-        }
-        // The first of the resources the wait was on to be ready is what
-        // ended it: it names the wait (the node's latest mark, made when it
-        // stopped running).
-        if let Some(i) = polled.waited.iter().position(|p| p.0 == key) {
-            let site = polled.waited[i].1.clone();
-            polled.waited.clear();
-            if let Some(last) = n.waits.last_mut()
-                && Some(last.0) == n.last_exit
-            {
-                last.1 = Some(site);
-            }
-        }
-    }
-
     /// The node's future was dropped before completing: it can never be a
     /// blocker.
     pub(crate) fn cancel(&self, node: NodeId) {
@@ -653,20 +519,7 @@ impl Ended {
             refs.push(frame);
         }
         // Wait marks, with their sites as frames of the cache's table.
-        let (mut marks, mut ranges) = (Vec::new(), Vec::new());
-        if self.nodes.iter().any(|n| !n.waits.is_empty()) {
-            ranges.reserve(self.nodes.len());
-            for n in &self.nodes {
-                let from = marks.len() as u32;
-                for (at, site) in &n.waits {
-                    let on = site
-                        .as_ref()
-                        .map(|s| FrameRef::new(cache.wait(s, service, &request.service)));
-                    marks.push(WaitMark { at: *at, on });
-                }
-                ranges.push((from, marks.len() as u32));
-            }
-        }
+        let (marks, ranges) = marks::wait_marks(&self.nodes, cache, service, &request.service);
         let live = LiveGraph {
             nodes: &self.nodes,
             refs: &refs,
@@ -801,27 +654,6 @@ impl FrameCache {
         id
     }
 
-    /// The frame id of the wait frame of `site` in the service of `slot`
-    /// (`service`).
-    pub(crate) fn wait(&mut self, site: &Arc<WaitSite>, slot: u32, service: &Arc<str>) -> u32 {
-        let key = (Arc::as_ptr(site) as usize, slot);
-        // Sites live as long as the site table keeps them; a key whose site
-        // was freed and its address reused is caught by the content check.
-        if let Some(&id) = self.by_wait.get(&key) {
-            let f = &self.table.frames()[id as usize];
-            if f.wait_kind() == Some(&*site.kind) && f.location == site.location {
-                return id;
-            }
-        }
-        let id = self.table.intern(Frame::wait(
-            service.clone(),
-            &site.kind,
-            site.location.clone(),
-        ));
-        self.by_wait.insert(key, id);
-        id
-    }
-
     /// The frames, indexed by the ids the lookups give.
     pub(crate) fn table(&self) -> &FrameTable {
         &self.table
@@ -845,7 +677,8 @@ impl compute::Source for LiveGraph<'_> {
         self.nodes.len()
     }
 
-    #[inline]
+    // Inlined into the walk's preparation, which reads every field once.
+    #[inline(always)]
     fn node(&self, i: usize) -> NodeView<'_> {
         let n = &self.nodes[i];
         NodeView {

@@ -15,9 +15,10 @@
 //!   mutex, `RwLock`, barrier and oneshot channel is a `runtime.resource`
 //!   span with its type and the place it was created; each poll of it emits a
 //!   `runtime::resource::poll_op` event with `is_ready`. The layer keeps the
-//!   resource's name on its span, notes which resources a node polled
-//!   pending before it stopped running, and which of them was ready when it
-//!   resumed: that one names the wait (`[sleep src/main.rs:88]`).
+//!   resource's name by its span id (its resource table), notes which
+//!   resources a node polled pending before it stopped running, and which of
+//!   them was ready when it resumed: that one names the wait
+//!   (`[sleep src/main.rs:88]`).
 //!
 //! The marks go into the node's [`WaitMark`](crate::path::graph::WaitMark)s;
 //! the walk names a wait it leaves on the node with the latest mark.
@@ -72,62 +73,138 @@ pub(crate) fn sites_not_kept() -> u64 {
 }
 
 #[cfg(feature = "tokio-resources")]
-/// The one [`WaitSite`] of `(kind, file, line)`: resources made at one
-/// place share it, so naming a wait costs a reference count.
-pub(crate) fn site(kind: &str, file: Option<&str>, line: u32) -> Arc<WaitSite> {
-    use std::hash::BuildHasher;
-    use std::sync::RwLock;
+/// A site kept in the process-wide site table: its index there. Resources
+/// carry this, not the site, so that naming one costs no reference count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SiteId(pub(crate) u32);
 
-    use rustc_hash::{FxBuildHasher, FxHashMap};
-    use smallvec::SmallVec;
-    type Sites = FxHashMap<u64, SmallVec<[Arc<WaitSite>; 1]>>;
-    static SITES: OnceLock<RwLock<(Sites, usize)>> = OnceLock::new();
-    let sites = SITES.get_or_init(Default::default);
-    let same = |s: &Arc<WaitSite>| {
-        &*s.kind == kind
-            && match (&s.location, file) {
-                (Some(l), Some(f)) => &*l.file == f && l.line == line,
-                (None, None) => true,
-                _ => false,
-            }
-    };
-    // Looked up by hash and content: a site seen before allocates nothing.
-    let hash = FxBuildHasher.hash_one((kind, file, line));
-    if let Some(s) = sites
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .0
-        .get(&hash)
-        .and_then(|v| v.iter().find(|s| same(s)))
-    {
-        return s.clone();
+#[cfg(feature = "tokio-resources")]
+/// The sites kept, by [`SiteId`]; filled in order, never emptied.
+static KEPT: [OnceLock<Arc<WaitSite>>; MAX_SITES] = [const { OnceLock::new() }; MAX_SITES];
+
+#[cfg(feature = "tokio-resources")]
+impl SiteId {
+    /// The site kept under this id.
+    pub(crate) fn site(self) -> Option<&'static Arc<WaitSite>> {
+        KEPT.get(self.0 as usize)?.get()
     }
-    let made = Arc::new(WaitSite {
-        kind: Arc::from(kind),
-        location: file.map(|f| Location {
-            file: Arc::from(f),
-            line,
-        }),
-    });
-    let mut w = sites.write().unwrap_or_else(|e| e.into_inner());
-    let (map, len) = &mut *w;
-    if let Some(s) = map.get(&hash).and_then(|v| v.iter().find(|s| same(s))) {
-        return s.clone();
-    }
-    if *len >= MAX_SITES {
-        SITES_NOT_KEPT.fetch_add(1, Ordering::Relaxed);
-        return made;
-    }
-    *len += 1;
-    map.entry(hash).or_default().push(made.clone());
-    made
 }
 
 #[cfg(feature = "tokio-resources")]
-/// The kind a resource's `concrete_type` (and tokio's `kind`) names.
-fn kind_of<'a>(concrete_type: &'a str, kind: &'a str) -> std::borrow::Cow<'a, str> {
-    use std::borrow::Cow;
-    Cow::Borrowed(match concrete_type {
+/// Whether `s` is the site of `(kind, file, line)`.
+fn same(s: &WaitSite, kind: &str, file: Option<&str>, line: u32) -> bool {
+    &*s.kind == kind
+        && match (&s.location, file) {
+            (Some(l), Some(f)) => l.line == line && &*l.file == f,
+            (None, None) => true,
+            _ => false,
+        }
+}
+
+#[cfg(feature = "tokio-resources")]
+/// The site of `(kind, file, line)`: its id when the table keeps it (one
+/// id per site: resources made at one place share it), else a site of its
+/// own, counted by [`sites_not_kept`].
+pub(crate) fn intern(kind: &str, file: Option<&str>, line: u32) -> Result<SiteId, Arc<WaitSite>> {
+    use std::hash::BuildHasher;
+    use std::sync::Mutex;
+
+    use rustc_hash::{FxBuildHasher, FxHashMap};
+    use smallvec::SmallVec;
+    /// Ids by the hash of their site, and how many there are.
+    type Sites = (FxHashMap<u64, SmallVec<[u32; 1]>>, usize);
+    static SITES: OnceLock<Mutex<Sites>> = OnceLock::new();
+
+    // A site this thread named before: no lock, no allocation, no hash of
+    // whole strings (a cheap one, and the site's content compared).
+    let quick = quick_hash(kind, file, line);
+    let near = (quick >> 58) as usize % NEAR;
+    if let Ok(Some(id)) = NEAR_SITES.try_with(|c| {
+        let (h, id) = c[near].get();
+        (h == quick && id != 0)
+            .then(|| SiteId(id - 1))
+            .filter(|id| id.site().is_some_and(|s| same(s, kind, file, line)))
+    }) {
+        return Ok(id);
+    }
+    let hash = FxBuildHasher.hash_one((kind, file, line));
+    let mut sites = SITES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let (map, len) = &mut *sites;
+    let found = map.get(&hash).and_then(|v| {
+        v.iter()
+            .copied()
+            .map(SiteId)
+            .find(|id| id.site().is_some_and(|s| same(s, kind, file, line)))
+    });
+    let id = match found {
+        Some(id) => id,
+        None => {
+            let made = Arc::new(WaitSite {
+                kind: Arc::from(kind),
+                location: file.map(|f| Location {
+                    file: Arc::from(f),
+                    line,
+                }),
+            });
+            if *len >= MAX_SITES {
+                SITES_NOT_KEPT.fetch_add(1, Ordering::Relaxed);
+                return Err(made);
+            }
+            let id = SiteId(*len as u32);
+            let _ = KEPT[*len].set(made);
+            *len += 1;
+            map.entry(hash).or_default().push(id.0);
+            id
+        }
+    };
+    drop(sites);
+    let _ = NEAR_SITES.try_with(|c| c[near].set((quick, id.0 + 1)));
+    Ok(id)
+}
+
+#[cfg(feature = "tokio-resources")]
+/// A hash of a site from its strings' lengths and last bytes: for finding
+/// it among the few a thread names, where the content is compared anyway.
+fn quick_hash(kind: &str, file: Option<&str>, line: u32) -> u64 {
+    fn tail(s: &str) -> u64 {
+        let b = s.as_bytes();
+        let last = match b.len().checked_sub(8) {
+            Some(from) => b[from..].try_into().map_or(0, u64::from_le_bytes),
+            None => b.iter().fold(0, |h, &c| h << 8 | u64::from(c)),
+        };
+        last ^ ((b.len() as u64) << 56)
+    }
+    let f = file.map_or(0, tail);
+    (f ^ tail(kind).rotate_left(29) ^ (u64::from(line) << 17)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+#[cfg(feature = "tokio-resources")]
+/// Sites each thread finds without the table's lock, by hash.
+const NEAR: usize = 32;
+
+#[cfg(feature = "tokio-resources")]
+thread_local! {
+    /// `(hash, id + 1)` of sites this thread named (0: none), by hash.
+    static NEAR_SITES: [std::cell::Cell<(u64, u32)>; NEAR] =
+        const { [const { std::cell::Cell::new((0, 0)) }; NEAR] };
+}
+
+#[cfg(all(test, feature = "tokio-resources"))]
+/// The one [`WaitSite`] of `(kind, file, line)` while the table has room.
+pub(crate) fn site(kind: &str, file: Option<&str>, line: u32) -> Arc<WaitSite> {
+    match intern(kind, file, line) {
+        Ok(id) => id.site().expect("an interned site is kept").clone(),
+        Err(own) => own,
+    }
+}
+
+#[cfg(feature = "tokio-resources")]
+/// The kind one of tokio's resource types names.
+fn known_kind(concrete_type: &str) -> Option<&'static str> {
+    Some(match concrete_type {
         "Sleep" => "sleep",
         "Interval" => "interval",
         "Semaphore" => "semaphore",
@@ -135,6 +212,18 @@ fn kind_of<'a>(concrete_type: &'a str, kind: &'a str) -> std::borrow::Cow<'a, st
         "RwLock" => "rwlock",
         "Barrier" => "barrier",
         "Sender|Receiver" => "oneshot",
+        _ => return None,
+    })
+}
+
+#[cfg(feature = "tokio-resources")]
+/// The kind a resource's `concrete_type` (and tokio's `kind`) names.
+fn kind_of<'a>(concrete_type: &'a str, kind: &'a str) -> std::borrow::Cow<'a, str> {
+    use std::borrow::Cow;
+    if let Some(known) = known_kind(concrete_type) {
+        return Cow::Borrowed(known);
+    }
+    Cow::Borrowed(match concrete_type {
         "" if !kind.is_empty() => return Cow::Owned(kind.to_ascii_lowercase()),
         "" => "resource",
         other => return Cow::Owned(other.to_ascii_lowercase()),
@@ -142,7 +231,9 @@ fn kind_of<'a>(concrete_type: &'a str, kind: &'a str) -> std::borrow::Cow<'a, st
 }
 
 #[cfg(feature = "tokio-resources")]
-/// The extension of a `runtime.resource` span: what waiting on it is.
+/// The extension of a `runtime.resource` span the layer's
+/// [`ResourceTable`](super::resources::ResourceTable) has no room for (or
+/// whose site the site table does not keep): what waiting on it is.
 #[derive(Debug, Clone)]
 pub(crate) struct Resource(pub(crate) Arc<WaitSite>);
 
@@ -165,6 +256,8 @@ pub(crate) fn is_poll_op(meta: &tracing::Metadata<'_>) -> bool {
 /// thread reuses (no allocation once they have grown).
 #[derive(Default)]
 struct ResourceFields {
+    /// The kind a known `concrete_type` names (no copy of it).
+    known: Option<&'static str>,
     concrete_type: String,
     kind: String,
     file: String,
@@ -182,11 +275,16 @@ thread_local! {
 /// What a new resource span names: `Some(site)`, or `None` for one of
 /// tokio's internal resources (a semaphore inside a `Mutex`), which takes
 /// its site from the resource it is made inside.
-pub(crate) fn read_resource(attrs: &tracing::span::Attributes<'_>) -> Option<Arc<WaitSite>> {
-    RESOURCES_SEEN.store(true, Ordering::Relaxed);
+pub(crate) fn read_resource(
+    attrs: &tracing::span::Attributes<'_>,
+) -> Option<Result<SiteId, Arc<WaitSite>>> {
+    if !RESOURCES_SEEN.load(Ordering::Relaxed) {
+        RESOURCES_SEEN.store(true, Ordering::Relaxed);
+    }
     FIELDS
         .try_with(|f| {
             let mut f = f.borrow_mut();
+            f.known = None;
             f.concrete_type.clear();
             f.kind.clear();
             f.file.clear();
@@ -195,11 +293,11 @@ pub(crate) fn read_resource(attrs: &tracing::span::Attributes<'_>) -> Option<Arc
             f.internal = false;
             attrs.record(&mut FieldsVisitor(&mut f));
             (!f.internal).then(|| {
-                site(
-                    &kind_of(&f.concrete_type, &f.kind),
-                    f.has_file.then_some(f.file.as_str()),
-                    f.line,
-                )
+                let file = f.has_file.then_some(f.file.as_str());
+                match f.known {
+                    Some(kind) => intern(kind, file, f.line),
+                    None => intern(&kind_of(&f.concrete_type, &f.kind), file, f.line),
+                }
             })
         })
         .ok()
@@ -213,7 +311,10 @@ struct FieldsVisitor<'a>(&'a mut ResourceFields);
 impl tracing::field::Visit for FieldsVisitor<'_> {
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
         match field.name() {
-            "concrete_type" => self.0.concrete_type.push_str(value),
+            "concrete_type" => match known_kind(value) {
+                Some(kind) => self.0.known = Some(kind),
+                None => self.0.concrete_type.push_str(value),
+            },
             "kind" => self.0.kind.push_str(value),
             "loc.file" => {
                 self.0.file.push_str(value);

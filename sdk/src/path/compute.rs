@@ -164,6 +164,7 @@ pub(crate) fn compute_from<S: Source>(graph: &S, root: NodeId, end: Duration) ->
             &sc.prep.nodes,
             root.index(),
             &sc.walk.pieces,
+            sc.prep.waits.len(),
             &mut sc.stacks,
         )
     });
@@ -413,13 +414,15 @@ fn prepare<S: Source>(graph: &S, root: usize, start: u64, stop: u64, pr: &mut Pr
         // Wait marks: a later mark at the same instant wins, so the order
         // of equal instants is kept.
         let wait_from = waits.len();
-        waits.extend(
-            node.waits
-                .iter()
-                .map(|w| (clamp(w.at), w.on.map_or(NO_WAIT, |f| f.0))),
-        );
-        if !waits[wait_from..].is_sorted_by_key(|w| w.0) {
-            waits[wait_from..].sort_by_key(|w| w.0);
+        if !node.waits.is_empty() {
+            waits.extend(
+                node.waits
+                    .iter()
+                    .map(|w| (clamp(w.at), w.on.map_or(NO_WAIT, |f| f.0))),
+            );
+            if !waits[wait_from..].is_sorted_by_key(|w| w.0) {
+                waits[wait_from..].sort_by_key(|w| w.0);
+            }
         }
         nodes.push(Prep {
             created,

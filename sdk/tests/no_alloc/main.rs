@@ -3,7 +3,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cpt_sdk::Trigger;
 use cpt_sdk::layer::CriticalPathLayer;
@@ -12,10 +11,10 @@ use tracing_subscriber::prelude::*;
 
 struct Counting;
 
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    /// Per thread: tests run on threads of their own, side by side.
+    static ALLOCS: Cell<usize> = const { Cell::new(0) };
 }
 
 // SAFETY: forwards every call to the system allocator unchanged; the only
@@ -23,7 +22,7 @@ thread_local! {
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if COUNTING.with(Cell::get) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            ALLOCS.with(|a| a.set(a.get() + 1));
         }
         // SAFETY: same contract as our caller's.
         unsafe { System.alloc(layout) }
@@ -36,7 +35,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if COUNTING.with(Cell::get) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            ALLOCS.with(|a| a.set(a.get() + 1));
         }
         // SAFETY: same contract as our caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
@@ -62,11 +61,11 @@ fn least(f: impl Fn()) -> usize {
 }
 
 fn count(f: impl FnOnce()) -> usize {
-    ALLOCS.store(0, Ordering::Relaxed);
+    ALLOCS.with(|a| a.set(0));
     COUNTING.with(|c| c.set(true));
     f();
     COUNTING.with(|c| c.set(false));
-    ALLOCS.load(Ordering::Relaxed)
+    ALLOCS.with(Cell::get)
 }
 
 #[test]
@@ -102,4 +101,37 @@ fn untraced_spans_allocate_nothing_in_the_layer() {
 fn the_counter_sees_allocations() {
     // The allocator really counts (so a zero above means something).
     assert!(count(|| drop(std::hint::black_box(vec![1u8; 64]))) >= 1);
+}
+
+/// tokio's resource spans and poll events (`tokio-resources`), made as
+/// tokio makes them for a sleep, outside any traced request: the layer names
+/// each resource (a thread's site seen before) and forgets it at its close
+/// without allocating.
+#[cfg(feature = "tokio-resources")]
+fn untraced_sleeps(n: usize) {
+    for i in 0..n {
+        let resource = tracing::trace_span!(
+            target: "tokio::time::sleep",
+            parent: None,
+            "runtime.resource",
+            concrete_type = "Sleep",
+            kind = "timer",
+            loc.file = "app/src/main.rs",
+            loc.line = 40 + (i % 4) as u32,
+            loc.col = 9u32,
+        );
+        let _in = resource.enter();
+        tracing::trace!(target: "runtime::resource::poll_op", op_name = "poll_elapsed", is_ready = false);
+    }
+}
+
+#[cfg(feature = "tokio-resources")]
+#[test]
+fn resource_spans_outside_traced_requests_allocate_nothing_in_the_layer() {
+    let (layer, _handle) = CriticalPathLayer::builder().with_service("A").build();
+    let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+    // Warm up the registry's pools, the layer's resource table and the
+    // thread's sites.
+    untraced_sleeps(64);
+    assert_eq!(least(|| untraced_sleeps(1000)), 0);
 }

@@ -168,3 +168,82 @@ fn polls_outside_nodes_touch_no_request() {
         ]
     );
 }
+
+/// More resources open at once than the layer's resource table holds
+/// (16 384, four per span-id hash): those it has no room for keep their
+/// names on their spans, and still name the waits on them.
+#[test]
+fn resources_beyond_the_table_still_name_their_waits() {
+    let line = |i: usize| 1000 + (i % 64) as u32;
+    let t = Traced::manual();
+    let open: Vec<Span> = (0..20_000)
+        .map(|i| resource("Semaphore", line(i)))
+        .collect();
+    let root = t.root("R");
+    let waited: Vec<usize> = (0..open.len()).step_by(97).collect();
+    for &i in &waited {
+        root.in_scope(|| poll(&open[i], false));
+        t.work(1);
+        root.in_scope(|| poll(&open[i], true));
+    }
+    let done = request::finish(&root).expect("traced");
+    let names: Vec<String> = segs(&done.path)
+        .into_iter()
+        .filter(|s| s.2 == Wait)
+        .map(|s| s.0)
+        .collect();
+    let want: Vec<String> = waited
+        .iter()
+        .map(|&i| format!("R/[semaphore app/src/main.rs:{}]", line(i)))
+        .collect();
+    assert_eq!(names, want);
+}
+
+/// A sleep as tokio makes it inside a traced request: the resource span,
+/// its `async_op` span and the `async_op.poll` span inside that, the three
+/// entered on each poll. Only the resource names the wait; the spans inside
+/// it are no nodes.
+#[test]
+fn the_spans_tokio_makes_inside_a_resource_are_no_nodes() {
+    let t = Traced::manual();
+    let root = t.root("R");
+    let (res, op, op_poll) = root.in_scope(|| {
+        let res = resource("Sleep", 21);
+        let op = tracing::trace_span!(
+            target: "tokio::time::sleep",
+            parent: &res,
+            "runtime.resource.async_op",
+            source = "Sleep::new_timeout",
+        );
+        let op_poll = tracing::trace_span!(
+            target: "tokio::time::sleep",
+            parent: &op,
+            "runtime.resource.async_op.poll",
+        );
+        (res, op, op_poll)
+    });
+    let poll_sleep = |ready: bool| {
+        let _res = res.clone().entered();
+        let _op = op.clone().entered();
+        let _poll = op_poll.clone().entered();
+        tracing::trace!(target: "runtime::resource::poll_op", op_name = "poll_elapsed", is_ready = ready);
+    };
+    root.in_scope(|| {
+        t.work(1);
+        poll_sleep(false);
+    });
+    t.work(4);
+    root.in_scope(|| {
+        poll_sleep(true);
+        t.work(2);
+    });
+    let done = request::finish(&root).expect("traced");
+    assert_eq!(
+        segs(&done.path),
+        [
+            own("R", 1, Busy),
+            own("R/[sleep app/src/main.rs:21]", 4, Wait),
+            own("R", 2, Busy),
+        ]
+    );
+}

@@ -5,13 +5,14 @@
 use super::*;
 
 /// Turn pieces (latest first) into the path, resolving stacks and splicing
-/// callees.
+/// callees (`marks`: how many wait marks the graph has).
 #[inline(never)]
 pub(super) fn emit<S: Source>(
     graph: &S,
     prep: &[Prep],
     root: usize,
     pieces: &[Piece],
+    marks: usize,
     stacks: &mut Stacks,
 ) -> CriticalPath {
     stacks.reset(prep.len(), graph.frames().len());
@@ -28,6 +29,8 @@ pub(super) fn emit<S: Source>(
             }
         }
     }
+    // The named waits' frames: at most one per mark, or per piece.
+    frames += marks.min(pieces.len());
     let mut path = CriticalPath::with_capacity(frames, segments);
     for piece in pieces.iter().rev() {
         match *piece {
@@ -39,15 +42,8 @@ pub(super) fn emit<S: Source>(
             } => {
                 let d = Duration::from_nanos(dur);
                 let (stack, deep) = stacks.get(graph, prep, root, node, &mut path);
-                // A named wait: the node's stack and the wait frame, unless
-                // the stack is as deep as allowed already (then the wait is
-                // unattributed on the node).
                 if kind == SegmentKind::Wait {
-                    if stack.len() < MAX_STACK_DEPTH && !deep {
-                        let w = stacks.frame_ref_id(graph, FrameRef(wait), &mut path);
-                        let mut full = Stack::from_slice(&stacks.arena[stack]);
-                        full.push(w);
-                        path.push(full, d, kind);
+                    if named_wait(graph, stacks, stack.clone(), deep, wait, d, &mut path) {
                         continue;
                     }
                     kind = SegmentKind::Unattributed;
@@ -88,6 +84,30 @@ pub(super) fn emit<S: Source>(
         }
     }
     path
+}
+
+/// Push a named wait: the node's stack and the wait frame `wait`, unless the
+/// stack is as deep as allowed already (false: the wait is then
+/// unattributed on the node). Apart from [`emit`]: most paths have none.
+#[cold]
+#[inline(never)]
+fn named_wait<S: Source>(
+    graph: &S,
+    stacks: &mut Stacks,
+    stack: Range<usize>,
+    deep: bool,
+    wait: u32,
+    d: Duration,
+    path: &mut CriticalPath,
+) -> bool {
+    if stack.len() >= MAX_STACK_DEPTH || deep {
+        return false;
+    }
+    let w = stacks.frame_ref_id(graph, FrameRef(wait), path);
+    let mut full = Stack::from_slice(&stacks.arena[stack]);
+    full.push(w);
+    path.push(full, d, SegmentKind::Wait);
+    true
 }
 
 /// A node whose stack is not resolved yet.
