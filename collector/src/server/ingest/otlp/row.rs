@@ -11,6 +11,8 @@
 //! Rows written as a JSON array of spans (the first encoding) are still
 //! read: a protobuf row never starts with `[`.
 
+use std::sync::Arc;
+
 use super::spans::HeldSpan;
 
 /// One row: the strings its spans share, and the spans.
@@ -132,12 +134,14 @@ pub(crate) fn decode(row: &[u8]) -> Result<Vec<HeldSpan>, String> {
         return serde_json::from_slice(row).map_err(|e| format!("a JSON row: {e}"));
     }
     let row: Row = prost::Message::decode(row).map_err(|e| e.to_string())?;
-    let string = |i: u32| -> Result<String, String> {
-        row.strings
+    let names: Vec<Arc<str>> = row.strings.iter().map(|s| Arc::from(s.as_str())).collect();
+    let name = |i: u32| -> Result<Arc<str>, String> {
+        names
             .get(i as usize)
             .cloned()
-            .ok_or_else(|| format!("string {i} of {} in the row", row.strings.len()))
+            .ok_or_else(|| format!("string {i} of {} in the row", names.len()))
     };
+    let string = |i: u32| name(i).map(|s| s.to_string());
     row.spans
         .iter()
         .map(|s| {
@@ -152,12 +156,12 @@ pub(crate) fn decode(row: &[u8]) -> Result<Vec<HeldSpan>, String> {
             Ok(HeldSpan {
                 id: id_text(s.id),
                 parent: s.parent.map(id_text),
-                service: string(s.service)?,
-                operation: string(s.operation)?,
+                service: name(s.service)?,
+                operation: name(s.operation)?,
                 start_ns: s.start_ns,
                 duration_ns: s.duration_ns,
                 kind: u8::try_from(s.kind).map_err(|_| format!("span kind {}", s.kind))?,
-                clock: string(s.clock)?,
+                clock: name(s.clock)?,
                 error: s.error,
                 labels,
             })

@@ -7,6 +7,8 @@
 //! [`Refusal`]); names and label values over the ingest limits are cut to
 //! them and counted ([`Counters::truncated`](super::Counters)).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::ingest::IngestLimits;
@@ -24,9 +26,9 @@ pub(crate) struct HeldSpan {
     #[serde(rename = "p", default, skip_serializing_if = "Option::is_none")]
     pub(crate) parent: Option<String>,
     #[serde(rename = "s")]
-    pub(crate) service: String,
+    pub(crate) service: Arc<str>,
     #[serde(rename = "o")]
-    pub(crate) operation: String,
+    pub(crate) operation: Arc<str>,
     #[serde(rename = "t")]
     pub(crate) start_ns: i64,
     #[serde(rename = "d")]
@@ -34,7 +36,7 @@ pub(crate) struct HeldSpan {
     #[serde(rename = "k")]
     pub(crate) kind: u8,
     #[serde(rename = "c")]
-    pub(crate) clock: String,
+    pub(crate) clock: Arc<str>,
     #[serde(rename = "e", default, skip_serializing_if = "is_false")]
     pub(crate) error: bool,
     #[serde(rename = "l", default, skip_serializing_if = "Vec::is_empty")]
@@ -60,12 +62,12 @@ impl HeldSpan {
         HeldSpan {
             id: s.id.into_owned(),
             parent: s.parent_id.map(|p| p.into_owned()),
-            service: s.service.to_string(),
-            operation: s.operation.to_string(),
+            service: s.service,
+            operation: s.operation,
             start_ns: s.start_ns.unwrap_or(0),
             duration_ns: s.duration_ns.unwrap_or(0),
             kind: KINDS.iter().position(|k| *k == s.kind).unwrap_or(0) as u8,
-            clock: s.clock.to_string(),
+            clock: s.clock,
             error: s.error,
             labels: c.labels,
         }
@@ -185,14 +187,31 @@ impl Received {
     }
 }
 
+/// Where `s` is cut to at most `max` bytes at a character boundary, if it
+/// is longer.
+fn cut_at(s: &str, max: usize) -> Option<usize> {
+    if s.len() <= max {
+        return None;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(end)
+}
+
 /// `s` cut to at most `max` bytes at a character boundary; counts a cut.
 fn cut(s: &mut String, max: usize, truncated: &mut u64) {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
+    if let Some(end) = cut_at(s, max) {
         s.truncate(end);
+        *truncated += 1;
+    }
+}
+
+/// [`cut`] for a shared name.
+fn cut_name(s: &mut Arc<str>, max: usize, truncated: &mut u64) {
+    if let Some(end) = cut_at(s, max) {
+        *s = Arc::from(&s[..end]);
         *truncated += 1;
     }
 }
@@ -245,17 +264,23 @@ impl Sorter<'_> {
         }
         let mut held = HeldSpan::from_converted(c);
         let t = &mut self.out.truncated;
-        cut(&mut held.service, self.limits.max_string_bytes, t);
-        cut(&mut held.operation, self.limits.max_frame_string_bytes, t);
+        cut_name(&mut held.service, self.limits.max_string_bytes, t);
+        cut_name(&mut held.operation, self.limits.max_frame_string_bytes, t);
         held.labels.truncate(self.limits.max_labels);
         for (_, v) in &mut held.labels {
             cut(v, self.limits.max_string_bytes, t);
         }
         self.out.spans += 1;
-        let i = *self.index.entry(tid.clone()).or_insert_with(|| {
-            self.out.traces.push((tid, Vec::new()));
-            self.out.traces.len() - 1
-        });
+        // A request's spans are mostly of few traces: look the trace up
+        // before making a key of its id.
+        let i = match self.index.get(&tid) {
+            Some(&i) => i,
+            None => {
+                self.out.traces.push((tid.clone(), Vec::new()));
+                self.index.insert(tid, self.out.traces.len() - 1);
+                self.out.traces.len() - 1
+            }
+        };
         self.out.traces[i].1.push(held);
     }
 }
