@@ -34,10 +34,10 @@
 //!    one file per hour partition per group (split past
 //!    [`ServeConfig::parquet_max_file_bytes`]) for at most 16 hours, the
 //!    records of a group's other hours in one `date=mixed/hour=mixed`
-//!    file (`writer.rs`), each finished (footer,
+//!    file (`ingest/writer.rs`), each finished (footer,
 //!    fsync, rename from a hidden `.tmp`, fsync of the directory) in a
 //!    hidden staging directory, and moved into its partition once the
-//!    store committed (`staging.rs`). If writing fails the group's files
+//!    store committed (`ingest/staging.rs`). If writing fails the group's files
 //!    are deleted and the transaction rolls back, batch ids included (the
 //!    senders retry); if the commit fails they are deleted too. A record is
 //!    in Parquet iff it is in the store, after `kill -9` too: a start
@@ -162,7 +162,7 @@ pub struct ServeConfig {
     /// Receiving slots one peer address may hold at once (429 /
     /// `RESOURCE_EXHAUSTED` beyond, while other peers still find slots).
     /// `None`: a quarter of [`ServeConfig::max_receiving_bodies`], at least
-    /// one. See `receiving.rs` for the rule.
+    /// one. See `ingest/receiving.rs` for the rule.
     pub max_receiving_bodies_per_peer: Option<usize>,
     /// How long a client may take to send a request body (HTTP 408 / gRPC
     /// `DEADLINE_EXCEEDED` after).
