@@ -220,10 +220,19 @@ impl tonic::codec::Codec for Encoded {
     }
 }
 
-/// CPU time (user + system) of this process, of its threads whose name
-/// starts with `only`, or of the thread whose `/proc` directory `only` is,
-/// from `/proc`.
-fn cpu(only: Option<&str>) -> Duration {
+/// Whose CPU time [`cpu`] reads.
+#[derive(Clone, Copy)]
+enum Of<'a> {
+    /// The whole process.
+    Process,
+    /// The calling thread.
+    ThisThread,
+    /// The threads whose name starts with this.
+    ThreadsNamed(&'a str),
+}
+
+/// CPU time (user + system) of `of`, from `/proc`.
+fn cpu(of: Of<'_>) -> Duration {
     let ticks = |stat: &str| -> u64 {
         // Fields after the parenthesised name: utime and stime are the
         // 12th and 13th.
@@ -233,12 +242,10 @@ fn cpu(only: Option<&str>) -> Duration {
     };
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let total = match only {
-        None => ticks(&std::fs::read_to_string("/proc/self/stat").unwrap()),
-        Some(dir) if dir.starts_with('/') => {
-            ticks(&std::fs::read_to_string(format!("{dir}/stat")).unwrap())
-        }
-        Some(prefix) => std::fs::read_dir("/proc/self/task")
+    let total = match of {
+        Of::Process => ticks(&std::fs::read_to_string("/proc/self/stat").unwrap()),
+        Of::ThisThread => ticks(&std::fs::read_to_string("/proc/thread-self/stat").unwrap()),
+        Of::ThreadsNamed(prefix) => std::fs::read_dir("/proc/self/task")
             .unwrap()
             .filter_map(Result::ok)
             .filter(|t| {
@@ -276,7 +283,7 @@ fn main() {
         text.push('\n');
     }
     std::fs::write(&file, text).unwrap();
-    let (t0, c0) = (Instant::now(), cpu(None));
+    let (t0, c0) = (Instant::now(), cpu(Of::Process));
     let imp = import_files(&[file], Format::Otlp, &ImportOptions::default(), &|_| {});
     let out = dir.path().join("records.jsonl");
     {
@@ -288,7 +295,7 @@ fn main() {
         }
         w.flush().unwrap();
     }
-    let (batch, batch_cpu) = (t0.elapsed(), cpu(None) - c0);
+    let (batch, batch_cpu) = (t0.elapsed(), cpu(Of::Process) - c0);
     let records = imp.records().count();
     assert_eq!(imp.stats.spans as usize, spans, "every span imported");
     let bodies: Arc<Vec<bytes::Bytes>> = Arc::new(
@@ -320,8 +327,7 @@ fn main() {
         .unwrap();
     let next = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
-    let main = format!("/proc/self/task/{}", std::process::id());
-    let (t0, c0, main0) = (Instant::now(), cpu(None), cpu(Some(&main)));
+    let (t0, c0, main0) = (Instant::now(), cpu(Of::Process), cpu(Of::ThisThread));
     senders.block_on(async {
         let mut tasks = Vec::new();
         for _ in 0..CLIENTS {
@@ -376,8 +382,8 @@ fn main() {
     };
     // The senders' threads, and this thread (which drove them and polled
     // the store for the records): not the collector's.
-    let sender_cpu = cpu(Some("otlp-sender")) + (cpu(Some(&main)) - main0);
-    let live_cpu = (cpu(None) - c0).saturating_sub(sender_cpu);
+    let sender_cpu = cpu(Of::ThreadsNamed("otlp-sender")) + (cpu(Of::ThisThread) - main0);
+    let live_cpu = (cpu(Of::Process) - c0).saturating_sub(sender_cpu);
     rt.block_on(collector.shutdown()).unwrap();
     let stored_n = Store::open_read_only(&store).unwrap().len().unwrap() as usize;
 
