@@ -462,6 +462,7 @@ impl IngestLimits {
     /// within the limits, as the SDK's encoder does to fit a path in a
     /// header. `Ok(true)`: it was coarsened. `Err`: over a limit that no
     /// coarsening helps (labels, names, or even its root alone).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(crate) fn fit(&self, r: &mut Record) -> Result<bool, Over> {
         let mut failed = match self.check(r) {
             Ok(_) => return Ok(false),
