@@ -133,14 +133,14 @@ const START_FIELD: &str = "start_unix_nanos";
 const CLOCK_AHEAD: &str = "ahead of the collector's clock";
 
 fn over(
-    field: impl Into<String>,
+    field: impl std::fmt::Display,
     what: impl std::fmt::Display,
     limit: &str,
     max: impl std::fmt::Display,
 ) -> Over {
     let flag = limit.replace('_', "-");
     Over {
-        field: field.into(),
+        field: field.to_string(),
         reason: format!(
             "{what}, over the limit {limit} = {max} (the collector's --{flag} sets it)"
         ),
@@ -166,11 +166,60 @@ fn json_len(s: &str) -> usize {
         .sum::<usize>()
 }
 
-/// A label key as the error names it: at most 32 characters, quoted.
-fn key_name(k: &str) -> String {
-    let cut = k.char_indices().nth(32).map_or(k.len(), |(i, _)| i);
-    let dots = if cut < k.len() { "…" } else { "" };
-    format!("{:?}{dots}", &k[..cut])
+/// Where in a record a field is (`frames[3].name`, `segments[7]`), put
+/// into words only when an error names it: checking a record within the
+/// limits allocates nothing per frame or segment.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct At {
+    list: &'static str,
+    index: usize,
+    field: &'static str,
+}
+
+impl At {
+    /// Item `index` of the record's `list` (`frames`, `segments`).
+    pub(crate) fn item(list: &'static str, index: usize) -> At {
+        At {
+            list,
+            index,
+            field: "",
+        }
+    }
+
+    /// The item's field `field` (`name`, `stack`).
+    pub(crate) fn field(self, field: &'static str) -> At {
+        At { field, ..self }
+    }
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}[{}]", self.list, self.index)?;
+        if !self.field.is_empty() {
+            write!(f, ".{}", self.field)?;
+        }
+        Ok(())
+    }
+}
+
+/// A label's key or value as the error names it: `labels["key"]`, the
+/// key at most 32 characters, quoted.
+struct LabelAt<'a> {
+    key: &'a str,
+    of_key: bool,
+}
+
+impl std::fmt::Display for LabelAt<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let k = self.key;
+        let cut = k.char_indices().nth(32).map_or(k.len(), |(i, _)| i);
+        let dots = if cut < k.len() { "…" } else { "" };
+        write!(f, "labels[{:?}{dots}]", &k[..cut])?;
+        if self.of_key {
+            f.write_str(" key")?;
+        }
+        Ok(())
+    }
 }
 
 macro_rules! setters {
@@ -242,7 +291,7 @@ impl IngestLimits {
         })
     }
 
-    pub(crate) fn string(&self, field: &str, s: &str) -> Result<(), Over> {
+    pub(crate) fn string(&self, field: impl std::fmt::Display, s: &str) -> Result<(), Over> {
         if s.len() > self.max_string_bytes {
             return Err(over(
                 field,
@@ -254,7 +303,7 @@ impl IngestLimits {
         Ok(())
     }
 
-    pub(crate) fn frame_string(&self, field: &str, s: &str) -> Result<(), Over> {
+    pub(crate) fn frame_string(&self, field: impl std::fmt::Display, s: &str) -> Result<(), Over> {
         if s.len() > self.max_frame_string_bytes {
             return Err(over(
                 field,
@@ -301,8 +350,20 @@ impl IngestLimits {
             ));
         }
         for (k, v) in labels {
-            self.string(&format!("labels[{}] key", key_name(k)), k)?;
-            self.string(&format!("labels[{}]", key_name(k)), v)?;
+            self.string(
+                LabelAt {
+                    key: k,
+                    of_key: true,
+                },
+                k,
+            )?;
+            self.string(
+                LabelAt {
+                    key: k,
+                    of_key: false,
+                },
+                v,
+            )?;
             // Stored twice: in the labels column and in the row's JSON.
             bytes += 2 * (json_len(k) + json_len(v) + 2);
         }
@@ -336,15 +397,15 @@ impl IngestLimits {
     /// The stored size of one frame (its strings checked).
     pub(crate) fn frame(
         &self,
-        at: &str,
+        at: At,
         name: &str,
         service: &str,
         file: Option<&str>,
     ) -> Result<usize, Over> {
-        self.frame_string(&format!("{at}.name"), name)?;
-        self.frame_string(&format!("{at}.service"), service)?;
+        self.frame_string(at.field("name"), name)?;
+        self.frame_string(at.field("service"), service)?;
         if let Some(f) = file {
-            self.frame_string(&format!("{at}.file"), f)?;
+            self.frame_string(at.field("file"), f)?;
         }
         Ok(json_len(name) + json_len(service) + file.map_or(0, json_len) + FRAME_OVERHEAD)
     }
@@ -361,7 +422,7 @@ impl IngestLimits {
         Ok(())
     }
 
-    pub(crate) fn depth(&self, at: &str, depth: usize) -> Result<(), Over> {
+    pub(crate) fn depth(&self, at: impl std::fmt::Display, depth: usize) -> Result<(), Over> {
         if depth > self.max_depth {
             return Err(over(
                 at,
@@ -373,7 +434,7 @@ impl IngestLimits {
         Ok(())
     }
 
-    pub(crate) fn stack_frames(&self, at: &str, n: usize) -> Result<(), Over> {
+    pub(crate) fn stack_frames(&self, at: impl std::fmt::Display, n: usize) -> Result<(), Over> {
         if n > self.max_stack_frames {
             return Err(over(
                 at,
@@ -385,7 +446,11 @@ impl IngestLimits {
         Ok(())
     }
 
-    pub(crate) fn record_bytes(&self, at: &str, bytes: usize) -> Result<(), Over> {
+    pub(crate) fn record_bytes(
+        &self,
+        at: impl std::fmt::Display,
+        bytes: usize,
+    ) -> Result<(), Over> {
         if bytes > self.max_record_bytes {
             return Err(over(
                 at,
@@ -429,7 +494,7 @@ impl IngestLimits {
         let mut cost = Vec::with_capacity(frames.len());
         for (i, f) in frames.iter().enumerate() {
             cost.push(self.frame(
-                &format!("frames[{i}]"),
+                At::item("frames", i),
                 &f.name,
                 &f.service,
                 f.location.as_ref().map(|l| &*l.file),
@@ -437,18 +502,18 @@ impl IngestLimits {
         }
         let mut stack_frames = 0usize;
         for (i, s) in segments.iter().enumerate() {
-            let at = format!("segments[{i}]");
-            self.depth(&format!("{at}.stack"), s.stack.len())?;
+            let at = At::item("segments", i);
+            self.depth(at.field("stack"), s.stack.len())?;
             if s.duration.is_zero() {
                 return Err(Over {
-                    field: format!("{at}.ns"),
+                    field: at.field("ns").to_string(),
                     reason: "zero duration (a segment lasts at least 1 ns)".into(),
                 });
             }
             stack_frames += s.stack.len();
-            self.stack_frames(&at, stack_frames)?;
+            self.stack_frames(at, stack_frames)?;
             bytes += s.stack.iter().map(|id| cost[id.0 as usize]).sum::<usize>();
-            self.record_bytes(&at, bytes)?;
+            self.record_bytes(at, bytes)?;
         }
         Ok(bytes)
     }
@@ -540,5 +605,42 @@ mod tests {
         r.labels.insert("a".into(), "1".into());
         r.labels.insert("b".into(), "2".into());
         assert!(limits.fit(&mut r).is_err());
+    }
+
+    /// An error names the field where the record broke the limit, down to
+    /// the frame, segment or label, though a record within them is checked
+    /// without putting any of those names into words.
+    #[test]
+    fn an_error_names_the_frame_segment_or_label_that_broke_the_limit() {
+        let field = |limits: IngestLimits, r: &Record| limits.check(r).unwrap_err().field;
+        let mut p = CriticalPath::new();
+        let frame = |name: &str| Frame::new("svc", name);
+        p.push_frames(
+            vec![frame("a")],
+            Duration::from_millis(1),
+            SegmentKind::Busy,
+        );
+        p.push_frames(
+            vec![frame("a"), frame(&"b".repeat(40)), frame("c")],
+            Duration::from_millis(1),
+            SegmentKind::Busy,
+        );
+        let mut r = Record::new("svc", Trigger::Sampled, p);
+        let long_key = "k".repeat(40);
+        r.labels.insert(long_key.clone(), "v".repeat(40));
+        assert!(IngestLimits::new().check(&r).is_ok());
+        let small = IngestLimits::new().with_max_frame_string_bytes(20);
+        assert_eq!(field(small, &r), "frames[1].name");
+        let shallow = IngestLimits::new().with_max_depth(2);
+        assert_eq!(field(shallow, &r), "segments[1].stack");
+        let few = IngestLimits::new().with_max_stack_frames(3);
+        assert_eq!(field(few, &r), "segments[1]");
+        let short = IngestLimits::new().with_max_string_bytes(39);
+        let cut = format!("labels[{:?}…] key", &long_key[..32]);
+        assert_eq!(field(short, &r), cut);
+        r.labels.clear();
+        r.labels.insert("k".into(), "v".repeat(40));
+        let short = IngestLimits::new().with_max_string_bytes(39);
+        assert_eq!(field(short, &r), "labels[\"k\"]");
     }
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use cpt_sdk::path::{CriticalPath, Frame as SdkFrame, Location};
 use cpt_sdk::{Record as SdkRecord, SegmentKind as SdkKind, Trigger as SdkTrigger};
 
-use super::limits::{Header, IngestLimits, Over};
+use super::limits::{At, Header, IngestLimits, Over};
 
 pub use cpt_exporter::proto::*;
 
@@ -100,7 +100,7 @@ impl Check for Record {
         let mut cost = Vec::with_capacity(self.frames.len());
         for (i, f) in self.frames.iter().enumerate() {
             cost.push(limits.frame(
-                &format!("frames[{i}]"),
+                At::item("frames", i),
                 &f.name,
                 &f.service,
                 f.file.as_deref(),
@@ -108,16 +108,16 @@ impl Check for Record {
         }
         let mut stack_frames = 0usize;
         for (i, s) in self.segments.iter().enumerate() {
-            let at = format!("segments[{i}]");
-            limits.depth(&format!("{at}.stack"), s.stack.len())?;
+            let at = At::item("segments", i);
+            limits.depth(at.field("stack"), s.stack.len())?;
             if s.duration_nanos == 0 {
                 return Err(Over {
-                    field: format!("{at}.duration_nanos"),
+                    field: at.field("duration_nanos").to_string(),
                     reason: "zero (a segment lasts at least 1 ns)".into(),
                 });
             }
             stack_frames += s.stack.len();
-            limits.stack_frames(&at, stack_frames)?;
+            limits.stack_frames(at, stack_frames)?;
             for (j, &f) in s.stack.iter().enumerate() {
                 // Out of range is reported by `build` with its own message.
                 let Some(c) = cost.get(f as usize) else {
@@ -128,7 +128,7 @@ impl Check for Record {
                 };
                 bytes += c;
             }
-            limits.record_bytes(&at, bytes)?;
+            limits.record_bytes(at, bytes)?;
         }
         Ok(bytes)
     }
