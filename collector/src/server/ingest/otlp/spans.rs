@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ingest::IngestLimits;
 use crate::traces::model::{Interner, RawSpan, Reason, SpanKind};
-use crate::traces::otlp::{self, Converted, pb};
+use crate::traces::otlp::{self, Converted};
 
 /// A span held until its trace is complete: what the importer's
 /// [`RawSpan`] holds, owned, and the root's labels. Stored in the store's
@@ -312,9 +312,8 @@ pub(crate) fn receive(
     };
     match encoding {
         Encoding::Protobuf => {
-            let req = <pb::ExportTraceServiceRequest as prost::Message>::decode(body)
+            otlp::proto_spans(body, &mut names, label_keys, &mut |t, r| sorter.take(t, r))
                 .map_err(|e| format!("not an OTLP ExportTraceServiceRequest: {e}"))?;
-            otlp::proto_spans(&req, &mut names, label_keys, &mut |t, r| sorter.take(t, r));
         }
         Encoding::Json => {
             let text = std::str::from_utf8(body)
@@ -330,6 +329,7 @@ pub(crate) fn receive(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::traces::otlp::pb;
 
     fn limits() -> IngestLimits {
         IngestLimits::default()

@@ -21,6 +21,10 @@ use serde_json::value::RawValue;
 
 use super::tags::{TagValue, is_error_tag};
 use super::zipkin::guess;
+mod proto;
+
+pub use proto::{ProtoError, proto_spans};
+
 /// The OTLP protobuf messages of the trace service
 /// (`opentelemetry.proto.collector.trace.v1` and what it uses), from the
 /// `opentelemetry-proto` crate.
@@ -374,105 +378,6 @@ pub fn json_request_spans(
     let doc = serde_json::from_str::<Doc<'_>>(body).map_err(|e| format!("not OTLP JSON: {e}"))?;
     json_spans(&doc, names, label_keys, f);
     Ok(())
-}
-
-fn proto_tag(v: &pb::AnyValue) -> TagValue<'_> {
-    use pb::any_value::Value;
-    match &v.value {
-        Some(Value::StringValue(s)) => TagValue::Str(Cow::Borrowed(s)),
-        Some(Value::BoolValue(b)) => TagValue::Bool(*b),
-        Some(Value::IntValue(i)) => TagValue::Num(*i as f64),
-        Some(Value::DoubleValue(d)) => TagValue::Num(*d),
-        _ => TagValue::Other,
-    }
-}
-
-/// Lowercase hex of an id's bytes.
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
-}
-
-/// Every span of one OTLP protobuf request (`ExportTraceServiceRequest`,
-/// as the OTLP gRPC and HTTP exporters send it), converted exactly as
-/// [`json_request_spans`] converts the same request in the JSON mapping:
-/// ids as lowercase hex, the same service, clock domain, kind and error
-/// rules.
-pub fn proto_spans(
-    req: &pb::ExportTraceServiceRequest,
-    names: &mut Interner,
-    label_keys: &[String],
-    f: &mut SpanSink<'_>,
-) {
-    for rs in &req.resource_spans {
-        let resource_attrs = rs.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
-        let mut service: Option<&str> = None;
-        let mut host: Option<&str> = None;
-        let mut instance: Option<&str> = None;
-        for kv in resource_attrs {
-            let s = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                Some(pb::any_value::Value::StringValue(s)) => Some(s.as_str()),
-                _ => None,
-            };
-            match kv.key.as_str() {
-                "service.name" => service = s,
-                "host.name" => host = s,
-                "service.instance.id" => instance = s,
-                _ => {}
-            }
-        }
-        let (svc, clock) = resource_names(names, service, host, instance);
-        for ss in &rs.scope_spans {
-            for s in &ss.spans {
-                let tid = hex(&s.trace_id);
-                let id = hex(&s.span_id);
-                let res = span_start_end(
-                    &id,
-                    ("startTimeUnixNano", i128::from(s.start_time_unix_nano)),
-                    ("endTimeUnixNano", i128::from(s.end_time_unix_nano)),
-                    TimeUnit::Nanos,
-                );
-                let res = res.map(|(start_ns, duration_ns)| {
-                    let error = s.status.as_ref().is_some_and(|st| st.code == 2)
-                        || s.attributes.iter().any(|kv| {
-                            kv.value
-                                .as_ref()
-                                .is_some_and(|v| is_error_tag(&kv.key, &proto_tag(v)))
-                        });
-                    let parent_id: Option<Cow<'static, str>> =
-                        (!s.parent_span_id.is_empty()).then(|| hex(&s.parent_span_id).into());
-                    let labels = if parent_id.is_none() {
-                        root_labels(label_keys, &s.attributes, resource_attrs, |kv| {
-                            (kv.key.as_str(), kv.value.as_ref().map(proto_tag))
-                        })
-                    } else {
-                        Vec::new()
-                    };
-                    Converted {
-                        span: RawSpan {
-                            id: id.into(),
-                            parent_id,
-                            service: svc.clone(),
-                            operation: names.get(&s.name),
-                            start_ns: Some(start_ns),
-                            duration_ns: Some(duration_ns),
-                            kind: span_kind(&Some(Kind::Num(i64::from(s.kind)))),
-                            clock: clock.clone(),
-                            error,
-                            follows_from: false,
-                        },
-                        labels,
-                    }
-                });
-                f(Some(tid), res);
-            }
-        }
-    }
 }
 
 /// Read an OTLP JSON file (one document, or one per line) into validated
