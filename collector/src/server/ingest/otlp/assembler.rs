@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use super::spans::HeldSpan;
 use super::{Counters, CptTraces, Dropped};
 use crate::ingest::IngestLimits;
-use crate::traces::model::{BuildOptions, Interner, build};
+use crate::traces::model::{BuildOptions, build};
 use crate::traces::{ImportOptions, crisp, trace_records};
 
 /// Trace ids of completed traces remembered, to tell a late span from the
@@ -208,7 +208,6 @@ pub(crate) fn complete(
     now_unix_nanos: u64,
 ) -> Completed {
     let mut out = Completed::default();
-    let mut names = Interner::default();
     let mut scratch = crisp::Scratch::default();
     let mut pieces = Vec::new();
     let k = &c.counters;
@@ -223,7 +222,7 @@ pub(crate) fn complete(
             k.drop_trace(Dropped::NoRoot, held.spans.len());
             continue;
         }
-        let raws = held.spans.iter().map(|s| s.to_raw(&mut names)).collect();
+        let raws = held.spans.iter().map(HeldSpan::to_raw).collect();
         let built = build(&trace, raws, BuildOptions::default());
         let t = match built {
             Ok(mut t) => {

@@ -67,7 +67,7 @@ fn id_text(bits: u64) -> String {
 #[derive(Default)]
 struct Strings<'a> {
     all: Vec<&'a str>,
-    index: std::collections::HashMap<&'a str, u32>,
+    index: rustc_hash::FxHashMap<&'a str, u32>,
 }
 
 impl<'a> Strings<'a> {
