@@ -619,9 +619,14 @@ impl Collector {
             Vec::new()
         };
         let forced_nonces = Arc::new(ingest::replays::ForcedNonces::load(&store));
+        let otlp_counters: Arc<ingest::otlp::counters::Counters> = Arc::default();
+        let once = config
+            .otlp
+            .enabled()
+            .then(|| ingest::once::OneSource::new(otlp_counters.clone()));
         let writer = std::thread::Builder::new()
             .name("cpt-store-writer".into())
-            .spawn(move || write_loop(store, rx, max_group, parquet, upkeep))
+            .spawn(move || write_loop(store, rx, max_group, parquet, upkeep, once))
             .map_err(ServeError::Writer)?;
         let max_receiving = config.max_receiving_bodies.max(1);
         let conns = edge::connections::fit(
@@ -661,7 +666,7 @@ impl Collector {
             forced_nonces,
             cpt_traces: Arc::default(),
             otlp_on: config.otlp.enabled(),
-            otlp: Arc::default(),
+            otlp: otlp_counters,
         });
         let (stop, stopped) = watch::channel(false);
         let mut servers = Vec::new();

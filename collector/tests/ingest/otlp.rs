@@ -586,6 +586,41 @@ fn otlp_roots_of_a_service_with_cpt_records_are_not_counted_twice() {
     assert_eq!(metric(&metrics(&c), "cpt_otlp_roots_skipped_total"), 1);
 }
 
+/// The same service's cpt record arriving after its OTLP trace was
+/// completed and stored (a delayed exporter): the record made from the
+/// spans stands, and the cpt record is acknowledged, not stored, and
+/// counted. Nothing stored changes, so profiles, roll-ups and Parquet
+/// count the request once.
+#[test]
+fn otlp_a_cpt_record_arriving_after_its_trace_was_stored_is_not_counted_twice() {
+    let c = TestCollector::start(|c| open(otlp_on(c)));
+    let body = prost::Message::encode_to_vec(&request(trace(1, 0)));
+    assert_eq!(post_traces(otlp_http(&c), &[PB], &body).status, 200);
+    let first = wait_for_records(&c, 1, Duration::from_secs(20));
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].service, "front");
+    let mut late = record("layer", 0);
+    late.service = "front".into();
+    late.trace_id = Some(hex(&id(1, 0, 16)).to_uppercase());
+    // Another request of the same service, in another trace: stored.
+    let mut other = record("layer", 1);
+    other.service = "front".into();
+    other.trace_id = Some(hex(&id(7, 0, 16)));
+    let r = post_records(
+        c.http(),
+        cpt_collector::ingest::CONTENT_TYPE_JSON_LINES,
+        &json_lines(&[late, other.clone()]),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got = c.stored();
+    assert_eq!(got.len(), 2, "the OTLP record and the other request's");
+    assert_eq!(got[0], first[0]);
+    assert_eq!(got[1], other);
+    let m = metrics(&c);
+    assert_eq!(metric(&m, "cpt_otlp_layer_records_skipped_total"), 1);
+    assert_eq!(metric(&m, "cpt_otlp_roots_skipped_total"), 0);
+}
+
 /// Spans acknowledged but not yet assembled survive `kill -9`: a restarted
 /// collector reads them back and stores their records.
 #[test]

@@ -131,6 +131,9 @@ pub(in crate::server) struct Job {
     /// it is committed (`replays.rs`).
     pub(in crate::server) later_uses: Vec<crate::server::ingest::replays::LaterUse>,
     pub(in crate::server) ack: oneshot::Sender<Result<u64, Arc<StoreError>>>,
+    /// Who made the records: a cpt exporter, or the OTLP receiver
+    /// (`once.rs`).
+    pub(in crate::server) source: Source,
     /// `None` for the OTLP assembler's records, which are not admitted
     /// (their spans were, on receipt).
     pub(in crate::server) _permit: Option<OwnedSemaphorePermit>,
@@ -273,6 +276,15 @@ pub(in crate::server) struct Ingest {
     pub(in crate::server) otlp_on: bool,
     /// The OTLP receivers' counters (`/metrics`).
     pub(in crate::server) otlp: Arc<crate::server::ingest::otlp::counters::Counters>,
+}
+
+/// Where a batch of records comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::server) enum Source {
+    /// A cpt exporter (SDK records).
+    Cpt,
+    /// The OTLP receiver's assembler (records made from spans).
+    Otlp,
 }
 
 impl std::fmt::Debug for Job {
@@ -427,6 +439,7 @@ impl Ingest {
                     records,
                     later_uses,
                     ack,
+                    source: Source::Cpt,
                     _permit: Some(permit),
                 })
                 .await
@@ -484,6 +497,7 @@ impl Ingest {
                 records,
                 later_uses: Vec::new(),
                 ack,
+                source: Source::Otlp,
                 _permit: permit,
             })
             .await

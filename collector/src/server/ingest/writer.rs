@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 
 use crate::records::parquet::PartitionedWriter;
 use crate::server::ingest::admission::Job;
+use crate::server::ingest::once::OneSource;
 use crate::server::ingest::staging::{self, Staged};
 use crate::server::operations::retention::Upkeep;
 use crate::server::store::{EncodedBatch, Store, StoreError};
@@ -55,6 +56,7 @@ pub(in crate::server) fn write_loop(
     max_group_records: usize,
     mut parquet: Option<ParquetOut>,
     mut upkeep: Upkeep,
+    mut once: Option<OneSource>,
 ) {
     // Waits for the next batch with a timeout, so that upkeep also runs
     // while no batch comes. Without a timer (the runtime cannot start),
@@ -96,6 +98,7 @@ pub(in crate::server) fn write_loop(
                 first,
                 max_group_records,
                 &mut parquet,
+                once.as_mut(),
             );
         }
         upkeep.step(&mut store);
@@ -110,6 +113,7 @@ fn commit_group(
     first: Job,
     max_group_records: usize,
     parquet: &mut Option<ParquetOut>,
+    once: Option<&mut OneSource>,
 ) {
     {
         // A group is one transaction, and the WAL holds all of it until
@@ -130,6 +134,9 @@ fn commit_group(
                 Err(_) => break,
             }
         }
+        // Records whose request the other source stored already are taken
+        // out before the group is written, here and to Parquet alike.
+        let noted = once.as_ref().map(|o| o.filter(&mut group));
         let batches: Vec<&EncodedBatch> = group.iter().map(|j| &j.batch).collect();
         let mut staged: Option<Staged> = None;
         let inserted = store.insert_group_then(&batches, |results| match parquet {
@@ -155,6 +162,9 @@ fn commit_group(
         }
         match inserted {
             Ok(results) => {
+                if let (Some(once), Some(noted)) = (once, noted) {
+                    once.committed(noted, &results);
+                }
                 let later_uses: Vec<(&str, u64)> = group
                     .iter()
                     .flat_map(|j| &j.later_uses)

@@ -140,6 +140,25 @@ impl EncodedBatch {
         self.rows.len()
     }
 
+    /// Each record's service and trace id (lowercase), if it has one.
+    pub(crate) fn requests(&self) -> impl Iterator<Item = Option<(&str, &str)>> {
+        self.rows
+            .iter()
+            .map(|r| r.trace_id.as_deref().map(|t| (r.service.as_str(), t)))
+    }
+
+    /// Keep only the records whose `keep` is true (in record order).
+    pub(crate) fn keep_rows(&mut self, keep: &[bool]) {
+        let mut keep = keep.iter();
+        self.rows.retain(|_| keep.next().copied().unwrap_or(true));
+        self.bytes = self.rows.iter().map(Row::bytes).sum::<usize>()
+            + self
+                .held
+                .iter()
+                .map(|(t, s)| t.len() + s.len() + 16)
+                .sum::<usize>();
+    }
+
     /// True when the batch has no records.
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()

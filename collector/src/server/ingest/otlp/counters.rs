@@ -60,6 +60,7 @@ pub(crate) struct Counters {
     pub(crate) dropped_traces: [AtomicU64; Dropped::ALL.len()],
     pub(crate) dropped_spans: [AtomicU64; Dropped::ALL.len()],
     pub(crate) skipped_cpt: AtomicU64,
+    pub(crate) layer_records_skipped: AtomicU64,
     pub(crate) records_refused: AtomicU64,
     pub(crate) records_coarsened: AtomicU64,
     pub(crate) records: AtomicU64,
@@ -135,6 +136,12 @@ impl Counters {
             "counter",
             "Roots that made no record because the service sent a cpt record for the same trace.",
             load(&self.skipped_cpt),
+        );
+        one(
+            "cpt_otlp_layer_records_skipped_total",
+            "counter",
+            "cpt records not stored because a record of the same service and trace was made from its OTLP spans first.",
+            load(&self.layer_records_skipped),
         );
         one(
             "cpt_otlp_records_refused_total",
