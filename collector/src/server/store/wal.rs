@@ -55,6 +55,14 @@ pub(super) const WAL_HARD_LIMIT: u64 = 768 << 20;
 /// How long a cut waits for the readers in the WAL to finish their snapshot.
 pub(super) const CUT_WAIT: Duration = Duration::from_millis(100);
 
+/// How long a cut of a WAL at [`Limits::hard_limit`] waits for the
+/// checkpointer's passive checkpoint to let go of the checkpoint lock. The
+/// checkpointer copies pages and syncs the file while it holds it, which
+/// on a disk busy with other writes takes longer than [`CUT_WAIT`]; giving
+/// up then would let the writer append past the limit, transaction after
+/// transaction.
+pub(super) const CHECKPOINTER_WAIT: Duration = Duration::from_secs(5);
+
 /// The busy timeout of the writer's connection outside a cut.
 pub(super) const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -182,9 +190,15 @@ impl Wal {
     /// [`CUT_WAIT`]).
     pub(super) fn maintain(&self, writer: &Connection) {
         let wanted = self.shared.cut_wanted.load(Ordering::Acquire);
-        if !wanted && wal_len(&self.wal_path) < self.limits.hard_limit {
+        let at_limit = wal_len(&self.wal_path) >= self.limits.hard_limit;
+        if !wanted && !at_limit {
             return;
         }
+        let checkpointer_wait = if at_limit {
+            CHECKPOINTER_WAIT
+        } else {
+            CUT_WAIT
+        };
         self.shared.cut_wanted.store(false, Ordering::Release);
         // Wait briefly for the readers in the WAL and for a passive
         // checkpoint in progress; then give up until the next time. SQLite
@@ -200,7 +214,7 @@ impl Wal {
             match cut {
                 Ok((0, _)) => self.shared.frames.store(0, Ordering::Relaxed),
                 // Another checkpoint holds the checkpoint lock.
-                Ok((_, -1)) if started.elapsed() < CUT_WAIT => {
+                Ok((_, -1)) if started.elapsed() < checkpointer_wait => {
                     thread::sleep(Duration::from_millis(1));
                     continue;
                 }
