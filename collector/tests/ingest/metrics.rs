@@ -122,6 +122,7 @@ fn metrics_are_prometheus_text_behind_the_read_token_and_count_what_happened() {
         value(&text, "cpt_forced_records_deleted_by_retention_total"),
         0.0
     );
+    assert_eq!(value(&text, "cpt_rollups_deleted_for_size_total"), 0.0);
     assert_eq!(value(&text, "cpt_ingest_ack_seconds_count"), 2.0);
     assert_eq!(
         value(&text, r#"cpt_ingest_ack_seconds_bucket{le="+Inf"}"#),

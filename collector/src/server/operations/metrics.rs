@@ -176,6 +176,13 @@ pub(in crate::server) fn render(ingest: &Ingest, now_unix_nanos: u64) -> String 
         "Of cpt_records_deleted_by_retention_total, the forced records.",
         load(&g.deleted_forced),
     );
+    out.one(
+        "cpt_rollups_deleted_for_size_total",
+        "counter",
+        "Roll-ups deleted, the oldest periods first, because the store was over --max-store-bytes \
+         with no raw record left to delete.",
+        load(&g.rollups_deleted_for_size),
+    );
     out.head(
         "cpt_rollups",
         "gauge",

@@ -245,6 +245,7 @@ pub(crate) struct StoreGauges {
     /// Of those two, the forced records.
     pub(crate) deleted_forced: AtomicU64,
     pub(crate) too_old_forced: AtomicU64,
+    pub(crate) rollups_deleted_for_size: AtomicU64,
     pub(crate) hourly_rollups: AtomicU64,
     pub(crate) daily_rollups: AtomicU64,
     /// Records committed but not rolled up yet.
@@ -545,10 +546,13 @@ impl Upkeep {
                         let step = store.roll_up(ROLL_UP_AT as usize, sys, hourly)?;
                         self.last_roll_up = now;
                         if step.records == 0 {
-                            // Nothing left to delete: only the WAL or the
-                            // roll-ups hold the room.
-                            self.owed = 0;
-                            self.over_size = false;
+                            // No raw record left to delete: the roll-ups
+                            // hold the room (those of ever-new endpoints
+                            // grow without end). The oldest go, a chunk a
+                            // step, until the store is back at its low
+                            // mark; when none can go, only the WAL holds
+                            // the room.
+                            self.delete_rollups(store, &shares, now)?;
                         }
                         break;
                     }
@@ -669,6 +673,43 @@ impl Upkeep {
         }
         Ok(self.can_shrink == Some(true))
     }
+    /// Delete the oldest roll-ups, for a store over its size bound with
+    /// no raw record left to delete: chunks sized to the WAL as for
+    /// records, for as long as a step may take, and past the urgent mark
+    /// until the pages in use are back under the high one. When none can
+    /// go, only the WAL holds the room, and the bound waits for the next
+    /// measure.
+    fn delete_rollups(
+        &mut self,
+        store: &mut Store,
+        shares: &SizeShares,
+        now: Instant,
+    ) -> Result<(), StoreError> {
+        let urgent = store.size()?.used_bytes > shares.urgent();
+        loop {
+            let dropped = store.delete_oldest_rollups(self.size_chunk as usize)?;
+            self.size_chunk = next_size_chunk(
+                self.size_chunk,
+                dropped,
+                store.last_commit_wal_bytes(),
+                store.wal_cut_bytes(),
+            );
+            if dropped == 0 {
+                self.owed = 0;
+                self.over_size = false;
+                return Ok(());
+            }
+            let used = store.size()?.used_bytes;
+            let done = if urgent {
+                used <= shares.high
+            } else {
+                now.elapsed() >= self.size_step
+            };
+            if used <= shares.low || done {
+                return Ok(());
+            }
+        }
+    }
 
     /// Refresh the gauges when they are [`GAUGES_EVERY`] old: not on every
     /// step, which under load comes after every group commit.
@@ -696,6 +737,8 @@ impl Upkeep {
             .store(state.deleted_forced, Ordering::Relaxed);
         g.too_old_forced
             .store(state.too_old_forced, Ordering::Relaxed);
+        g.rollups_deleted_for_size
+            .store(state.rollups_deleted_for_size, Ordering::Relaxed);
         g.rollup_backlog.store(
             u64::try_from(state.last_id - state.rolled_up_through).unwrap_or(0),
             Ordering::Relaxed,
@@ -799,6 +842,100 @@ mod tests {
             shares.low
         );
         assert!(store.state().unwrap().deleted_by_retention > 0);
+    }
+
+    /// Records whose endpoints are all new leave a roll-up each: once no
+    /// raw record is left to delete, the roll-ups alone hold the store
+    /// over its bound, and the oldest periods' roll-ups go until it is
+    /// back, counted; the newest stay.
+    #[test]
+    fn rollups_of_ever_new_endpoints_are_deleted_oldest_first_to_hold_the_bound() {
+        use cpt_sdk::{CriticalPath, Frame, Record, SegmentKind, Trigger};
+        let dir = tempfile::tempdir().unwrap();
+        let bound: u64 = 8 << 20;
+        let shares = SizeShares::of(bound);
+        let mut store =
+            Store::open_bounded(dir.path().join("s.db"), Default::default(), bound).unwrap();
+        let hour = 3_600_000_000_000u64;
+        let first_hour = (unix_nanos(SystemTime::now()) / hour - 30) * hour;
+        let mut n = 0u64;
+        // Records over 24 hours, each of an endpoint of its own; rolled up
+        // as they come, so that the roll-ups alone pass the high mark.
+        while store.size().unwrap().used_bytes <= shares.high + (1 << 20) {
+            let batch: Vec<Record> = (0..500)
+                .map(|_| {
+                    let mut p = CriticalPath::new();
+                    p.push_frames(
+                        [Frame::new("svc", format!("handler{}", n % 7))],
+                        Duration::from_micros(10 + n % 100),
+                        SegmentKind::Busy,
+                    );
+                    let mut r = Record::new("svc", Trigger::Sampled, p);
+                    r.endpoint = Some(format!("/item/{n}"));
+                    r.start_unix_nanos = Some(first_hour + (n % 24) * hour + n);
+                    n += 1;
+                    r
+                })
+                .collect();
+            store.insert(&batch).unwrap();
+            while store
+                .roll_up(
+                    ROLL_UP_AT as usize,
+                    SystemTime::now(),
+                    DEFAULT_HOURLY_ROLLUPS_FOR,
+                )
+                .unwrap()
+                .records
+                > 0
+            {}
+            while store.delete_oldest(10_000).unwrap() > 0 {}
+        }
+        assert_eq!(store.len().unwrap(), 0, "no raw record left to delete");
+        let path = dir.path().join("s.db");
+        let rollups = || -> (i64, i64) {
+            rusqlite::Connection::open(&path)
+                .unwrap()
+                .query_row("SELECT count(*), min(bucket) FROM rollups", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .unwrap()
+        };
+        let (before, oldest_before) = rollups();
+        let config = RetentionConfig {
+            retain_for: Keep::Forever,
+            max_store_bytes: Some(bound),
+            ..RetentionConfig::keep_everything()
+        };
+        let mut upkeep = Upkeep::new(config, None, Arc::default());
+        for _ in 0..200 {
+            upkeep.step(&mut store);
+            if store.size().unwrap().used_bytes <= shares.low {
+                break;
+            }
+        }
+        let used = store.size().unwrap().used_bytes;
+        assert!(
+            used <= shares.high,
+            "{used} bytes of pages in use, high mark {}",
+            shares.high
+        );
+        let (after, oldest_after) = rollups();
+        let deleted = store.state().unwrap().rollups_deleted_for_size;
+        assert!(
+            after > 0 && after < before,
+            "{before} roll-ups, then {after}"
+        );
+        assert_eq!(deleted, u64::try_from(before - after).unwrap());
+        assert!(oldest_after > oldest_before, "the oldest hours went first");
+        let newest: i64 = rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM rollups WHERE bucket = ?1",
+                [i64::try_from((first_hour + 23 * hour) / 1_000_000_000).unwrap()],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(newest > 0, "the newest hour's roll-ups stay");
     }
 
     #[test]

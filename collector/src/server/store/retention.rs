@@ -216,6 +216,60 @@ impl Store {
         self.delete_rows(to_i64(cutoff_unix_nanos).saturating_sub(1), max_rows)
     }
 
+    /// Delete up to `max_rows` roll-ups, the oldest periods first (daily
+    /// ones before hourly ones, which are newer), in one transaction, for a
+    /// store over its size bound with no raw record left to delete: the
+    /// roll-ups of ever-new endpoints would otherwise outgrow any bound.
+    /// A period's roll-up stays while a raw record of it is kept, and the
+    /// roll-ups of records without a start time stay. Counted in
+    /// [`State::rollups_deleted_for_size`]. Returns how many were deleted.
+    ///
+    /// # Errors
+    ///
+    /// When SQLite fails; nothing is then deleted.
+    pub fn delete_oldest_rollups(&mut self, max_rows: usize) -> Result<u64, StoreError> {
+        use super::rollup::{DAY, HOUR};
+        self.keep_wal_short();
+        let sqlite = self.sqlite_owned("delete the oldest roll-ups over the size bound");
+        let limit = to_i64(max_rows as u64).max(1);
+        self.with_upkeep_sync(|conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let oldest_raw: Option<i64> =
+                tx.query_row("SELECT min(start_unix_nanos) FROM records", [], |r| {
+                    r.get(0)
+                })?;
+            // Periods that end by the oldest raw record's start.
+            let before = oldest_raw.map_or(i64::MAX, |s| s.div_euclid(1_000_000_000));
+            let mut deleted = 0i64;
+            for resolution in [DAY, HOUR] {
+                if deleted >= limit {
+                    break;
+                }
+                let resolution = to_i64(resolution);
+                deleted += tx
+                    .prepare_cached(
+                        "DELETE FROM rollups WHERE id IN (SELECT id FROM rollups \
+                         INDEXED BY rollups_by_time WHERE resolution = ?1 AND bucket <= ?2 \
+                         ORDER BY bucket LIMIT ?3)",
+                    )?
+                    .execute(rusqlite::params![
+                        resolution,
+                        before.saturating_sub(resolution),
+                        limit - deleted
+                    ])? as i64;
+            }
+            let deleted = u64::try_from(deleted).unwrap_or(0);
+            if deleted > 0 {
+                let mut state = State::read(&tx)?;
+                state.rollups_deleted_for_size += deleted;
+                state.write(&tx)?;
+            }
+            tx.commit()?;
+            Ok(deleted)
+        })
+        .map_err(sqlite)
+    }
+
     /// Delete about the `max_rows` raw records stored first (lowest ids)
     /// that are rolled up, in one transaction. Returns how many were
     /// deleted.

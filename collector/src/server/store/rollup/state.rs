@@ -29,9 +29,13 @@ pub struct State {
     /// Of [`deleted_by_retention`](Self::deleted_by_retention), the forced
     /// records (no roll-up stands for them).
     pub deleted_forced: u64,
+    /// Roll-ups deleted, the oldest first, because the store was over its
+    /// size bound with no raw record left to delete
+    /// ([`Store::delete_oldest_rollups`](crate::store::Store::delete_oldest_rollups)).
+    pub rollups_deleted_for_size: u64,
 }
 
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 9] = [
     "rolled_up_through",
     "last_id",
     "raw_deleted_through",
@@ -40,6 +44,7 @@ const KEYS: [&str; 8] = [
     "retain_for_secs",
     "too_old_forced",
     "deleted_forced",
+    "rollups_deleted_for_size",
 ];
 
 impl State {
@@ -67,6 +72,7 @@ impl State {
         s.retain_for_secs = u(get(KEYS[5])?);
         s.too_old_forced = u(get(KEYS[6])?).unwrap_or(0);
         s.deleted_forced = u(get(KEYS[7])?).unwrap_or(0);
+        s.rollups_deleted_for_size = u(get(KEYS[8])?).unwrap_or(0);
         Ok(s)
     }
 
@@ -82,6 +88,7 @@ impl State {
             self.retain_for_secs.map(i),
             Some(i(self.too_old_forced)),
             Some(i(self.deleted_forced)),
+            Some(i(self.rollups_deleted_for_size)),
         ];
         let mut set = conn.prepare_cached(
             "INSERT INTO store_state (name, value) VALUES (?1, ?2) \
