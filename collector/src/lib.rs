@@ -56,6 +56,7 @@ pub mod records;
 pub mod server;
 #[cfg(feature = "traces")]
 pub mod traces;
+#[cfg(feature = "profile")]
 mod visible;
 
 #[cfg(feature = "cli")]
