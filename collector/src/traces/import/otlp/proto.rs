@@ -16,12 +16,13 @@
 //! without being checked.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
 
 use super::{Converted, Interner, Kind, RawSpan, SpanSink, resource_names, root_labels, span_kind};
 use crate::traces::import::tags::{TagValue, is_error_tag};
-use crate::traces::model::{TimeUnit, span_start_end};
+use crate::traces::model::{Reason, TimeUnit, span_start_end};
 
 /// Why a body is not an `ExportTraceServiceRequest`: the message and
 /// field where reading stopped, and what was wrong.
@@ -287,6 +288,72 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// The service and clock domain of a resource's spans, from its
+/// attributes (the last of each key wins).
+fn resource_of(resource: &[Attr<'_>], names: &mut Interner) -> (Arc<str>, Arc<str>) {
+    let (mut service, mut host, mut instance) = (None, None, None);
+    for a in resource {
+        let s = match a.value {
+            Some(Any::Str(s)) => Some(s),
+            _ => None,
+        };
+        match a.key {
+            "service.name" => service = s,
+            "host.name" => host = s,
+            "service.instance.id" => instance = s,
+            _ => {}
+        }
+    }
+    resource_names(names, service, host, instance)
+}
+
+/// One span converted, with its trace id (lowercase hex).
+fn convert(
+    s: &SpanFields<'_>,
+    attrs: &[Attr<'_>],
+    resource: &[Attr<'_>],
+    (svc, clock): (&Arc<str>, &Arc<str>),
+    names: &mut Interner,
+    label_keys: &[String],
+) -> (String, Result<Converted, Reason>) {
+    let id = hex(s.span_id);
+    let res = span_start_end(
+        &id,
+        ("startTimeUnixNano", i128::from(s.start)),
+        ("endTimeUnixNano", i128::from(s.end)),
+        TimeUnit::Nanos,
+    );
+    let res = res.map(|(start_ns, duration_ns)| {
+        let error = s.status == Some(2)
+            || attrs
+                .iter()
+                .any(|a| a.value.is_some_and(|v| is_error_tag(a.key, &v.tag())));
+        let parent_id: Option<Cow<'static, str>> =
+            (!s.parent.is_empty()).then(|| hex(s.parent).into());
+        let labels = if parent_id.is_none() {
+            root_labels(label_keys, attrs, resource, |a| (a.key, a.tag()))
+        } else {
+            Vec::new()
+        };
+        Converted {
+            span: RawSpan {
+                id: id.into(),
+                parent_id,
+                service: svc.clone(),
+                operation: names.get(s.name),
+                start_ns: Some(start_ns),
+                duration_ns: Some(duration_ns),
+                kind: span_kind(&Some(Kind::Num(i64::from(s.kind)))),
+                clock: clock.clone(),
+                error,
+                follows_from: false,
+            },
+            labels,
+        }
+    });
+    (hex(s.trace_id), res)
+}
+
 /// Every span of one OTLP protobuf request body (`ExportTraceServiceRequest`,
 /// as the OTLP gRPC and HTTP exporters send it), converted exactly as
 /// [`json_request_spans`](super::json_request_spans) converts the same
@@ -328,20 +395,7 @@ pub fn proto_spans(
                 }
             }
         }
-        let (mut service, mut host, mut instance) = (None, None, None);
-        for a in &resource {
-            let s = match a.value {
-                Some(Any::Str(s)) => Some(s),
-                _ => None,
-            };
-            match a.key {
-                "service.name" => service = s,
-                "host.name" => host = s,
-                "service.instance.id" => instance = s,
-                _ => {}
-            }
-        }
-        let (svc, clock) = resource_names(names, service, host, instance);
+        let (svc, clock) = resource_of(&resource, names);
         let mut fields = Fields::of(rs, RS);
         while let Some(field) = fields.next() {
             let (tag, v) = field?;
@@ -355,42 +409,9 @@ pub fn proto_spans(
                     continue;
                 }
                 let s = SpanFields::read(len("ScopeSpans", tag, v)?, &mut attrs)?;
-                let id = hex(s.span_id);
-                let res = span_start_end(
-                    &id,
-                    ("startTimeUnixNano", i128::from(s.start)),
-                    ("endTimeUnixNano", i128::from(s.end)),
-                    TimeUnit::Nanos,
-                );
-                let res = res.map(|(start_ns, duration_ns)| {
-                    let error = s.status == Some(2)
-                        || attrs
-                            .iter()
-                            .any(|a| a.value.is_some_and(|v| is_error_tag(a.key, &v.tag())));
-                    let parent_id: Option<Cow<'static, str>> =
-                        (!s.parent.is_empty()).then(|| hex(s.parent).into());
-                    let labels = if parent_id.is_none() {
-                        root_labels(label_keys, &attrs, &resource, |a| (a.key, a.tag()))
-                    } else {
-                        Vec::new()
-                    };
-                    Converted {
-                        span: RawSpan {
-                            id: id.into(),
-                            parent_id,
-                            service: svc.clone(),
-                            operation: names.get(s.name),
-                            start_ns: Some(start_ns),
-                            duration_ns: Some(duration_ns),
-                            kind: span_kind(&Some(Kind::Num(i64::from(s.kind)))),
-                            clock: clock.clone(),
-                            error,
-                            follows_from: false,
-                        },
-                        labels,
-                    }
-                });
-                f(Some(hex(s.trace_id)), res);
+                let (svc, clock) = (&svc, &clock);
+                let (tid, res) = convert(&s, &attrs, &resource, (svc, clock), names, label_keys);
+                f(Some(tid), res);
             }
         }
     }
@@ -403,7 +424,6 @@ mod tests {
 
     use super::super::pb;
     use super::*;
-    use crate::traces::model::Reason;
     use cpt_sdk::testing::SplitMix64;
 
     type Out = Vec<(Option<String>, Result<Converted, Reason>)>;
@@ -422,81 +442,56 @@ mod tests {
         Ok(out)
     }
 
-    fn any_tag(v: &pb::AnyValue) -> TagValue<'_> {
+    /// A decoded `KeyValue` as the reader's.
+    fn attr(kv: &pb::KeyValue) -> Attr<'_> {
         use pb::any_value::Value;
-        match &v.value {
-            Some(Value::StringValue(s)) => TagValue::Str(Cow::Borrowed(s)),
-            Some(Value::BoolValue(b)) => TagValue::Bool(*b),
-            Some(Value::IntValue(i)) => TagValue::Num(*i as f64),
-            Some(Value::DoubleValue(d)) => TagValue::Num(*d),
-            _ => TagValue::Other,
+        Attr {
+            key: &kv.key,
+            value: kv.value.as_ref().map(|v| match &v.value {
+                Some(Value::StringValue(s)) => Any::Str(s),
+                Some(Value::BoolValue(b)) => Any::Bool(*b),
+                Some(Value::IntValue(i)) => Any::Int(*i),
+                Some(Value::DoubleValue(d)) => Any::Double(*d),
+                _ => Any::Other,
+            }),
         }
     }
 
     /// The reference: the body decoded into `opentelemetry-proto`'s
-    /// messages by prost, then converted field by field.
+    /// messages by prost, its fields handed to the same conversion.
     fn reference(body: &[u8]) -> Result<Out, prost::DecodeError> {
         let req = pb::ExportTraceServiceRequest::decode(body)?;
         let mut out = Vec::new();
         let mut names = Interner::default();
         let keys = keys();
         for rs in &req.resource_spans {
-            let resource = rs.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
-            let (mut service, mut host, mut instance) = (None, None, None);
-            for kv in resource {
-                let s = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                    Some(pb::any_value::Value::StringValue(s)) => Some(s.as_str()),
-                    _ => None,
-                };
-                match kv.key.as_str() {
-                    "service.name" => service = s,
-                    "host.name" => host = s,
-                    "service.instance.id" => instance = s,
-                    _ => {}
-                }
-            }
-            let (svc, clock) = resource_names(&mut names, service, host, instance);
+            let resource: Vec<Attr<'_>> = rs
+                .resource
+                .iter()
+                .flat_map(|r| r.attributes.iter().map(attr))
+                .collect();
+            let (svc, clock) = resource_of(&resource, &mut names);
             for s in rs.scope_spans.iter().flat_map(|ss| &ss.spans) {
-                let id = hex(&s.span_id);
-                let res = span_start_end(
-                    &id,
-                    ("startTimeUnixNano", i128::from(s.start_time_unix_nano)),
-                    ("endTimeUnixNano", i128::from(s.end_time_unix_nano)),
-                    TimeUnit::Nanos,
-                )
-                .map(|(start_ns, duration_ns)| {
-                    let error = s.status.as_ref().is_some_and(|st| st.code == 2)
-                        || s.attributes.iter().any(|kv| {
-                            kv.value
-                                .as_ref()
-                                .is_some_and(|v| is_error_tag(&kv.key, &any_tag(v)))
-                        });
-                    let parent_id: Option<Cow<'static, str>> =
-                        (!s.parent_span_id.is_empty()).then(|| hex(&s.parent_span_id).into());
-                    let labels = if parent_id.is_none() {
-                        root_labels(&keys, &s.attributes, resource, |kv| {
-                            (kv.key.as_str(), kv.value.as_ref().map(any_tag))
-                        })
-                    } else {
-                        Vec::new()
-                    };
-                    Converted {
-                        span: RawSpan {
-                            id: id.into(),
-                            parent_id,
-                            service: svc.clone(),
-                            operation: names.get(&s.name),
-                            start_ns: Some(start_ns),
-                            duration_ns: Some(duration_ns),
-                            kind: span_kind(&Some(Kind::Num(i64::from(s.kind)))),
-                            clock: clock.clone(),
-                            error,
-                            follows_from: false,
-                        },
-                        labels,
-                    }
-                });
-                out.push((Some(hex(&s.trace_id)), res));
+                let fields = SpanFields {
+                    trace_id: &s.trace_id,
+                    span_id: &s.span_id,
+                    parent: &s.parent_span_id,
+                    name: &s.name,
+                    kind: s.kind,
+                    start: s.start_time_unix_nano,
+                    end: s.end_time_unix_nano,
+                    status: s.status.as_ref().map(|st| st.code),
+                };
+                let attrs: Vec<Attr<'_>> = s.attributes.iter().map(attr).collect();
+                let (tid, res) = convert(
+                    &fields,
+                    &attrs,
+                    &resource,
+                    (&svc, &clock),
+                    &mut names,
+                    &keys,
+                );
+                out.push((Some(tid), res));
             }
         }
         Ok(out)
