@@ -438,15 +438,21 @@ fn otlp_bodies_that_are_no_export_are_refused_whole() {
     assert!(c.stored().is_empty());
 }
 
+/// Send trace 1 (rooted in `front`) and wait for its one record.
+fn store_trace_1(c: &TestCollector) -> Vec<Record> {
+    let body = prost::Message::encode_to_vec(&request(trace(1, 0)));
+    assert_eq!(post_traces(otlp_http(c), &[PB], &body).status, 200);
+    let first = wait_for_records(c, 1, Duration::from_secs(20));
+    assert_eq!(first.len(), 1);
+    first
+}
+
 /// Spans of a trace already completed are counted as late and dropped: the
 /// stored record stays the one made when the trace completed.
 #[test]
 fn otlp_late_spans_are_counted_and_dropped() {
     let c = TestCollector::start(|c| open(otlp_on(c)));
-    let body = prost::Message::encode_to_vec(&request(trace(1, 0)));
-    assert_eq!(post_traces(otlp_http(&c), &[PB], &body).status, 200);
-    let first = wait_for_records(&c, 1, Duration::from_secs(20));
-    assert_eq!(first.len(), 1);
+    let first = store_trace_1(&c);
     let late = request(vec![resource(
         "back",
         "b",
@@ -594,10 +600,7 @@ fn otlp_roots_of_a_service_with_cpt_records_are_not_counted_twice() {
 #[test]
 fn otlp_a_cpt_record_arriving_after_its_trace_was_stored_is_not_counted_twice() {
     let c = TestCollector::start(|c| open(otlp_on(c)));
-    let body = prost::Message::encode_to_vec(&request(trace(1, 0)));
-    assert_eq!(post_traces(otlp_http(&c), &[PB], &body).status, 200);
-    let first = wait_for_records(&c, 1, Duration::from_secs(20));
-    assert_eq!(first.len(), 1);
+    let first = store_trace_1(&c);
     assert_eq!(first[0].service, "front");
     let mut late = record("layer", 0);
     late.service = "front".into();

@@ -781,6 +781,29 @@ mod tests {
         assert_eq!(next_size_chunk(300, 300, None, cut), MIN_SIZE_CHUNK);
     }
 
+    /// Roll up every record committed.
+    fn roll_up_all(store: &mut Store) {
+        while store
+            .roll_up(
+                ROLL_UP_AT as usize,
+                SystemTime::now(),
+                DEFAULT_HOURLY_ROLLUPS_FOR,
+            )
+            .unwrap()
+            .records
+            > 0
+        {}
+    }
+
+    /// Everything kept, but for a size bound.
+    fn bounded_to(bound: u64) -> RetentionConfig {
+        RetentionConfig {
+            retain_for: Keep::Forever,
+            max_store_bytes: Some(bound),
+            ..RetentionConfig::keep_everything()
+        }
+    }
+
     /// A store whose pages in use are past the urgent mark is brought back
     /// to its low mark by one step, even when the step has no time to
     /// spare (a starved writer): the file never outgrows its share while
@@ -815,22 +838,8 @@ mod tests {
             store.insert(&batch).unwrap();
         }
         // Everything is rolled up, so everything can be deleted.
-        while store
-            .roll_up(
-                ROLL_UP_AT as usize,
-                SystemTime::now(),
-                DEFAULT_HOURLY_ROLLUPS_FOR,
-            )
-            .unwrap()
-            .records
-            > 0
-        {}
-        let config = RetentionConfig {
-            retain_for: Keep::Forever,
-            max_store_bytes: Some(bound),
-            ..RetentionConfig::keep_everything()
-        };
-        let mut upkeep = Upkeep::new(config, None, Arc::default());
+        roll_up_all(&mut store);
+        let mut upkeep = Upkeep::new(bounded_to(bound), None, Arc::default());
         upkeep.size_step = Duration::ZERO;
         upkeep.step(&mut store);
         let used = store.size().unwrap().used_bytes;
@@ -878,16 +887,7 @@ mod tests {
                 })
                 .collect();
             store.insert(&batch).unwrap();
-            while store
-                .roll_up(
-                    ROLL_UP_AT as usize,
-                    SystemTime::now(),
-                    DEFAULT_HOURLY_ROLLUPS_FOR,
-                )
-                .unwrap()
-                .records
-                > 0
-            {}
+            roll_up_all(&mut store);
             while store.delete_oldest(10_000).unwrap() > 0 {}
         }
         assert_eq!(store.len().unwrap(), 0, "no raw record left to delete");
@@ -901,12 +901,7 @@ mod tests {
                 .unwrap()
         };
         let (before, oldest_before) = rollups();
-        let config = RetentionConfig {
-            retain_for: Keep::Forever,
-            max_store_bytes: Some(bound),
-            ..RetentionConfig::keep_everything()
-        };
-        let mut upkeep = Upkeep::new(config, None, Arc::default());
+        let mut upkeep = Upkeep::new(bounded_to(bound), None, Arc::default());
         for _ in 0..200 {
             upkeep.step(&mut store);
             if store.size().unwrap().used_bytes <= shares.low {
