@@ -101,11 +101,20 @@ fn same(s: &WaitSite, kind: &str, file: Option<&str>, line: u32) -> bool {
         }
 }
 
-#[cfg(feature = "tokio-resources")]
+#[cfg(all(test, feature = "tokio-resources"))]
 /// The site of `(kind, file, line)`: its id when the table keeps it (one
 /// id per site: resources made at one place share it), else a site of its
 /// own, counted by [`sites_not_kept`].
-pub(crate) fn intern(kind: &str, file: Option<&str>, line: u32) -> Result<SiteId, Arc<WaitSite>> {
+fn intern(kind: &str, file: Option<&str>, line: u32) -> Result<SiteId, Arc<WaitSite>> {
+    match READER.try_with(|r| r.borrow_mut().near.intern(kind, file, line)) {
+        Ok(found) => found,
+        Err(_) => intern_shared(kind, file, line),
+    }
+}
+
+#[cfg(feature = "tokio-resources")]
+/// [`intern`] in the process-wide table, under its lock.
+fn intern_shared(kind: &str, file: Option<&str>, line: u32) -> Result<SiteId, Arc<WaitSite>> {
     use std::hash::BuildHasher;
     use std::sync::Mutex;
 
@@ -115,18 +124,6 @@ pub(crate) fn intern(kind: &str, file: Option<&str>, line: u32) -> Result<SiteId
     type Sites = (FxHashMap<u64, SmallVec<[u32; 1]>>, usize);
     static SITES: OnceLock<Mutex<Sites>> = OnceLock::new();
 
-    // A site this thread named before: no lock, no allocation, no hash of
-    // whole strings (a cheap one, and the site's content compared).
-    let quick = quick_hash(kind, file, line);
-    let near = (quick >> 58) as usize % NEAR;
-    if let Ok(Some(id)) = NEAR_SITES.try_with(|c| {
-        let (h, id) = c[near].get();
-        (h == quick && id != 0)
-            .then(|| SiteId(id - 1))
-            .filter(|id| id.site().is_some_and(|s| same(s, kind, file, line)))
-    }) {
-        return Ok(id);
-    }
     let hash = FxBuildHasher.hash_one((kind, file, line));
     let mut sites = SITES
         .get_or_init(Default::default)
@@ -139,29 +136,24 @@ pub(crate) fn intern(kind: &str, file: Option<&str>, line: u32) -> Result<SiteId
             .map(SiteId)
             .find(|id| id.site().is_some_and(|s| same(s, kind, file, line)))
     });
-    let id = match found {
-        Some(id) => id,
-        None => {
-            let made = Arc::new(WaitSite {
-                kind: Arc::from(kind),
-                location: file.map(|f| Location {
-                    file: Arc::from(f),
-                    line,
-                }),
-            });
-            if *len >= MAX_SITES {
-                SITES_NOT_KEPT.fetch_add(1, Ordering::Relaxed);
-                return Err(made);
-            }
-            let id = SiteId(*len as u32);
-            let _ = KEPT[*len].set(made);
-            *len += 1;
-            map.entry(hash).or_default().push(id.0);
-            id
-        }
-    };
-    drop(sites);
-    let _ = NEAR_SITES.try_with(|c| c[near].set((quick, id.0 + 1)));
+    if let Some(id) = found {
+        return Ok(id);
+    }
+    let made = Arc::new(WaitSite {
+        kind: Arc::from(kind),
+        location: file.map(|f| Location {
+            file: Arc::from(f),
+            line,
+        }),
+    });
+    if *len >= MAX_SITES {
+        SITES_NOT_KEPT.fetch_add(1, Ordering::Relaxed);
+        return Err(made);
+    }
+    let id = SiteId(*len as u32);
+    let _ = KEPT[*len].set(made);
+    *len += 1;
+    map.entry(hash).or_default().push(id.0);
     Ok(id)
 }
 
@@ -186,10 +178,33 @@ fn quick_hash(kind: &str, file: Option<&str>, line: u32) -> u64 {
 const NEAR: usize = 32;
 
 #[cfg(feature = "tokio-resources")]
-thread_local! {
-    /// `(hash, id + 1)` of sites this thread named (0: none), by hash.
-    static NEAR_SITES: [std::cell::Cell<(u64, u32)>; NEAR] =
-        const { [const { std::cell::Cell::new((0, 0)) }; NEAR] };
+/// The sites a thread named before, found with no lock, no allocation and
+/// no hash of whole strings (a cheap one, and the site's content compared):
+/// `(hash, id + 1)` of each (0: none), by hash.
+struct NearSites([(u64, u32); NEAR]);
+
+#[cfg(feature = "tokio-resources")]
+impl NearSites {
+    const EMPTY: NearSites = NearSites([(0, 0); NEAR]);
+
+    fn intern(
+        &mut self,
+        kind: &str,
+        file: Option<&str>,
+        line: u32,
+    ) -> Result<SiteId, Arc<WaitSite>> {
+        let quick = quick_hash(kind, file, line);
+        let slot = &mut self.0[(quick >> 58) as usize % NEAR];
+        if slot.0 == quick && slot.1 != 0 {
+            let id = SiteId(slot.1 - 1);
+            if id.site().is_some_and(|s| same(s, kind, file, line)) {
+                return Ok(id);
+            }
+        }
+        let id = intern_shared(kind, file, line)?;
+        *slot = (quick, id.0 + 1);
+        Ok(id)
+    }
 }
 
 #[cfg(all(test, feature = "tokio-resources"))]
@@ -252,9 +267,121 @@ pub(crate) fn is_poll_op(meta: &tracing::Metadata<'_>) -> bool {
 }
 
 #[cfg(feature = "tokio-resources")]
-/// The fields of a `runtime.resource` span, copied into buffers this
-/// thread reuses (no allocation once they have grown).
-#[derive(Default)]
+/// What a field of a `runtime.resource` span is to the layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Other,
+    ConcreteType,
+    Kind,
+    File,
+    Line,
+    Internal,
+}
+
+#[cfg(feature = "tokio-resources")]
+impl Role {
+    fn of(name: &str) -> Role {
+        match name {
+            "concrete_type" => Role::ConcreteType,
+            "kind" => Role::Kind,
+            "loc.file" => Role::File,
+            "loc.line" => Role::Line,
+            "is_internal" => Role::Internal,
+            _ => Role::Other,
+        }
+    }
+}
+
+#[cfg(feature = "tokio-resources")]
+/// Fields a callsite's roles are kept for; a field past them is read by
+/// its name.
+const ROLES: usize = 8;
+
+#[cfg(feature = "tokio-resources")]
+/// The roles of one resource callsite's fields, by field index, so that
+/// reading a span of it compares no field names.
+#[derive(Clone, Copy)]
+struct Roles {
+    /// The callsite's metadata address (0: none).
+    callsite: usize,
+    roles: [Role; ROLES],
+    /// The site the callsite's last resource on this thread named: a
+    /// resource made at the same place again (a sleep in a loop) is found
+    /// by comparing its file with that site's, with no copy and no lookup.
+    last: Option<Last>,
+}
+
+#[cfg(feature = "tokio-resources")]
+#[derive(Clone, Copy)]
+struct Last {
+    site: SiteId,
+    /// A kind [`known_kind`] gave (compared by address).
+    kind: &'static str,
+    file: &'static str,
+    line: u32,
+}
+
+#[cfg(feature = "tokio-resources")]
+impl Roles {
+    const NONE: Roles = Roles {
+        callsite: 0,
+        roles: [Role::Other; ROLES],
+        last: None,
+    };
+
+    fn of(meta: &'static tracing::Metadata<'static>) -> Roles {
+        let mut roles = [Role::Other; ROLES];
+        for (f, r) in meta.fields().iter().zip(&mut roles) {
+            *r = Role::of(f.name());
+        }
+        Roles {
+            callsite: meta as *const _ as usize,
+            roles,
+            last: None,
+        }
+    }
+
+    #[inline]
+    fn role(&self, field: &tracing::field::Field) -> Role {
+        match self.roles.get(field.index()) {
+            Some(r) => *r,
+            None => Role::of(field.name()),
+        }
+    }
+}
+
+#[cfg(feature = "tokio-resources")]
+/// Resource callsites whose roles each thread keeps (tokio has about a
+/// dozen; a thread making resources of more re-reads the names).
+const CALLSITES: usize = 16;
+
+#[cfg(feature = "tokio-resources")]
+/// What a thread keeps to read resource spans: the roles of the callsites
+/// it read, the sites it named, and buffers for the fields (no allocation
+/// once they have grown).
+struct Reader {
+    callsites: [Roles; CALLSITES],
+    near: NearSites,
+    fields: ResourceFields,
+}
+
+#[cfg(feature = "tokio-resources")]
+impl Reader {
+    /// The slot of `meta`'s roles, kept from the first span of it.
+    #[inline]
+    fn roles(&mut self, meta: &'static tracing::Metadata<'static>) -> usize {
+        let at = meta as *const _ as usize;
+        let i = (at as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize
+            >> (usize::BITS - CALLSITES.trailing_zeros());
+        if self.callsites[i].callsite != at {
+            self.callsites[i] = Roles::of(meta);
+        }
+        i
+    }
+}
+
+#[cfg(feature = "tokio-resources")]
+/// The fields of a `runtime.resource` span.
 struct ResourceFields {
     /// The kind a known `concrete_type` names (no copy of it).
     known: Option<&'static str>,
@@ -262,13 +389,30 @@ struct ResourceFields {
     kind: String,
     file: String,
     has_file: bool,
+    /// The file is the callsite's last site's (and was not copied).
+    file_is_last: bool,
     line: u32,
     internal: bool,
 }
 
 #[cfg(feature = "tokio-resources")]
 thread_local! {
-    static FIELDS: std::cell::RefCell<ResourceFields> = std::cell::RefCell::default();
+    static READER: std::cell::RefCell<Reader> = const {
+        std::cell::RefCell::new(Reader {
+            callsites: [Roles::NONE; CALLSITES],
+            near: NearSites::EMPTY,
+            fields: ResourceFields {
+                known: None,
+                concrete_type: String::new(),
+                kind: String::new(),
+                file: String::new(),
+                has_file: false,
+                file_is_last: false,
+                line: 0,
+                internal: false,
+            },
+        })
+    };
 }
 
 #[cfg(feature = "tokio-resources")]
@@ -281,64 +425,99 @@ pub(crate) fn read_resource(
     if !RESOURCES_SEEN.load(Ordering::Relaxed) {
         RESOURCES_SEEN.store(true, Ordering::Relaxed);
     }
-    FIELDS
-        .try_with(|f| {
-            let mut f = f.borrow_mut();
+    READER
+        .try_with(|r| {
+            let r = &mut *r.borrow_mut();
+            let slot = r.roles(attrs.metadata());
+            let roles = &r.callsites[slot];
+            let f = &mut r.fields;
             f.known = None;
             f.concrete_type.clear();
             f.kind.clear();
             f.file.clear();
             f.has_file = false;
+            f.file_is_last = false;
             f.line = 0;
             f.internal = false;
-            attrs.record(&mut FieldsVisitor(&mut f));
-            (!f.internal).then(|| {
-                let file = f.has_file.then_some(f.file.as_str());
-                match f.known {
-                    Some(kind) => intern(kind, file, f.line),
-                    None => intern(&kind_of(&f.concrete_type, &f.kind), file, f.line),
-                }
-            })
+            attrs.record(&mut FieldsVisitor { roles, f });
+            if f.internal {
+                return None;
+            }
+            let last = roles.last.filter(|_| f.file_is_last);
+            if let (Some(l), Some(kind)) = (last, f.known)
+                && l.line == f.line
+                && std::ptr::eq(l.kind, kind)
+            {
+                return Some(Ok(l.site));
+            }
+            let file = match last {
+                Some(l) => Some(l.file),
+                None => f.has_file.then_some(f.file.as_str()),
+            };
+            let site = match f.known {
+                Some(kind) => r.near.intern(kind, file, f.line),
+                None => r
+                    .near
+                    .intern(&kind_of(&f.concrete_type, &f.kind), file, f.line),
+            };
+            if let (Ok(id), Some(kind)) = (&site, f.known)
+                && let Some(file) = id.site().and_then(|s| s.location.as_ref())
+            {
+                r.callsites[slot].last = Some(Last {
+                    site: *id,
+                    kind,
+                    file: &file.file,
+                    line: file.line,
+                });
+            }
+            Some(site)
         })
         .ok()
         .flatten()
 }
 
 #[cfg(feature = "tokio-resources")]
-struct FieldsVisitor<'a>(&'a mut ResourceFields);
+struct FieldsVisitor<'a> {
+    roles: &'a Roles,
+    f: &'a mut ResourceFields,
+}
 
 #[cfg(feature = "tokio-resources")]
 impl tracing::field::Visit for FieldsVisitor<'_> {
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        match field.name() {
-            "concrete_type" => match known_kind(value) {
-                Some(kind) => self.0.known = Some(kind),
-                None => self.0.concrete_type.push_str(value),
+        match self.roles.role(field) {
+            Role::ConcreteType => match known_kind(value) {
+                Some(kind) => self.f.known = Some(kind),
+                None => self.f.concrete_type.push_str(value),
             },
-            "kind" => self.0.kind.push_str(value),
-            "loc.file" => {
-                self.0.file.push_str(value);
-                self.0.has_file = true;
+            // tokio's kind is read only for a type it does not name.
+            Role::Kind if self.f.known.is_none() => self.f.kind.push_str(value),
+            Role::File => {
+                self.f.has_file = true;
+                match self.roles.last {
+                    Some(l) if l.file == value => self.f.file_is_last = true,
+                    _ => self.f.file.push_str(value),
+                }
             }
             _ => {}
         }
     }
 
     fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
-        if field.name() == "loc.line" {
-            self.0.line = u32::try_from(value).unwrap_or(u32::MAX);
+        if self.roles.role(field) == Role::Line {
+            self.f.line = u32::try_from(value).unwrap_or(u32::MAX);
         }
     }
 
     fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
-        if field.name() == "loc.line" {
-            self.0.line = u32::try_from(value).unwrap_or(0);
+        if self.roles.role(field) == Role::Line {
+            self.f.line = u32::try_from(value).unwrap_or(0);
         }
     }
 
     fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
-        if field.name() == "is_internal" {
-            self.0.internal = value;
+        if self.roles.role(field) == Role::Internal {
+            self.f.internal = value;
         }
     }
 
@@ -399,6 +578,82 @@ mod tests {
         assert!(sites_not_kept() >= before + 10);
         // What was kept is still shared.
         assert!(Arc::ptr_eq(&a, &site("sleep", Some("t/src/a.rs"), 1)));
+    }
+
+    /// What `read_resource` names each resource span, as `kind file:line`.
+    fn named(make: impl FnOnce()) -> Vec<String> {
+        use std::sync::Mutex;
+        use tracing_subscriber::prelude::*;
+
+        struct Names(Arc<Mutex<Vec<String>>>);
+        impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Names {
+            fn on_new_span(
+                &self,
+                attrs: &tracing::span::Attributes<'_>,
+                _: &tracing::span::Id,
+                _: tracing_subscriber::layer::Context<'_, S>,
+            ) {
+                let site = match read_resource(attrs) {
+                    Some(Ok(id)) => id.site().expect("kept").clone(),
+                    Some(Err(own)) => own,
+                    None => return,
+                };
+                let at = site
+                    .location
+                    .as_ref()
+                    .map_or("-".into(), |l| format!("{}:{}", l.file, l.line));
+                self.0.lock().unwrap().push(format!("{} {at}", site.kind));
+            }
+        }
+        let names = Arc::new(Mutex::new(Vec::new()));
+        let subscriber = tracing_subscriber::registry().with(Names(names.clone()));
+        tracing::subscriber::with_default(subscriber, make);
+        Arc::try_unwrap(names).unwrap().into_inner().unwrap()
+    }
+
+    /// One callsite (as tokio's `Sleep::new` is for every sleep in a
+    /// program) making resources of several types and places, in an order
+    /// that defeats a cache of its last one: each is named by its own, and a
+    /// file given again at the same address with other content is read
+    /// again.
+    #[test]
+    fn one_callsite_names_each_resource_by_its_own_type_file_and_line() {
+        fn make(concrete_type: &str, file: &str, line: u32) {
+            let _ = tracing::trace_span!(
+                parent: None,
+                "runtime.resource",
+                concrete_type = concrete_type,
+                kind = "Sync",
+                loc.file = file,
+                loc.line = line,
+                loc.col = 1u32,
+            );
+        }
+        let mut reused = String::from("w/src/one.rs");
+        let names = named(|| {
+            make("Sleep", "w/src/a.rs", 1);
+            make("Sleep", "w/src/a.rs", 1);
+            make("Mutex", "w/src/a.rs", 1);
+            make("Mutex", "w/src/b.rs", 1);
+            make("Mutex", "w/src/b.rs", 2);
+            make("Notify", "w/src/b.rs", 2);
+            make("Sleep", &reused, 3);
+            reused.replace_range(.., "w/src/two.rs");
+            make("Sleep", &reused, 3);
+        });
+        assert_eq!(
+            names,
+            [
+                "sleep w/src/a.rs:1",
+                "sleep w/src/a.rs:1",
+                "mutex w/src/a.rs:1",
+                "mutex w/src/b.rs:1",
+                "mutex w/src/b.rs:2",
+                "notify w/src/b.rs:2",
+                "sleep w/src/one.rs:3",
+                "sleep w/src/two.rs:3",
+            ]
+        );
     }
 
     #[test]
