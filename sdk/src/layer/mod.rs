@@ -308,6 +308,7 @@ impl CriticalPathLayer {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
+        let slot = self.resources.claim(id);
         let site = match waits::read_resource(attrs) {
             Some(site) => site,
             None => match ctx
@@ -315,13 +316,23 @@ impl CriticalPathLayer {
                 .and_then(|outer| self.resource_site(&outer.id(), ctx))
             {
                 Some(outer) => outer,
-                None => return,
+                None => {
+                    if let Some(slot) = slot {
+                        slot.release();
+                    }
+                    return;
+                }
             },
         };
-        let own = match site {
-            Ok(site) if self.resources.insert(id, site) => return,
-            Ok(site) => site.site().cloned(),
-            Err(own) => Some(own),
+        let own = match (site, slot) {
+            (Ok(site), Some(slot)) => return slot.set(site.0),
+            (Ok(site), None) => site.site().cloned(),
+            (Err(own), slot) => {
+                if let Some(slot) = slot {
+                    slot.release();
+                }
+                Some(own)
+            }
         };
         if let Some(own) = own
             && let Some(span) = ctx.span(id)

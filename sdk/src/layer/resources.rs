@@ -57,9 +57,9 @@ struct Bucket {
     sites: [AtomicU32; WAYS],
 }
 
+#[inline]
 fn index(id: &Id) -> usize {
-    // Fibonacci hashing: registry ids differ in their low bits.
-    (id.into_u64().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> SHIFT) as usize
+    (super::table::id_hash(id) >> SHIFT) as usize
 }
 
 impl ResourceTable {
@@ -69,6 +69,7 @@ impl ResourceTable {
     }
 
     /// Keep `site` as resource `id`'s; false when its bucket is full.
+    #[cfg(test)]
     pub(crate) fn insert(&self, id: &Id, site: SiteId) -> bool {
         self.insert_raw(id, site.0)
     }
@@ -80,6 +81,20 @@ impl ResourceTable {
     }
 
     fn insert_raw(&self, id: &Id, site: u32) -> bool {
+        match self.claim(id) {
+            Some(slot) => {
+                slot.set(site);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Take a slot for `id`, whose site is set later ([`Slot::set`]) or
+    /// the slot given back ([`Slot::release`]): a resource's slot is taken
+    /// before its fields are read, so that taking it waits on none of the
+    /// reading's stores.
+    pub(crate) fn claim(&self, id: &Id) -> Option<Slot<'_>> {
         let buckets = self
             .buckets
             .get_or_init(|| (0..BUCKETS).map(|_| Bucket::default()).collect());
@@ -90,11 +105,13 @@ impl ResourceTable {
                 && k.compare_exchange(EMPTY, key, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             {
-                s.store(site, Ordering::Release);
-                return true;
+                // Until its site is set, the slot says "no resource": no
+                // other thread has the span's id yet.
+                s.store(INSIDE, Ordering::Relaxed);
+                return Some(Slot { key: k, site: s });
             }
         }
-        false
+        None
     }
 
     /// The site of resource `id`, if the table has it.
@@ -130,6 +147,24 @@ impl ResourceTable {
             }
             None => false,
         }
+    }
+}
+
+/// A slot taken for a span, until its site is set or it is given back.
+pub(crate) struct Slot<'a> {
+    key: &'a AtomicU64,
+    site: &'a AtomicU32,
+}
+
+impl Slot<'_> {
+    /// Keep `site` as the span's.
+    pub(crate) fn set(self, site: u32) {
+        self.site.store(site, Ordering::Release);
+    }
+
+    /// Give the slot back: the span is no resource.
+    pub(crate) fn release(self) {
+        self.key.store(EMPTY, Ordering::Release);
     }
 }
 

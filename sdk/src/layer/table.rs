@@ -51,9 +51,25 @@ impl Slot {
     }
 }
 
-fn index(id: &Id) -> usize {
+/// The bits of a span id the layer's tables hash. `tracing-subscriber`'s
+/// registry makes ids of a slab key: the slot's address and the thread's
+/// shard in the low 50 bits, and above them a generation that changes each
+/// time the slot is used again. Leaving the generation out keeps what a
+/// registry slot's spans have in one place of the table, still in cache
+/// when the slot's next span comes (a slot of the table holds the whole id,
+/// so any id is still found exactly, whatever its subscriber's ids are).
+const HASHED_BITS: u64 = (1 << 50) - 1;
+
+/// A span id's hash: its high bits pick a place in a table.
+#[inline]
+pub(super) fn id_hash(id: &Id) -> u64 {
     // Fibonacci hashing: registry ids differ in their low bits.
-    (id.into_u64().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> SHIFT) as usize
+    (id.into_u64() & HASHED_BITS).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+#[inline]
+fn index(id: &Id) -> usize {
+    (id_hash(id) >> SHIFT) as usize
 }
 
 impl NodeTable {
