@@ -22,10 +22,11 @@ use cpt_exporter::{CollectorClient, Endpoint};
 use cpt_middleware::{ClientLayer, ServerLayer};
 use cpt_sdk::env::CptEnv;
 use cpt_sdk::export::{ExportHandle, Exporter, JsonLines};
+use cpt_sdk::layer::filter::NamedWaits;
 use cpt_sdk::layer::{CriticalPathLayer, Handle};
 use http_body_util::{BodyExt, Full};
 use tokio::net::TcpListener;
-use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::prelude::*;
 
 /// The `Inventory` service, generated from `proto/shop/v1/inventory.proto`
@@ -63,13 +64,11 @@ fn install_cpt(service: &str) -> anyhow::Result<(Handle, ExportHandle)> {
         .build();
     // Filters per layer. cpt's keeps your INFO spans (h2, hyper and tower
     // make DEBUG/TRACE spans on every poll that nobody wants as nodes) and
-    // sees tokio's resource spans, which name what each wait waited on
-    // (cpt-sdk's `tokio-resources` feature, built with RUSTFLAGS="--cfg
-    // tokio_unstable"; without them tokio makes none). The log keeps INFO.
-    let cpt_filter = Targets::new()
-        .with_target("tokio", LevelFilter::TRACE)
-        .with_target("runtime", LevelFilter::TRACE)
-        .with_default(LevelFilter::INFO);
+    // sees the few of tokio's spans and events that name what each wait
+    // waited on (cpt-sdk's `tokio-resources` feature, built with
+    // RUSTFLAGS="--cfg tokio_unstable"; without them tokio makes none). The
+    // log keeps INFO.
+    let cpt_filter = NamedWaits::new(LevelFilter::INFO);
     tracing_subscriber::registry()
         .with(layer.with_filter(cpt_filter))
         .with(tracing_subscriber::fmt::layer().with_filter(LevelFilter::INFO))

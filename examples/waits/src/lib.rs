@@ -21,11 +21,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cpt_sdk::layer::filter::NamedWaits;
 use cpt_sdk::task;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot};
-use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::filter::LevelFilter;
 
 /// How long each of the handler's waits is meant to take.
 pub mod ms {
@@ -113,13 +114,10 @@ pub async fn handle(backend: &Backend, conn: &mut TcpStream) -> anyhow::Result<u
     .await
 }
 
-/// The filter of cpt's layer: tokio's resource spans and events (targets
-/// `tokio` and `runtime`) at TRACE, everything else at INFO. Give it to cpt's
-/// layer alone (`layer.with_filter(...)`), so that other layers (logs)
-/// keep their own filter.
-pub fn cpt_filter() -> Targets {
-    Targets::new()
-        .with_target("tokio", LevelFilter::TRACE)
-        .with_target("runtime", LevelFilter::TRACE)
-        .with_default(LevelFilter::INFO)
+/// The filter of cpt's layer: the few of tokio's spans and events that name
+/// waits, and everything else at INFO. Give it to cpt's layer alone
+/// (`layer.with_filter(...)`), so that other layers (logs) keep their own
+/// filter.
+pub fn cpt_filter() -> NamedWaits<LevelFilter> {
+    NamedWaits::new(LevelFilter::INFO)
 }

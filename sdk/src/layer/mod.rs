@@ -27,6 +27,7 @@
 //! never allocate and never take the request lock.
 
 mod builder;
+pub mod filter;
 mod finisher;
 pub(crate) mod node;
 pub mod request;
