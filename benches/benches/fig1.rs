@@ -21,11 +21,23 @@
 //! threads have their own subscriber: the cpt layer for the first two, a
 //! plain registry (spans, no cpt) for the baseline.
 //!
+//! Built with `RUSTFLAGS="--cfg tokio_unstable"` and the `named-waits`
+//! feature, a fifth configuration traces every request with named waits:
+//! cpt's layer behind the per-layer filter the quickstart shows
+//! ([`NamedWaits`](cpt_sdk::layer::filter::NamedWaits) over INFO), so it
+//! sees tokio's task and resource spans; the others see none of them, which
+//! is the opt-in turned off in the same binary. A sixth gives the same
+//! spans of tokio's to a layer that does nothing with them while cpt's layer
+//! sees none: tokio's own cost, apart from cpt's. A seventh filters cpt's
+//! layer by target instead (`tokio` and `runtime` at TRACE: every span and
+//! event tokio makes). It prints each over traced.
+//!
 //! `cargo bench --bench fig1`; `CPT_BENCH_ROUNDS` (default 12) and
 //! `CPT_BENCH_REQUESTS` (per round and configuration, default 200) scale it;
 //! `CPT_BENCH_WORK` (default 1.0) scales the subcomponents' simulated work
 //! (0 measures the bare RPC and tracing costs). `CPT_BENCH_ONLY=N` runs
-//! configuration N alone (0 traced, 1 untraced, 2 no cpt, 3 otel), for
+//! configuration N alone (0 traced, 1 untraced, 2 no cpt, 3 otel, 4 named
+//! waits, 5 tokio's spans alone, 6 named waits filtered by target), for
 //! `valgrind --tool=callgrind`, `perf` or `strace -c`; no ratios are
 //! printed then.
 
@@ -183,6 +195,43 @@ fn setup(name: &'static str, dispatch: Dispatch, config: Config, flush: Option<F
     }
 }
 
+/// cpt's layer counting its records (and the named-wait segments in them,
+/// when given a counter), and its flush.
+fn cpt_layer(
+    records: &Arc<AtomicU64>,
+    named_waits: Option<&Arc<AtomicU64>>,
+) -> (CriticalPathLayer, Flush) {
+    let (r, named) = (records.clone(), named_waits.cloned());
+    let (layer, handle) = CriticalPathLayer::builder()
+        .with_service("bench")
+        .with_sink(move |record: cpt_sdk::Record| {
+            r.fetch_add(1, Ordering::Relaxed);
+            if let Some(named) = &named {
+                let waits = record.path.segments().iter();
+                let waits = waits.filter(|s| s.kind == cpt_sdk::SegmentKind::Wait);
+                named.fetch_add(waits.count() as u64, Ordering::Relaxed);
+            }
+        })
+        .build();
+    let flush: Flush = Arc::new(move || {
+        handle.flush(Duration::from_secs(10));
+    });
+    (layer, flush)
+}
+
+/// cpt's layer behind `filter` (per layer), counting its records and the
+/// named-wait segments in them, and its flush.
+#[cfg(all(tokio_unstable, feature = "named-waits"))]
+fn named(
+    records: &Arc<AtomicU64>,
+    named_waits: &Arc<AtomicU64>,
+    filter: Box<dyn tracing_subscriber::layer::Filter<tracing_subscriber::Registry> + Send + Sync>,
+) -> (Dispatch, Option<Flush>) {
+    let (layer, flush) = cpt_layer(records, Some(named_waits));
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer.with_filter(filter)));
+    (dispatch, Some(flush))
+}
+
 fn request(i: u64) -> RunRequest {
     RunRequest {
         parallel: i % 2 == 1,
@@ -263,89 +312,136 @@ fn stats(s: &Setup) -> Stats {
 fn main() {
     let rounds = env("CPT_BENCH_ROUNDS", 12);
     let n = env("CPT_BENCH_REQUESTS", 200);
-    let records = Arc::new(AtomicU64::new(0));
-    let r = records.clone();
-    let (layer, handle) = CriticalPathLayer::builder()
-        .with_service("bench")
-        .with_sink(move |_: cpt_sdk::Record| {
-            r.fetch_add(1, Ordering::Relaxed);
-        })
-        .build();
-    // As a service would run: library spans below INFO (h2, hyper, tower
-    // create them per poll) are off; cpt's and the services' spans are INFO.
-    let cpt = Dispatch::new(
-        tracing_subscriber::registry()
-            .with(LevelFilter::INFO)
-            .with(layer),
-    );
-    let plain = Dispatch::new(tracing_subscriber::registry().with(LevelFilter::INFO));
-    // The peer: tracing-opentelemetry with an SDK tracer whose batch span
-    // processor (its own thread, default settings) exports to a no-op.
-    let exported = Arc::new(AtomicU64::new(0));
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(NoopExporter(exported.clone()))
-        .build();
-    let otel = Dispatch::new(
-        tracing_subscriber::registry()
-            .with(LevelFilter::INFO)
-            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("fig1"))),
-    );
-    let otel_flush: Flush = {
-        let provider = provider.clone();
-        Arc::new(move || {
-            let _ = provider.force_flush();
-        })
+    let (records, exported) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (records, exported) = (&records, &exported);
+    #[cfg(all(tokio_unstable, feature = "named-waits"))]
+    let named_waits = &Arc::new(AtomicU64::new(0));
+    // cpt's layer counting its records, as a dispatch behind `filter`, and
+    // its flush.
+    let cpt = |filter: LevelFilter| {
+        let (layer, flush) = cpt_layer(records, None);
+        // As a service would run: library spans below INFO (h2, hyper, tower
+        // create them per poll) are off; cpt's and the services' spans are INFO.
+        let dispatch = Dispatch::new(tracing_subscriber::registry().with(filter).with(layer));
+        (dispatch, Some(flush))
     };
-
-    let mut setups = [
-        setup(
-            "traced (every request)",
-            cpt.clone(),
-            Config {
+    // Each configuration is made only if it runs: every dispatch alive
+    // takes part in each callsite's interest, so one configuration run
+    // alone (`CPT_BENCH_ONLY`) pays for no other's filters.
+    type Make<'a> = Box<dyn FnOnce() -> Setup + 'a>;
+    let mut makes: Vec<Make<'_>> = vec![
+        Box::new(|| {
+            let (dispatch, flush) = cpt(LevelFilter::INFO);
+            let config = Config {
                 sample_rate: 1.0,
                 ..Config::default()
-            },
-            Some(Arc::new(move || {
-                handle.flush(Duration::from_secs(10));
-            })),
-        ),
-        setup(
-            "untraced (middleware, sampling off)",
-            cpt,
-            Config {
+            };
+            setup("traced (every request)", dispatch, config, flush)
+        }),
+        Box::new(|| {
+            let (dispatch, _) = cpt(LevelFilter::INFO);
+            let config = Config {
                 sample_rate: 0.0,
                 ..Config::default()
-            },
-            None,
-        ),
-        setup(
-            "no cpt middleware, no cpt layer",
-            plain,
-            Config {
+            };
+            setup(
+                "untraced (middleware, sampling off)",
+                dispatch,
+                config,
+                None,
+            )
+        }),
+        Box::new(|| {
+            let plain = Dispatch::new(tracing_subscriber::registry().with(LevelFilter::INFO));
+            let config = Config {
                 middleware: false,
                 ..Config::default()
-            },
-            None,
-        ),
-        setup(
-            "otel (tracing-opentelemetry, no cpt)",
-            otel,
-            Config {
+            };
+            setup("no cpt middleware, no cpt layer", plain, config, None)
+        }),
+        Box::new(|| {
+            // The peer: tracing-opentelemetry with an SDK tracer whose batch
+            // span processor (its own thread, default settings) exports to a
+            // no-op.
+            let provider = SdkTracerProvider::builder()
+                .with_batch_exporter(NoopExporter(exported.clone()))
+                .build();
+            let otel = Dispatch::new(
+                tracing_subscriber::registry()
+                    .with(LevelFilter::INFO)
+                    .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("fig1"))),
+            );
+            let flush: Flush = Arc::new(move || {
+                let _ = provider.force_flush();
+            });
+            let config = Config {
                 middleware: false,
                 otel: true,
                 ..Config::default()
-            },
-            Some(otel_flush),
-        ),
+            };
+            setup(
+                "otel (tracing-opentelemetry, no cpt)",
+                otel,
+                config,
+                Some(flush),
+            )
+        }),
     ];
-    // `CPT_BENCH_ONLY=N` runs configuration N alone (0 traced, 1 untraced,
-    // 2 no cpt, 3 otel), to profile or count its work (callgrind, perf,
-    // strace -c); no ratios are printed then.
-    let only = env("CPT_BENCH_ONLY", usize::MAX).min(setups.len());
-    if only < setups.len() {
-        setups.swap(0, only);
+    #[cfg(all(tokio_unstable, feature = "named-waits"))]
+    {
+        use cpt_sdk::layer::filter::NamedWaits;
+        use tracing_subscriber::filter::Targets;
+        let traced = || Config {
+            sample_rate: 1.0,
+            ..Config::default()
+        };
+        makes.push(Box::new(move || {
+            let filter = NamedWaits::new(LevelFilter::INFO);
+            let (dispatch, flush) = named(records, named_waits, Box::new(filter));
+            setup(
+                "traced, named waits (tokio's spans)",
+                dispatch,
+                traced(),
+                flush,
+            )
+        }));
+        // The same spans of tokio's made for a layer that does nothing with
+        // them, cpt's layer seeing none of them: what tokio's
+        // instrumentation costs whoever turns it on, apart from cpt's share.
+        makes.push(Box::new(move || {
+            let (layer, flush) = cpt_layer(records, None);
+            let dispatch = Dispatch::new(
+                tracing_subscriber::registry()
+                    .with(layer.with_filter(LevelFilter::INFO))
+                    .with(
+                        tracing_subscriber::layer::Identity::new()
+                            .with_filter(NamedWaits::new(LevelFilter::INFO)),
+                    ),
+            );
+            let name = "traced, tokio's spans to no one";
+            setup(name, dispatch, traced(), Some(flush))
+        }));
+        // A filter by target instead: every span and event of tokio's.
+        makes.push(Box::new(move || {
+            let by_target = Targets::new()
+                .with_target("tokio", LevelFilter::TRACE)
+                .with_target("runtime", LevelFilter::TRACE)
+                .with_default(LevelFilter::INFO);
+            let (dispatch, flush) = named(records, named_waits, Box::new(by_target));
+            setup("named waits, filtered by target", dispatch, traced(), flush)
+        }));
     }
-    let active = if only < setups.len() { 1 } else { setups.len() };
+    // `CPT_BENCH_ONLY=N` runs configuration N alone (0 traced, 1 untraced,
+    // 2 no cpt, 3 otel, 4 named waits, 5 tokio's spans alone, 6 named waits
+    // filtered by target), to profile or count its work (callgrind, perf,
+    // strace -c); no ratios are printed then.
+    let only = env("CPT_BENCH_ONLY", usize::MAX);
+    let mut setups: Vec<Setup> = if only < makes.len() {
+        vec![makes.swap_remove(only)()]
+    } else {
+        makes.into_iter().map(|make| make()).collect()
+    };
+    let active = setups.len();
     // Warm up connections and caches.
     for s in &mut setups[..active] {
         round(s, n / 4 + 1);
@@ -372,7 +468,11 @@ fn main() {
             s.name, x.mean, x.p50, x.p99, x.rps, x.cpu, x.allocs
         );
     }
-    let _ = provider.force_flush();
+    for s in &setups {
+        if let Some(flush) = &s.flush {
+            flush();
+        }
+    }
     println!(
         "records emitted (cpt): {}; spans exported (otel): {}",
         records.load(Ordering::Relaxed),
@@ -421,6 +521,33 @@ fn main() {
             (t.cpu - base.cpu) / HOPS as f64,
         );
     };
+    #[cfg(all(tokio_unstable, feature = "named-waits"))]
+    println!(
+        "named-wait segments in the named waits configuration's records: {}",
+        named_waits.load(Ordering::Relaxed)
+    );
+    let over_traced = |label: &str, t: &Stats| {
+        println!(
+            "{label} / traced: mean {:.3}×  p99 {:.3}×  throughput {:.3}×  CPU {:.3}×",
+            ratio(t.mean, st[0].mean),
+            ratio(t.p99, st[0].p99),
+            t.rps / st[0].rps,
+            t.cpu / st[0].cpu,
+        );
+    };
+    if let (Some(named), Some(tokio)) = (st.get(4), st.get(5)) {
+        over_traced("tokio's spans alone           ", tokio);
+        over_traced("named waits                   ", named);
+        println!(
+            "  cpt's share alone (named waits - tokio's spans alone) / traced: CPU {:.3}×",
+            (st[0].cpu + named.cpu - tokio.cpu) / st[0].cpu,
+        );
+        extra("named waits vs traced ", named, &st[0]);
+        extra("named waits vs tokio's", named, tokio);
+    }
+    if let Some(by_target) = st.get(6) {
+        over_traced("named waits, filter by target ", by_target);
+    }
     extra("cpt traced vs untraced", &st[0], &st[1]);
     extra("cpt traced vs no cpt  ", &st[0], &st[2]);
     extra("otel vs no cpt        ", &st[3], &st[2]);

@@ -8,28 +8,35 @@
 //! `runtime.resource.async_op` and `runtime.resource.async_op.poll` spans,
 //! and on each poll the three entered (by clones, as tokio does) around a
 //! `runtime::resource::poll_op` event with `is_ready`. So the bench needs no
-//! cfg.
+//! cfg. Every subscriber is behind the filter the guide gives cpt's layer
+//! (`NamedWaits` over INFO), so the two `async_op` spans, which cpt does not
+//! read, are not made, as in a program set up that way.
 //!
-//! - `resource/*`: create and close one `runtime.resource` span, with the
-//!   bare registry and with cpt's layer (no request traced): cpt's share of
-//!   a resource span outside traced requests is the difference;
-//! - `poll/*`: one poll of a sleep (its three spans entered, the event,
-//!   exited), likewise;
+//! - `resource/*`: create and close one `runtime.resource` span, with a
+//!   layer that does nothing (`registry`) and with cpt's layer (no request
+//!   traced): cpt's share of a resource span outside traced requests is the
+//!   difference;
+//! - `resource/read_only`: the same with a layer that does nothing but read
+//!   the span's fields with a visitor that keeps none of them: what reading
+//!   tokio's type and place costs any layer (tracing's visitor: one dynamic
+//!   call per field);
+//! - `poll/*`: one poll of a sleep (its spans entered, the event, exited),
+//!   likewise;
 //! - `request/*`: a traced request whose handler node waits four times
 //!   (begin, the handler's five polls, finish with the path computed):
 //!   `off` with no resources (what tokio emits without the cfg: the same
 //!   request with the opt-in off), `on` with a sleep made per wait, polled
 //!   pending before and ready after it;
-//! - `registry/*`: the same two requests on the bare registry (no cpt
-//!   layer): the difference is what tokio's own instrumentation costs,
-//!   which is the user's choice and not cpt's.
+//! - `registry/*`: the same two requests with the layer that does nothing:
+//!   the difference is what tokio's own instrumentation costs, which is the
+//!   user's choice and not cpt's.
 //!
 //! cpt's share of the opt-in is `request/on − request/off − (registry/on −
 //! registry/off)`; the report gives it as a ratio to `request/off` too.
 //!
-//! With the feature off only `request/off` and `registry/off` run: compared
-//! with the same request built with the feature on, or from an older tree,
-//! they are what nothing but the code paths cost.
+//! With the feature off only `request/off` and `registry/off` run, with no
+//! filter and on the bare registry: compared with an older tree, they are
+//! what nothing but the code paths cost.
 //!
 //! ```text
 //! cargo bench -p cpt-sdk --features tokio-resources --bench waits
@@ -137,6 +144,31 @@ fn request(named: bool) {
     black_box(request::finish(&root));
 }
 
+/// A layer that reads each `runtime.resource` span's fields and keeps
+/// nothing: the floor of reading them.
+#[cfg(feature = "tokio-resources")]
+struct ReadOnly;
+
+#[cfg(feature = "tokio-resources")]
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ReadOnly {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        struct Nothing;
+        impl tracing::field::Visit for Nothing {
+            fn record_str(&mut self, _: &tracing::field::Field, _: &str) {}
+            fn record_u64(&mut self, _: &tracing::field::Field, _: u64) {}
+            fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+        }
+        if attrs.metadata().name() == "runtime.resource" {
+            attrs.record(&mut Nothing);
+        }
+    }
+}
+
 /// A case: its name, the subscriber it runs under, iterations per round,
 /// and one iteration.
 struct Case {
@@ -146,11 +178,32 @@ struct Case {
     run: Box<dyn FnMut()>,
 }
 
+/// `layer` on a registry, behind the filter the guide gives cpt's layer
+/// when the feature is on (`NamedWaits` over INFO: so tokio's spans that
+/// cpt does not read are not made at all, for any case).
+fn filtered<L>(layer: L) -> Dispatch
+where
+    L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
+    #[cfg(feature = "tokio-resources")]
+    let layer = {
+        use cpt_sdk::layer::filter::NamedWaits;
+        use tracing_subscriber::filter::LevelFilter;
+        layer.with_filter(NamedWaits::new(LevelFilter::INFO))
+    };
+    Dispatch::new(tracing_subscriber::registry().with(layer))
+}
+
 fn cases() -> Vec<Case> {
     let cpt = || {
         let (layer, _h) = CriticalPathLayer::builder().with_service("bench").build();
-        Dispatch::new(tracing_subscriber::registry().with(layer))
+        filtered(layer)
     };
+    // The baseline: the same spans made, no cpt (with the feature, behind
+    // the same filter, on a layer that does nothing).
+    #[cfg(feature = "tokio-resources")]
+    let registry = || filtered(tracing_subscriber::layer::Identity::new());
+    #[cfg(not(feature = "tokio-resources"))]
     let registry = || Dispatch::new(tracing_subscriber::registry());
     let case = |name, dispatch, iters, run: Box<dyn FnMut()>| Case {
         name,
@@ -188,6 +241,7 @@ fn cases() -> Vec<Case> {
             [
                 case("resource/registry", registry(), 100_000, new()),
                 case("resource/cpt_untraced", cpt(), 100_000, new()),
+                case("resource/read_only", filtered(ReadOnly), 100_000, new()),
                 case("poll/registry", registry(), 100_000, polled()),
                 case("poll/cpt_untraced", cpt(), 100_000, polled()),
             ],
@@ -266,6 +320,12 @@ fn main() {
     if let (Some(r), Some(c)) = (get("resource/registry"), get("resource/cpt_untraced")) {
         println!(
             "cpt's share of a resource span outside traced requests: {:.1} ns",
+            c - r
+        );
+    }
+    if let (Some(r), Some(c)) = (get("resource/registry"), get("resource/read_only")) {
+        println!(
+            "  of which reading its fields, the least a layer can pay: {:.1} ns",
             c - r
         );
     }
