@@ -205,4 +205,29 @@ mod tests {
         assert!(t.find(&same[0]).is_some());
         assert_eq!(t.get(&same[0]), None);
     }
+
+    /// A registry slot used again makes an id that differs only in its
+    /// generation (bits 50 and up): the same bucket, still in cache, and
+    /// still another span.
+    #[test]
+    fn ids_that_differ_only_in_their_generation_share_a_bucket_and_are_other_spans() {
+        let t = ResourceTable::default();
+        let slot = 0x0000_1234_5678_9abc_u64;
+        let ids: Vec<Id> = (1..=3u64)
+            .map(|generation| Id::from_u64(generation << 50 | slot))
+            .collect();
+        assert_eq!(index(&ids[0]), index(&ids[1]), "one bucket");
+        assert_eq!(index(&ids[0]), index(&ids[2]), "one bucket");
+        assert!(t.insert(&ids[1], SiteId(7)));
+        assert_eq!(t.get(&ids[0]), None);
+        assert_eq!(t.get(&ids[1]), Some(SiteId(7)));
+        assert_eq!(t.get(&ids[2]), None);
+        assert!(!t.remove(&ids[2]), "another span's slot is not freed");
+        assert_eq!(t.get(&ids[1]), Some(SiteId(7)));
+        // Slab slots of other threads' shards (bits 37 to 49) are spread.
+        let shards: std::collections::HashSet<usize> = (0..64u64)
+            .map(|tid| index(&Id::from_u64(tid << 37 | 1)))
+            .collect();
+        assert!(shards.len() > 56, "{} buckets for 64 shards", shards.len());
+    }
 }
