@@ -20,6 +20,9 @@
 //!   the span's fields with a visitor that keeps none of them: what reading
 //!   tokio's type and place costs any layer (tracing's visitor: one dynamic
 //!   call per field);
+//! - `resource/read_and_keep`: the same layer also keeping a word per span
+//!   in a table shared by the threads (one compare-and-swap at creation, a
+//!   store at close): the least a layer that names resources by span pays;
 //! - `poll/*`: one poll of a sleep (its spans entered, the event, exited),
 //!   likewise;
 //! - `request/*`: a traced request whose handler node waits four times
@@ -145,18 +148,38 @@ fn request(named: bool) {
 }
 
 /// A layer that reads each `runtime.resource` span's fields and keeps
-/// nothing: the floor of reading them.
+/// nothing (`keep: false`): the floor of reading them; or that also keeps
+/// a word per resource span in a table shared by the threads, taken with
+/// one compare-and-swap at creation and given back at close (`keep:
+/// true`): the floor of any layer that names resources by span.
 #[cfg(feature = "tokio-resources")]
-struct ReadOnly;
+struct ReadOnly {
+    keep: bool,
+    table: Box<[std::sync::atomic::AtomicU64]>,
+}
+
+#[cfg(feature = "tokio-resources")]
+impl ReadOnly {
+    fn new(keep: bool) -> ReadOnly {
+        let table = (0..1 << 14).map(|_| Default::default()).collect();
+        ReadOnly { keep, table }
+    }
+
+    fn slot(&self, id: &tracing::span::Id) -> &std::sync::atomic::AtomicU64 {
+        let h = (id.into_u64() & ((1 << 50) - 1)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.table[(h >> 50) as usize]
+    }
+}
 
 #[cfg(feature = "tokio-resources")]
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ReadOnly {
     fn on_new_span(
         &self,
         attrs: &tracing::span::Attributes<'_>,
-        _id: &tracing::span::Id,
+        id: &tracing::span::Id,
         _ctx: tracing_subscriber::layer::Context<'_, S>,
     ) {
+        use std::sync::atomic::Ordering;
         struct Nothing;
         impl tracing::field::Visit for Nothing {
             fn record_str(&mut self, _: &tracing::field::Field, _: &str) {}
@@ -164,7 +187,25 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ReadOnly {
             fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
         }
         if attrs.metadata().name() == "runtime.resource" {
+            if self.keep {
+                let _ = self.slot(id).compare_exchange(
+                    0,
+                    id.into_u64(),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+            }
             attrs.record(&mut Nothing);
+        }
+    }
+
+    fn on_close(&self, id: tracing::span::Id, _ctx: tracing_subscriber::layer::Context<'_, S>) {
+        use std::sync::atomic::Ordering;
+        if self.keep {
+            let slot = self.slot(&id);
+            if slot.load(Ordering::Relaxed) == id.into_u64() {
+                slot.store(0, Ordering::Release);
+            }
         }
     }
 }
@@ -241,7 +282,18 @@ fn cases() -> Vec<Case> {
             [
                 case("resource/registry", registry(), 100_000, new()),
                 case("resource/cpt_untraced", cpt(), 100_000, new()),
-                case("resource/read_only", filtered(ReadOnly), 100_000, new()),
+                case(
+                    "resource/read_only",
+                    filtered(ReadOnly::new(false)),
+                    100_000,
+                    new(),
+                ),
+                case(
+                    "resource/read_and_keep",
+                    filtered(ReadOnly::new(true)),
+                    100_000,
+                    new(),
+                ),
                 case("poll/registry", registry(), 100_000, polled()),
                 case("poll/cpt_untraced", cpt(), 100_000, polled()),
             ],
@@ -323,11 +375,20 @@ fn main() {
             c - r
         );
     }
-    if let (Some(r), Some(c)) = (get("resource/registry"), get("resource/read_only")) {
-        println!(
-            "  of which reading its fields, the least a layer can pay: {:.1} ns",
-            c - r
-        );
+    let floors = [
+        (
+            "resource/read_only",
+            "reading its fields, what any layer pays",
+        ),
+        (
+            "resource/read_and_keep",
+            "reading them and keeping a word by span id, the least a layer naming resources pays",
+        ),
+    ];
+    for (case, what) in floors {
+        if let (Some(r), Some(c)) = (get("resource/registry"), get(case)) {
+            println!("  {what}: {:.1} ns", c - r);
+        }
     }
     if let (Some(r), Some(c)) = (get("poll/registry"), get("poll/cpt_untraced")) {
         println!(
