@@ -316,13 +316,16 @@ fn main() {
     let (records, exported) = (&records, &exported);
     #[cfg(all(tokio_unstable, feature = "named-waits"))]
     let named_waits = &Arc::new(AtomicU64::new(0));
-    // cpt's layer counting its records, as a dispatch behind `filter`, and
-    // its flush.
-    let cpt = |filter: LevelFilter| {
+    // cpt's layer counting its records, as a dispatch, and its flush.
+    let cpt = || {
         let (layer, flush) = cpt_layer(records, None);
         // As a service would run: library spans below INFO (h2, hyper, tower
         // create them per poll) are off; cpt's and the services' spans are INFO.
-        let dispatch = Dispatch::new(tracing_subscriber::registry().with(filter).with(layer));
+        let dispatch = Dispatch::new(
+            tracing_subscriber::registry()
+                .with(LevelFilter::INFO)
+                .with(layer),
+        );
         (dispatch, Some(flush))
     };
     // Each configuration is made only if it runs: every dispatch alive
@@ -331,7 +334,7 @@ fn main() {
     type Make<'a> = Box<dyn FnOnce() -> Setup + 'a>;
     let mut makes: Vec<Make<'_>> = vec![
         Box::new(|| {
-            let (dispatch, flush) = cpt(LevelFilter::INFO);
+            let (dispatch, flush) = cpt();
             let config = Config {
                 sample_rate: 1.0,
                 ..Config::default()
@@ -339,7 +342,7 @@ fn main() {
             setup("traced (every request)", dispatch, config, flush)
         }),
         Box::new(|| {
-            let (dispatch, _) = cpt(LevelFilter::INFO);
+            let (dispatch, _) = cpt();
             let config = Config {
                 sample_rate: 0.0,
                 ..Config::default()
@@ -441,15 +444,14 @@ fn main() {
     } else {
         makes.into_iter().map(|make| make()).collect()
     };
-    let active = setups.len();
     // Warm up connections and caches.
-    for s in &mut setups[..active] {
+    for s in &mut setups {
         round(s, n / 4 + 1);
         s.latencies.clear();
         s.throughput.clear();
     }
     for _ in 0..rounds {
-        for s in &mut setups[..active] {
+        for s in &mut setups {
             round(s, n);
         }
     }
@@ -461,7 +463,7 @@ fn main() {
         "{:<38} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}",
         "configuration", "mean", "p50", "p99", "req/s", "CPU/req", "allocs/req"
     );
-    let st: Vec<Stats> = setups[..active].iter().map(stats).collect();
+    let st: Vec<Stats> = setups.iter().map(stats).collect();
     for (s, x) in setups.iter().zip(&st) {
         println!(
             "{:<38} {:>10.1?} {:>10.1?} {:>10.1?} {:>8.0} {:>8.0}µs {:>10.1}",
@@ -478,7 +480,7 @@ fn main() {
         records.load(Ordering::Relaxed),
         exported.load(Ordering::Relaxed)
     );
-    if active == 1 {
+    if setups.len() == 1 {
         return;
     }
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();

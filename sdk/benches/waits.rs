@@ -153,16 +153,16 @@ fn request(named: bool) {
 /// one compare-and-swap at creation and given back at close (`keep:
 /// true`): the floor of any layer that names resources by span.
 #[cfg(feature = "tokio-resources")]
-struct ReadOnly {
+struct Floor {
     keep: bool,
     table: Box<[std::sync::atomic::AtomicU64]>,
 }
 
 #[cfg(feature = "tokio-resources")]
-impl ReadOnly {
-    fn new(keep: bool) -> ReadOnly {
+impl Floor {
+    fn new(keep: bool) -> Floor {
         let table = (0..1 << 14).map(|_| Default::default()).collect();
-        ReadOnly { keep, table }
+        Floor { keep, table }
     }
 
     fn slot(&self, id: &tracing::span::Id) -> &std::sync::atomic::AtomicU64 {
@@ -172,7 +172,7 @@ impl ReadOnly {
 }
 
 #[cfg(feature = "tokio-resources")]
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ReadOnly {
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Floor {
     fn on_new_span(
         &self,
         attrs: &tracing::span::Attributes<'_>,
@@ -284,13 +284,13 @@ fn cases() -> Vec<Case> {
                 case("resource/cpt_untraced", cpt(), 100_000, new()),
                 case(
                     "resource/read_only",
-                    filtered(ReadOnly::new(false)),
+                    filtered(Floor::new(false)),
                     100_000,
                     new(),
                 ),
                 case(
                     "resource/read_and_keep",
-                    filtered(ReadOnly::new(true)),
+                    filtered(Floor::new(true)),
                     100_000,
                     new(),
                 ),

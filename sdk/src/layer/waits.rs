@@ -101,19 +101,11 @@ fn same(s: &WaitSite, kind: &str, file: Option<&str>, line: u32) -> bool {
         }
 }
 
-#[cfg(all(test, feature = "tokio-resources"))]
-/// The site of `(kind, file, line)`: its id when the table keeps it (one
-/// id per site: resources made at one place share it), else a site of its
-/// own, counted by [`sites_not_kept`].
-fn intern(kind: &str, file: Option<&str>, line: u32) -> Result<SiteId, Arc<WaitSite>> {
-    match READER.try_with(|r| r.borrow_mut().near.intern(kind, file, line)) {
-        Ok(found) => found,
-        Err(_) => intern_shared(kind, file, line),
-    }
-}
-
 #[cfg(feature = "tokio-resources")]
-/// [`intern`] in the process-wide table, under its lock.
+/// The site of `(kind, file, line)` in the process-wide table, under its
+/// lock: its id when the table keeps it (one id per site: resources made at
+/// one place share it), else a site of its own, counted by
+/// [`sites_not_kept`].
 fn intern_shared(kind: &str, file: Option<&str>, line: u32) -> Result<SiteId, Arc<WaitSite>> {
     use std::hash::BuildHasher;
     use std::sync::Mutex;
@@ -187,6 +179,7 @@ struct NearSites([(u64, u32); NEAR]);
 impl NearSites {
     const EMPTY: NearSites = NearSites([(0, 0); NEAR]);
 
+    /// [`intern_shared`], looked up first among this thread's sites.
     fn intern(
         &mut self,
         kind: &str,
@@ -210,7 +203,8 @@ impl NearSites {
 #[cfg(all(test, feature = "tokio-resources"))]
 /// The one [`WaitSite`] of `(kind, file, line)` while the table has room.
 pub(crate) fn site(kind: &str, file: Option<&str>, line: u32) -> Arc<WaitSite> {
-    match intern(kind, file, line) {
+    let near = READER.try_with(|r| r.borrow_mut().near.intern(kind, file, line));
+    match near.unwrap_or_else(|_| intern_shared(kind, file, line)) {
         Ok(id) => id.site().expect("an interned site is kept").clone(),
         Err(own) => own,
     }
