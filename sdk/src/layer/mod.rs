@@ -309,8 +309,21 @@ impl CriticalPathLayer {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        let slot = self.resources.claim(id);
-        let site = match waits::read_resource(attrs) {
+        // The slot is taken after the lookup: a compare-and-swap holds back
+        // the loads that follow it, and the lookup is nearly all loads.
+        let known = waits::known_resource(attrs);
+        let mut slot = self.resources.claim(id);
+        let read = match known {
+            waits::Known::Site(site) => {
+                if let Some(slot) = slot.take() {
+                    return slot.set(site.0);
+                }
+                Some(Ok(site))
+            }
+            waits::Known::Internal => None,
+            waits::Known::Unread => waits::read_resource(attrs),
+        };
+        let site = match read {
             Some(site) => site,
             None => match ctx
                 .lookup_current()

@@ -44,7 +44,7 @@ const INSIDE: u32 = u32::MAX;
 
 #[derive(Debug, Default)]
 pub(crate) struct ResourceTable {
-    buckets: OnceLock<Box<[Bucket]>>,
+    buckets: OnceLock<Box<[Bucket; BUCKETS]>>,
     /// Resources whose site is in registry extensions.
     pub(crate) spilled: AtomicUsize,
 }
@@ -91,13 +91,13 @@ impl ResourceTable {
     }
 
     /// Take a slot for `id`, whose site is set later ([`Slot::set`]) or
-    /// the slot given back ([`Slot::release`]): a resource's slot is taken
-    /// before its fields are read, so that taking it waits on none of the
-    /// reading's stores.
+    /// the slot given back ([`Slot::release`]).
+    #[inline]
     pub(crate) fn claim(&self, id: &Id) -> Option<Slot<'_>> {
-        let buckets = self
-            .buckets
-            .get_or_init(|| (0..BUCKETS).map(|_| Bucket::default()).collect());
+        let buckets = self.buckets.get_or_init(|| {
+            let all: Box<[Bucket]> = (0..BUCKETS).map(|_| Bucket::default()).collect();
+            all.try_into().expect("BUCKETS buckets")
+        });
         let b = &buckets[index(id)];
         let key = id.into_u64();
         for (k, s) in b.keys.iter().zip(&b.sites) {
@@ -158,6 +158,7 @@ pub(crate) struct Slot<'a> {
 
 impl Slot<'_> {
     /// Keep `site` as the span's.
+    #[inline]
     pub(crate) fn set(self, site: u32) {
         self.site.store(site, Ordering::Release);
     }

@@ -274,6 +274,10 @@ enum Role {
 
 #[cfg(feature = "tokio-resources")]
 impl Role {
+    /// The role of the field `name` (cold: a callsite's roles are kept by
+    /// index).
+    #[cold]
+    #[inline(never)]
     fn of(name: &str) -> Role {
         match name {
             "concrete_type" => Role::ConcreteType,
@@ -292,27 +296,23 @@ impl Role {
 const ROLES: usize = 8;
 
 #[cfg(feature = "tokio-resources")]
-/// The roles of one resource callsite's fields, by field index, so that
-/// reading a span of it compares no field names.
+/// What a thread knows of one resource callsite: its fields' roles, by
+/// field index, so that reading a span of it compares no field names; and,
+/// for one of tokio's, the kind its resources are.
 #[derive(Clone, Copy)]
 struct Roles {
     /// The callsite's metadata address (0: none).
     callsite: usize,
     roles: [Role; ROLES],
-    /// The site the callsite's last resource on this thread named: a
-    /// resource made at the same place again (a sleep in a loop) is found
-    /// by comparing its file with that site's, with no copy and no lookup.
-    last: Option<Last>,
-}
-
-#[cfg(feature = "tokio-resources")]
-#[derive(Clone, Copy)]
-struct Last {
-    site: SiteId,
-    /// A kind [`known_kind`] gave (compared by address).
-    kind: &'static str,
-    file: &'static str,
-    line: u32,
+    /// One of tokio's callsites (its target is under `tokio::`). tokio
+    /// gives a resource's type as a literal and its file as a
+    /// `std::panic::Location`'s, which is `'static`: at such a callsite the
+    /// type never changes, and a file at an address it was seen at before is
+    /// the same text.
+    tokio: bool,
+    /// The kind of every resource of this callsite, once one was read:
+    /// set only for tokio's callsites, and for a type [`known_kind`] names.
+    kind: Option<&'static str>,
 }
 
 #[cfg(feature = "tokio-resources")]
@@ -320,7 +320,8 @@ impl Roles {
     const NONE: Roles = Roles {
         callsite: 0,
         roles: [Role::Other; ROLES],
-        last: None,
+        tokio: false,
+        kind: None,
     };
 
     fn of(meta: &'static tracing::Metadata<'static>) -> Roles {
@@ -331,7 +332,8 @@ impl Roles {
         Roles {
             callsite: meta as *const _ as usize,
             roles,
-            last: None,
+            tokio: meta.target().starts_with("tokio::"),
+            kind: None,
         }
     }
 
@@ -350,19 +352,78 @@ impl Roles {
 const CALLSITES: usize = 16;
 
 #[cfg(feature = "tokio-resources")]
+/// A resource of one of tokio's callsites, known by the addresses of its
+/// strings rather than their text (see [`Roles::tokio`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Placed {
+    /// The callsite's kind (a [`known_kind`] string, by address).
+    kind: usize,
+    /// The file's address and length (0, 0: none).
+    file: (usize, usize),
+    line: u32,
+}
+
+#[cfg(feature = "tokio-resources")]
+/// Sets of [`PlacedSites`], and the places each holds: a thread finds the
+/// last 64 places it named (more, when they spread evenly over the sets).
+const PLACED_SETS: usize = 16;
+#[cfg(feature = "tokio-resources")]
+const PLACED_WAYS: usize = 4;
+
+#[cfg(feature = "tokio-resources")]
+/// The sites a thread named for tokio's resources, by where their strings
+/// are: found with no string compared, copied or hashed. Set-associative,
+/// the latest first in its set: `(place, id + 1)` (0: none).
+struct PlacedSites([[(Placed, u32); PLACED_WAYS]; PLACED_SETS]);
+
+#[cfg(feature = "tokio-resources")]
+impl PlacedSites {
+    const EMPTY: PlacedSites = PlacedSites(
+        [[(
+            Placed {
+                kind: 0,
+                file: (0, 0),
+                line: 0,
+            },
+            0,
+        ); PLACED_WAYS]; PLACED_SETS],
+    );
+
+    #[inline]
+    fn set(&mut self, p: &Placed) -> &mut [(Placed, u32); PLACED_WAYS] {
+        let h = (p.file.0 ^ p.kind.rotate_left(17)) as u64 ^ u64::from(p.line) << 40;
+        let i = h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - PLACED_SETS.trailing_zeros());
+        &mut self.0[i as usize]
+    }
+
+    #[inline]
+    fn get(&mut self, p: &Placed) -> Option<SiteId> {
+        let (_, id) = self.set(p).iter().find(|(at, id)| *id != 0 && at == p)?;
+        Some(SiteId(id - 1))
+    }
+
+    /// Keep `p`'s site first in its set (the set's last is forgotten).
+    fn put(&mut self, p: Placed, id: SiteId) {
+        let set = self.set(&p);
+        set.copy_within(..PLACED_WAYS - 1, 1);
+        set[0] = (p, id.0 + 1);
+    }
+}
+
+#[cfg(feature = "tokio-resources")]
 /// What a thread keeps to read resource spans: the roles of the callsites
-/// it read, the sites it named, and buffers for the fields (no allocation
-/// once they have grown).
+/// it read and the sites it named. Nothing in it needs dropping, so that
+/// the thread-local holding it is reached with no check of its state.
 struct Reader {
     callsites: [Roles; CALLSITES],
+    placed: PlacedSites,
     near: NearSites,
-    fields: ResourceFields,
 }
 
 #[cfg(feature = "tokio-resources")]
 impl Reader {
     /// The slot of `meta`'s roles, kept from the first span of it.
-    #[inline]
+    #[inline(always)]
     fn roles(&mut self, meta: &'static tracing::Metadata<'static>) -> usize {
         let at = meta as *const _ as usize;
         let i = (at as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize
@@ -371,6 +432,63 @@ impl Reader {
             self.callsites[i] = Roles::of(meta);
         }
         i
+    }
+
+    /// Read a resource span of the callsite in `slot` field by field: its
+    /// type, kind and file as text. What it names is then found by
+    /// [`known_resource`] too, for one of tokio's callsites.
+    fn read(
+        &mut self,
+        attrs: &tracing::span::Attributes<'_>,
+        slot: usize,
+    ) -> Option<Result<SiteId, Arc<WaitSite>>> {
+        FIELDS
+            .try_with(|f| self.read_into(attrs, slot, &mut f.borrow_mut()))
+            .unwrap_or_else(|_| {
+                let mut own = ResourceFields::EMPTY;
+                self.read_into(attrs, slot, &mut own)
+            })
+    }
+
+    /// [`read`](Self::read), with `f` to read the fields into.
+    fn read_into(
+        &mut self,
+        attrs: &tracing::span::Attributes<'_>,
+        slot: usize,
+        f: &mut ResourceFields,
+    ) -> Option<Result<SiteId, Arc<WaitSite>>> {
+        let roles = &self.callsites[slot];
+        f.known = None;
+        f.concrete_type.clear();
+        f.kind.clear();
+        f.file.clear();
+        f.file_at = (0, 0);
+        f.has_file = false;
+        f.line = 0;
+        f.internal = false;
+        attrs.record(&mut FieldsVisitor { roles, f });
+        let tokio = roles.tokio;
+        if tokio {
+            self.callsites[slot].kind = f.known;
+        }
+        if f.internal {
+            return None;
+        }
+        let file = f.has_file.then_some(f.file.as_str());
+        let Some(kind) = f.known else {
+            let kind = kind_of(&f.concrete_type, &f.kind);
+            return Some(self.near.intern(&kind, file, f.line));
+        };
+        let site = self.near.intern(kind, file, f.line);
+        if let (true, Ok(id)) = (tokio, &site) {
+            let placed = Placed {
+                kind: kind.as_ptr() as usize,
+                file: f.file_at,
+                line: f.line,
+            };
+            self.placed.put(placed, *id);
+        }
+        Some(site)
     }
 }
 
@@ -382,11 +500,25 @@ struct ResourceFields {
     concrete_type: String,
     kind: String,
     file: String,
+    /// The file's address and length.
+    file_at: (usize, usize),
     has_file: bool,
-    /// The file is the callsite's last site's (and was not copied).
-    file_is_last: bool,
     line: u32,
     internal: bool,
+}
+
+#[cfg(feature = "tokio-resources")]
+impl ResourceFields {
+    const EMPTY: ResourceFields = ResourceFields {
+        known: None,
+        concrete_type: String::new(),
+        kind: String::new(),
+        file: String::new(),
+        file_at: (0, 0),
+        has_file: false,
+        line: 0,
+        internal: false,
+    };
 }
 
 #[cfg(feature = "tokio-resources")]
@@ -394,25 +526,66 @@ thread_local! {
     static READER: std::cell::RefCell<Reader> = const {
         std::cell::RefCell::new(Reader {
             callsites: [Roles::NONE; CALLSITES],
+            placed: PlacedSites::EMPTY,
             near: NearSites::EMPTY,
-            fields: ResourceFields {
-                known: None,
-                concrete_type: String::new(),
-                kind: String::new(),
-                file: String::new(),
-                has_file: false,
-                file_is_last: false,
-                line: 0,
-                internal: false,
-            },
         })
     };
+    /// Buffers to read a resource's fields into as text (no allocation
+    /// once they have grown).
+    static FIELDS: std::cell::RefCell<ResourceFields> =
+        const { std::cell::RefCell::new(ResourceFields::EMPTY) };
 }
 
 #[cfg(feature = "tokio-resources")]
-/// What a new resource span names: `Some(site)`, or `None` for one of
-/// tokio's internal resources (a semaphore inside a `Mutex`), which takes
-/// its site from the resource it is made inside.
+/// What a thread already knows of a new resource span, with nothing read
+/// as text: small enough to come back in a register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Known {
+    /// It names this site.
+    Site(SiteId),
+    /// One of tokio's internal resources (see [`read_resource`]).
+    Internal,
+    /// Not known: [`read_resource`] reads it.
+    Unread,
+}
+
+#[cfg(feature = "tokio-resources")]
+/// What this thread knows of a new resource span of one of tokio's
+/// callsites without reading its strings: its file is found by its address
+/// (see [`Roles::tokio`]) among the sites the thread named before.
+#[inline]
+pub(crate) fn known_resource(attrs: &tracing::span::Attributes<'_>) -> Known {
+    READER
+        .try_with(|r| {
+            let r = &mut *r.borrow_mut();
+            let slot = r.roles(attrs.metadata());
+            let Some(kind) = r.callsites[slot].kind else {
+                return Known::Unread;
+            };
+            let mut at = PlacedVisitor {
+                roles: &r.callsites[slot],
+                file: (0, 0),
+                line: 0,
+                internal: false,
+            };
+            attrs.record(&mut at);
+            if at.internal {
+                return Known::Internal;
+            }
+            let placed = Placed {
+                kind: kind.as_ptr() as usize,
+                file: at.file,
+                line: at.line,
+            };
+            r.placed.get(&placed).map_or(Known::Unread, Known::Site)
+        })
+        .unwrap_or(Known::Unread)
+}
+
+#[cfg(feature = "tokio-resources")]
+/// What a new resource span names, read field by field: `Some(site)`, or
+/// `None` for one of tokio's internal resources (a semaphore inside a
+/// `Mutex`), which takes its site from the resource it is made inside.
 pub(crate) fn read_resource(
     attrs: &tracing::span::Attributes<'_>,
 ) -> Option<Result<SiteId, Arc<WaitSite>>> {
@@ -423,51 +596,84 @@ pub(crate) fn read_resource(
         .try_with(|r| {
             let r = &mut *r.borrow_mut();
             let slot = r.roles(attrs.metadata());
-            let roles = &r.callsites[slot];
-            let f = &mut r.fields;
-            f.known = None;
-            f.concrete_type.clear();
-            f.kind.clear();
-            f.file.clear();
-            f.has_file = false;
-            f.file_is_last = false;
-            f.line = 0;
-            f.internal = false;
-            attrs.record(&mut FieldsVisitor { roles, f });
-            if f.internal {
-                return None;
-            }
-            let last = roles.last.filter(|_| f.file_is_last);
-            if let (Some(l), Some(kind)) = (last, f.known)
-                && l.line == f.line
-                && std::ptr::eq(l.kind, kind)
-            {
-                return Some(Ok(l.site));
-            }
-            let file = match last {
-                Some(l) => Some(l.file),
-                None => f.has_file.then_some(f.file.as_str()),
-            };
-            let site = match f.known {
-                Some(kind) => r.near.intern(kind, file, f.line),
-                None => r
-                    .near
-                    .intern(&kind_of(&f.concrete_type, &f.kind), file, f.line),
-            };
-            if let (Ok(id), Some(kind)) = (&site, f.known)
-                && let Some(file) = id.site().and_then(|s| s.location.as_ref())
-            {
-                r.callsites[slot].last = Some(Last {
-                    site: *id,
-                    kind,
-                    file: &file.file,
-                    line: file.line,
-                });
-            }
-            Some(site)
+            r.read(attrs, slot)
         })
         .ok()
         .flatten()
+}
+
+#[cfg(feature = "tokio-resources")]
+/// Reads a resource span of one of tokio's callsites by where its file
+/// is, not what it says.
+struct PlacedVisitor<'a> {
+    roles: &'a Roles,
+    file: (usize, usize),
+    line: u32,
+    internal: bool,
+}
+
+#[cfg(feature = "tokio-resources")]
+impl PlacedVisitor<'_> {
+    /// A field past those whose roles are kept.
+    #[cold]
+    #[inline(never)]
+    fn wide(&mut self, field: &tracing::field::Field, value: Field<'_>) {
+        match (Role::of(field.name()), value) {
+            (Role::File, Field::Str(file)) => self.file = (file.as_ptr() as usize, file.len()),
+            (Role::Line, Field::U64(line)) => self.line = u32::try_from(line).unwrap_or(u32::MAX),
+            (Role::Line, Field::I64(line)) => self.line = u32::try_from(line).unwrap_or(0),
+            (Role::Internal, Field::Bool(internal)) => self.internal = internal,
+            _ => {}
+        }
+    }
+}
+
+#[cfg(feature = "tokio-resources")]
+/// A field's value, for [`PlacedVisitor::wide`].
+enum Field<'a> {
+    Str(&'a str),
+    U64(u64),
+    I64(i64),
+    Bool(bool),
+}
+
+#[cfg(feature = "tokio-resources")]
+impl tracing::field::Visit for PlacedVisitor<'_> {
+    // Called for each field of each resource: no call but a tail call, so
+    // that nothing is saved on the stack.
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match self.roles.roles.get(field.index()) {
+            Some(Role::File) => self.file = (value.as_ptr() as usize, value.len()),
+            Some(_) => {}
+            None => self.wide(field, Field::Str(value)),
+        }
+    }
+
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        match self.roles.roles.get(field.index()) {
+            Some(Role::Line) => self.line = u32::try_from(value).unwrap_or(u32::MAX),
+            Some(_) => {}
+            None => self.wide(field, Field::U64(value)),
+        }
+    }
+
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        match self.roles.roles.get(field.index()) {
+            Some(Role::Line) => self.line = u32::try_from(value).unwrap_or(0),
+            Some(_) => {}
+            None => self.wide(field, Field::I64(value)),
+        }
+    }
+
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        match self.roles.roles.get(field.index()) {
+            Some(Role::Internal) => self.internal = value,
+            Some(_) => {}
+            None => self.wide(field, Field::Bool(value)),
+        }
+    }
+
+    fn record_debug(&mut self, _field: &tracing::field::Field, _value: &dyn std::fmt::Debug) {}
 }
 
 #[cfg(feature = "tokio-resources")]
@@ -488,10 +694,8 @@ impl tracing::field::Visit for FieldsVisitor<'_> {
             Role::Kind if self.f.known.is_none() => self.f.kind.push_str(value),
             Role::File => {
                 self.f.has_file = true;
-                match self.roles.last {
-                    Some(l) if l.file == value => self.f.file_is_last = true,
-                    _ => self.f.file.push_str(value),
-                }
+                self.f.file_at = (value.as_ptr() as usize, value.len());
+                self.f.file.push_str(value);
             }
             _ => {}
         }
@@ -574,7 +778,9 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &site("sleep", Some("t/src/a.rs"), 1)));
     }
 
-    /// What `read_resource` names each resource span, as `kind file:line`.
+    /// What each resource span is named, as `kind file:line`, as the layer
+    /// names it: by [`known_resource`] first (then marked `(known)`), else
+    /// by [`read_resource`]; `internal` for one of tokio's internal ones.
     fn named(make: impl FnOnce()) -> Vec<String> {
         use std::sync::Mutex;
         use tracing_subscriber::prelude::*;
@@ -587,16 +793,24 @@ mod tests {
                 _: &tracing::span::Id,
                 _: tracing_subscriber::layer::Context<'_, S>,
             ) {
-                let site = match read_resource(attrs) {
-                    Some(Ok(id)) => id.site().expect("kept").clone(),
-                    Some(Err(own)) => own,
-                    None => return,
+                let (read, known) = match known_resource(attrs) {
+                    Known::Site(id) => (Some(Ok(id)), " (known)"),
+                    Known::Internal => (None, " (known)"),
+                    Known::Unread => (read_resource(attrs), ""),
                 };
-                let at = site
-                    .location
-                    .as_ref()
-                    .map_or("-".into(), |l| format!("{}:{}", l.file, l.line));
-                self.0.lock().unwrap().push(format!("{} {at}", site.kind));
+                let show = |s: &WaitSite| {
+                    let at = s
+                        .location
+                        .as_ref()
+                        .map_or("-".into(), |l| format!("{}:{}", l.file, l.line));
+                    format!("{} {at}", s.kind)
+                };
+                let name = match read {
+                    Some(Ok(id)) => show(id.site().expect("kept")),
+                    Some(Err(own)) => show(&own),
+                    None => "internal".into(),
+                };
+                self.0.lock().unwrap().push(format!("{name}{known}"));
             }
         }
         let names = Arc::new(Mutex::new(Vec::new()));
@@ -648,6 +862,81 @@ mod tests {
                 "sleep w/src/two.rs:3",
             ]
         );
+    }
+
+    /// tokio's callsites give a resource's type as a literal and its file
+    /// as a `Location`'s: a place seen before is known by the addresses of
+    /// its strings, with nothing read as text; the same text at another
+    /// address is read, and is the same site.
+    #[test]
+    fn a_tokio_callsite_knows_a_place_it_named_before_by_its_address() {
+        fn make(file: &'static str, line: u32) {
+            let _ = tracing::trace_span!(
+                target: "tokio::time::sleep",
+                parent: None,
+                "runtime.resource",
+                concrete_type = "Sleep",
+                kind = "timer",
+                loc.file = file,
+                loc.line = line,
+                loc.col = 1u32,
+            );
+        }
+        fn internal() {
+            let _ = tracing::trace_span!(
+                target: "tokio::sync::batch_semaphore",
+                parent: None,
+                "runtime.resource",
+                concrete_type = "Semaphore",
+                kind = "Sync",
+                is_internal = true,
+            );
+        }
+        let copy: &'static str = Box::leak(String::from("k/src/a.rs").into_boxed_str());
+        let names = named(|| {
+            make("k/src/a.rs", 1);
+            make("k/src/a.rs", 1);
+            make("k/src/a.rs", 2);
+            make("k/src/b.rs", 1);
+            make(copy, 1);
+            make("k/src/a.rs", 1);
+            make(copy, 1);
+            make("k/src/a.rs", 2);
+            internal();
+            internal();
+        });
+        assert_eq!(
+            names,
+            [
+                // The callsite's first: its kind is not known yet.
+                "sleep k/src/a.rs:1",
+                "sleep k/src/a.rs:1 (known)",
+                "sleep k/src/a.rs:2",
+                "sleep k/src/b.rs:1",
+                "sleep k/src/a.rs:1",
+                "sleep k/src/a.rs:1 (known)",
+                "sleep k/src/a.rs:1 (known)",
+                "sleep k/src/a.rs:2 (known)",
+                "internal",
+                "internal (known)",
+            ]
+        );
+        // More places of one file than the thread keeps: each is still
+        // named by its own line, whether known or read.
+        let names = named(|| {
+            for line in (1..=200).chain(1..=200) {
+                make("k/src/c.rs", line);
+            }
+        });
+        let lines: Vec<String> = (1..=200)
+            .chain(1..=200)
+            .map(|line| format!("sleep k/src/c.rs:{line}"))
+            .collect();
+        let read: Vec<&str> = names
+            .iter()
+            .map(|n| n.trim_end_matches(" (known)"))
+            .collect();
+        assert_eq!(read, lines);
     }
 
     #[test]
