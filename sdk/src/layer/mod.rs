@@ -249,6 +249,23 @@ impl CriticalPathLayer {
         Arc::as_ptr(&self.shared) as usize
     }
 
+    /// Whether a node of a traced request is entered on this thread (true
+    /// when the thread cannot tell).
+    #[cfg(feature = "tokio-resources")]
+    fn in_traced_node(&self) -> bool {
+        if self.idle() {
+            return false;
+        }
+        let key = self.key();
+        ENTERED
+            .try_with(|stack| {
+                stack
+                    .try_borrow()
+                    .map_or(true, |s| s.iter().any(|e| e.0 == key && e.2.is_some()))
+            })
+            .unwrap_or(true)
+    }
+
     /// The parent of a new span as this thread's entered stack knows it:
     /// `Some(Some(state))` a node, `Some(None)` a span that is not a node,
     /// `None` unknown (ask the registry).
@@ -311,7 +328,7 @@ impl CriticalPathLayer {
     {
         // The slot is taken after the lookup: a compare-and-swap holds back
         // the loads that follow it, and the lookup is nearly all loads.
-        let known = waits::known_resource(attrs);
+        let known = waits::known_resource(attrs, || self.in_traced_node());
         let mut slot = self.resources.claim(id);
         let read = match known {
             waits::Known::Site(site) => {

@@ -15,7 +15,9 @@
 //!   mutex, `RwLock`, barrier and oneshot channel is a `runtime.resource`
 //!   span with its type and the place it was created; each poll of it emits a
 //!   `runtime::resource::poll_op` event with `is_ready`. The layer keeps the
-//!   resource's name by its span id (its resource table), notes which
+//!   resource's name by its span id (its resource table; a timer or oneshot
+//!   made while no traced node runs on the thread by its kind alone, see
+//!   [`known_resource`]), notes which
 //!   resources a node polled pending before it stopped running, and which of
 //!   them was ready when it resumed: that one names the wait
 //!   (`[sleep src/main.rs:88]`).
@@ -313,6 +315,10 @@ struct Roles {
     /// The kind of every resource of this callsite, once one was read:
     /// set only for tokio's callsites, and for a type [`known_kind`] names.
     kind: Option<&'static str>,
+    /// For a callsite of tokio's of a [`PER_USE`] kind, once one was read:
+    /// the site of its kind alone, which names a resource made while no
+    /// traced node runs (see [`known_resource`]).
+    unplaced: Option<SiteId>,
 }
 
 #[cfg(feature = "tokio-resources")]
@@ -322,6 +328,7 @@ impl Roles {
         roles: [Role::Other; ROLES],
         tokio: false,
         kind: None,
+        unplaced: None,
     };
 
     fn of(meta: &'static tracing::Metadata<'static>) -> Roles {
@@ -334,6 +341,7 @@ impl Roles {
             roles,
             tokio: meta.target().starts_with("tokio::"),
             kind: None,
+            unplaced: None,
         }
     }
 
@@ -468,8 +476,11 @@ impl Reader {
         f.internal = false;
         attrs.record(&mut FieldsVisitor { roles, f });
         let tokio = roles.tokio;
-        if tokio {
+        if tokio && self.callsites[slot].kind != f.known {
+            let per_use = f.known.filter(|k| PER_USE.contains(k));
             self.callsites[slot].kind = f.known;
+            self.callsites[slot].unplaced =
+                per_use.and_then(|kind| self.near.intern(kind, None, 0).ok());
         }
         if f.internal {
             return None;
@@ -550,11 +561,27 @@ pub(crate) enum Known {
 }
 
 #[cfg(feature = "tokio-resources")]
+/// Kinds of resources made for a use (a sleep, a timeout, an interval's
+/// ticks, a reply's channel), most often where they are awaited.
+const PER_USE: [&str; 3] = ["sleep", "interval", "oneshot"];
+
+#[cfg(feature = "tokio-resources")]
 /// What this thread knows of a new resource span of one of tokio's
 /// callsites without reading its strings: its file is found by its address
 /// (see [`Roles::tokio`]) among the sites the thread named before.
+///
+/// A timer or oneshot channel ([`PER_USE`]) made while `traced_here()` is
+/// false (no node of a traced request runs on this thread: a background
+/// task's sleep, an unsampled request's) is named by its kind alone, with
+/// none of its fields read: such a resource is rarely waited on by a traced
+/// node, and reading where it was made would cost every sleep of the
+/// program. A lock, semaphore or barrier is read wherever it is made: a
+/// pool's semaphore is made at start.
 #[inline]
-pub(crate) fn known_resource(attrs: &tracing::span::Attributes<'_>) -> Known {
+pub(crate) fn known_resource(
+    attrs: &tracing::span::Attributes<'_>,
+    traced_here: impl FnOnce() -> bool,
+) -> Known {
     READER
         .try_with(|r| {
             let r = &mut *r.borrow_mut();
@@ -562,6 +589,11 @@ pub(crate) fn known_resource(attrs: &tracing::span::Attributes<'_>) -> Known {
             let Some(kind) = r.callsites[slot].kind else {
                 return Known::Unread;
             };
+            if let Some(site) = r.callsites[slot].unplaced
+                && !traced_here()
+            {
+                return Known::Site(site);
+            }
             let mut at = PlacedVisitor {
                 roles: &r.callsites[slot],
                 file: (0, 0),
@@ -779,13 +811,19 @@ mod tests {
     }
 
     /// What each resource span is named, as `kind file:line`, as the layer
-    /// names it: by [`known_resource`] first (then marked `(known)`), else
-    /// by [`read_resource`]; `internal` for one of tokio's internal ones.
+    /// names it inside a traced node: by [`known_resource`] first (then
+    /// marked `(known)`), else by [`read_resource`]; `internal` for one of
+    /// tokio's internal ones.
     fn named(make: impl FnOnce()) -> Vec<String> {
+        named_where(true, make)
+    }
+
+    /// [`named`], inside a traced node or not.
+    fn named_where(traced: bool, make: impl FnOnce()) -> Vec<String> {
         use std::sync::Mutex;
         use tracing_subscriber::prelude::*;
 
-        struct Names(Arc<Mutex<Vec<String>>>);
+        struct Names(Arc<Mutex<Vec<String>>>, bool);
         impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Names {
             fn on_new_span(
                 &self,
@@ -793,7 +831,7 @@ mod tests {
                 _: &tracing::span::Id,
                 _: tracing_subscriber::layer::Context<'_, S>,
             ) {
-                let (read, known) = match known_resource(attrs) {
+                let (read, known) = match known_resource(attrs, || self.1) {
                     Known::Site(id) => (Some(Ok(id)), " (known)"),
                     Known::Internal => (None, " (known)"),
                     Known::Unread => (read_resource(attrs), ""),
@@ -814,7 +852,7 @@ mod tests {
             }
         }
         let names = Arc::new(Mutex::new(Vec::new()));
-        let subscriber = tracing_subscriber::registry().with(Names(names.clone()));
+        let subscriber = tracing_subscriber::registry().with(Names(names.clone(), traced));
         tracing::subscriber::with_default(subscriber, make);
         Arc::try_unwrap(names).unwrap().into_inner().unwrap()
     }
@@ -937,6 +975,85 @@ mod tests {
             .map(|n| n.trim_end_matches(" (known)"))
             .collect();
         assert_eq!(read, lines);
+    }
+
+    /// Where no traced node runs, tokio's timers and oneshot channels are
+    /// named by their kind alone, with nothing read (the callsite's first
+    /// is read, to learn its kind); its locks and semaphores are read as
+    /// anywhere.
+    #[test]
+    fn a_timer_or_oneshot_made_outside_traced_nodes_is_named_by_its_kind() {
+        fn sleep(line: u32) {
+            let _ = tracing::trace_span!(
+                target: "tokio::time::sleep",
+                parent: None,
+                "runtime.resource",
+                concrete_type = "Sleep",
+                kind = "timer",
+                loc.file = "u/src/a.rs",
+                loc.line = line,
+                loc.col = 1u32,
+            );
+        }
+        fn semaphore(line: u32) {
+            let _ = tracing::trace_span!(
+                target: "tokio::sync::semaphore",
+                parent: None,
+                "runtime.resource",
+                concrete_type = "Semaphore",
+                kind = "Sync",
+                loc.file = "u/src/a.rs",
+                loc.line = line,
+                loc.col = 1u32,
+            );
+        }
+        fn oneshot(line: u32) {
+            let _ = tracing::trace_span!(
+                target: "tokio::sync::oneshot",
+                parent: None,
+                "runtime.resource",
+                concrete_type = "Sender|Receiver",
+                kind = "Sync",
+                loc.file = "u/src/a.rs",
+                loc.line = line,
+                loc.col = 1u32,
+            );
+        }
+        let outside = named_where(false, || {
+            sleep(1);
+            sleep(2);
+            oneshot(5);
+            oneshot(6);
+            semaphore(3);
+            semaphore(4);
+            semaphore(4);
+        });
+        assert_eq!(
+            outside,
+            [
+                "sleep u/src/a.rs:1",
+                "sleep - (known)",
+                "oneshot u/src/a.rs:5",
+                "oneshot - (known)",
+                "semaphore u/src/a.rs:3",
+                "semaphore u/src/a.rs:4",
+                "semaphore u/src/a.rs:4 (known)",
+            ]
+        );
+        let inside = named_where(true, || {
+            sleep(1);
+            sleep(2);
+            sleep(2);
+        });
+        // In a traced node each is read, or known by where it was read.
+        assert_eq!(
+            inside,
+            [
+                "sleep u/src/a.rs:1 (known)",
+                "sleep u/src/a.rs:2",
+                "sleep u/src/a.rs:2 (known)",
+            ]
+        );
     }
 
     #[test]
