@@ -1,6 +1,7 @@
 //! What named waits cost, side by side in one run (a bench binary: the
 //! cases run in interleaved rounds, so that a change of load on the machine
-//! falls on all of them alike, and each case's median round is reported).
+//! falls on all of them alike; each case's median round is reported, and a
+//! difference of two cases is the median of the rounds' differences).
 //!
 //! tokio's resource spans and poll events are made here as tokio makes
 //! them for a `tokio::time::sleep` under `--cfg tokio_unstable`: a
@@ -12,11 +13,14 @@
 //! (`NamedWaits` over INFO), so the two `async_op` spans, which cpt does not
 //! read, are not made, as in a program set up that way.
 //!
-//! - `resource/*`: create and close one `runtime.resource` span, with a
-//!   layer that does nothing (`registry`) and with cpt's layer (no request
-//!   traced): cpt's share of a resource span outside traced requests is the
-//!   difference;
-//! - `resource/read_only`: the same with a layer that does nothing but read
+//! - `resource/*`: create and close a sleep's `runtime.resource` span, with
+//!   a layer that does nothing (`registry`) and with cpt's layer (no request
+//!   traced): cpt's share of a timer's resource span outside traced requests
+//!   is the difference (cpt names such a timer by its kind alone, reading
+//!   none of its fields);
+//! - `semaphore/*`: the same for a semaphore's, which cpt reads wherever it
+//!   is made (a pool's is made at start);
+//! - `resource/read_only`: the sleep's with a layer that does nothing but read
 //!   the span's fields with a visitor that keeps none of them: what reading
 //!   tokio's type and place costs any layer (tracing's visitor: one dynamic
 //!   call per field);
@@ -64,7 +68,23 @@ use tracing::Dispatch;
 use tracing_subscriber::prelude::*;
 
 /// Rounds per case; the median round is reported.
-const ROUNDS: usize = 15;
+const ROUNDS: usize = 31;
+
+/// A semaphore's resource span, as `Semaphore::new` makes it.
+#[cfg(feature = "tokio-resources")]
+fn semaphore(line: u32) -> tracing::Span {
+    tracing::trace_span!(
+        target: "tokio::sync::semaphore",
+        parent: None,
+        "runtime.resource",
+        concrete_type = "Semaphore",
+        kind = "Sync",
+        loc.file = "app/src/pool.rs",
+        loc.line = line,
+        loc.col = 9u32,
+        inherits_child_attrs = true,
+    )
+}
 
 /// tokio's spans of one `tokio::time::sleep`, as `Sleep::new_timeout` makes
 /// them.
@@ -272,6 +292,7 @@ fn cases() -> Vec<Case> {
             Box::new(|| request(true)),
         ));
         let new = || Box::new(|| drop(black_box(resource(7)))) as Box<dyn FnMut()>;
+        let sem = || Box::new(|| drop(black_box(semaphore(40)))) as Box<dyn FnMut()>;
         // The sleep is made under the case's subscriber, at its first run.
         let polled = || {
             let mut s: Option<Sleep> = None;
@@ -282,6 +303,8 @@ fn cases() -> Vec<Case> {
             [
                 case("resource/registry", registry(), 100_000, new()),
                 case("resource/cpt_untraced", cpt(), 100_000, new()),
+                case("semaphore/registry", registry(), 100_000, sem()),
+                case("semaphore/cpt_untraced", cpt(), 100_000, sem()),
                 case(
                     "resource/read_only",
                     filtered(Floor::new(false)),
@@ -357,23 +380,27 @@ fn main() {
             });
         }
     }
-    let rows: Vec<(&str, f64)> = cases
-        .iter()
-        .zip(&mut times)
-        .map(|(c, t)| {
-            t.sort_by(f64::total_cmp);
-            (c.name, t[ROUNDS / 2])
-        })
-        .collect();
-    for (name, ns) in &rows {
-        println!("{name:<24} {ns:>10.1} ns");
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for (c, t) in cases.iter().zip(&times) {
+        println!("{:<24} {:>10.1} ns", c.name, median(t.clone()));
     }
-    let get = |n: &str| rows.iter().find(|r| r.0 == n).map(|r| r.1);
-    if let (Some(r), Some(c)) = (get("resource/registry"), get("resource/cpt_untraced")) {
-        println!(
-            "cpt's share of a resource span outside traced requests: {:.1} ns",
-            c - r
-        );
+    let at = |n: &str| cases.iter().position(|c| c.name == n);
+    // A difference of two cases is the median of its rounds' differences:
+    // the two ran one after the other in each round, under the same load.
+    let diff = |a: &str, b: &str| {
+        let (a, b) = (at(a)?, at(b)?);
+        Some(median(
+            times[a].iter().zip(&times[b]).map(|(x, y)| x - y).collect(),
+        ))
+    };
+    if let Some(d) = diff("resource/cpt_untraced", "resource/registry") {
+        println!("cpt's share of a sleep's resource span outside traced requests: {d:.1} ns");
+    }
+    if let Some(d) = diff("semaphore/cpt_untraced", "semaphore/registry") {
+        println!("cpt's share of a semaphore's resource span outside traced requests: {d:.1} ns");
     }
     let floors = [
         (
@@ -386,23 +413,20 @@ fn main() {
         ),
     ];
     for (case, what) in floors {
-        if let (Some(r), Some(c)) = (get("resource/registry"), get(case)) {
-            println!("  {what}: {:.1} ns", c - r);
+        if let Some(d) = diff(case, "resource/registry") {
+            println!("  {what}: {d:.1} ns");
         }
     }
-    if let (Some(r), Some(c)) = (get("poll/registry"), get("poll/cpt_untraced")) {
+    if let Some(d) = diff("poll/cpt_untraced", "poll/registry") {
         println!(
-            "cpt's share of a poll (3 spans entered, the event, exited) outside traced requests: {:.1} ns",
-            c - r
+            "cpt's share of a poll (3 spans entered, the event, exited) outside traced requests: {d:.1} ns"
         );
     }
-    if let (Some(off), Some(on), Some(roff), Some(ron)) = (
-        get("request/off"),
-        get("request/on"),
-        get("registry/off"),
-        get("registry/on"),
+    if let (Some(off), Some(on), Some(tokio)) = (
+        at("request/off").map(|i| median(times[i].clone())),
+        at("request/on").map(|i| median(times[i].clone())),
+        diff("registry/on", "registry/off"),
     ) {
-        let tokio = ron - roff;
         let cpt = on - off - tokio;
         println!("a traced request, named waits on / off: {:.2}x", on / off);
         println!("  tokio's own spans: {tokio:.0} ns; cpt's share: {cpt:.0} ns");
