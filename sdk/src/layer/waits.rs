@@ -355,9 +355,13 @@ impl Roles {
 }
 
 #[cfg(feature = "tokio-resources")]
-/// Resource callsites whose roles each thread keeps (tokio has about a
-/// dozen; a thread making resources of more re-reads the names).
-const CALLSITES: usize = 16;
+/// Resource callsites whose roles each thread keeps, in sets of
+/// [`CALLSITE_WAYS`] (tokio has about a dozen: sets, not one slot per
+/// callsite, so that two it uses in turn do not push each other out; a
+/// thread making resources of more re-reads the names).
+const CALLSITES: usize = 32;
+#[cfg(feature = "tokio-resources")]
+const CALLSITE_WAYS: usize = 4;
 
 #[cfg(feature = "tokio-resources")]
 /// A resource of one of tokio's callsites, known by the addresses of its
@@ -430,16 +434,22 @@ struct Reader {
 
 #[cfg(feature = "tokio-resources")]
 impl Reader {
-    /// The slot of `meta`'s roles, kept from the first span of it.
+    /// The slot of `meta`'s roles, kept from the first span of it (a new
+    /// callsite goes first in its set, and the set's last is forgotten).
     #[inline(always)]
     fn roles(&mut self, meta: &'static tracing::Metadata<'static>) -> usize {
         let at = meta as *const _ as usize;
-        let i = (at as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize
-            >> (usize::BITS - CALLSITES.trailing_zeros());
-        if self.callsites[i].callsite != at {
-            self.callsites[i] = Roles::of(meta);
+        let sets = CALLSITES / CALLSITE_WAYS;
+        let set = ((at as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - sets.trailing_zeros()))
+            as usize
+            * CALLSITE_WAYS;
+        let ways = &mut self.callsites[set..set + CALLSITE_WAYS];
+        if let Some(way) = ways.iter().position(|r| r.callsite == at) {
+            return set + way;
         }
-        i
+        ways.copy_within(..CALLSITE_WAYS - 1, 1);
+        ways[0] = Roles::of(meta);
+        set
     }
 
     /// Read a resource span of the callsite in `slot` field by field: its
@@ -1052,6 +1062,43 @@ mod tests {
                 "sleep u/src/a.rs:1 (known)",
                 "sleep u/src/a.rs:2",
                 "sleep u/src/a.rs:2 (known)",
+            ]
+        );
+    }
+
+    /// Four of tokio's callsites used in turn stay known: they may share a
+    /// set of the thread's callsite table, and do not push one another out.
+    #[test]
+    fn callsites_used_in_turn_stay_known() {
+        macro_rules! sleep_at {
+            ($line:expr) => {
+                let _ = tracing::trace_span!(
+                    target: "tokio::time::sleep",
+                    parent: None,
+                    "runtime.resource",
+                    concrete_type = "Sleep",
+                    kind = "timer",
+                    loc.file = "c/src/a.rs",
+                    loc.line = $line,
+                    loc.col = 1u32,
+                );
+            };
+        }
+        let names = named(|| {
+            for _ in 0..2 {
+                sleep_at!(1u32);
+                sleep_at!(2u32);
+                sleep_at!(3u32);
+                sleep_at!(4u32);
+            }
+        });
+        assert_eq!(
+            &names[4..],
+            [
+                "sleep c/src/a.rs:1 (known)",
+                "sleep c/src/a.rs:2 (known)",
+                "sleep c/src/a.rs:3 (known)",
+                "sleep c/src/a.rs:4 (known)",
             ]
         );
     }
