@@ -1,268 +1,18 @@
-//! Named waits: what a node waited on when nothing it created explains
-//! the wait.
+//! Reading tokio's `runtime.resource` spans: which site a new resource
+//! names, found per thread with as little of the span read as can be.
 //!
-//! Two sources name a wait:
-//!
-//! - **The waker** (always on, for nodes whose waker cpt wraps: the
-//!   [task helpers](crate::task)). When a node is woken, the span current on
-//!   the waking thread says who woke it: another node of the same request
-//!   (a channel send, a lock release, a `Notify`) becomes the explicit
-//!   blocker of the node's next resumption; no span at all means the
-//!   runtime's drivers woke it, which, once tokio's resources are seen (below),
-//!   is I/O: the wait is `[io]`.
-//! - **tokio's resource instrumentation** (the `tokio-resources` feature,
-//!   with `RUSTFLAGS="--cfg tokio_unstable"`): every timer, semaphore,
-//!   mutex, `RwLock`, barrier and oneshot channel is a `runtime.resource`
-//!   span with its type and the place it was created; each poll of it emits a
-//!   `runtime::resource::poll_op` event with `is_ready`. The layer keeps the
-//!   resource's name by its span id (its resource table; a timer or oneshot
-//!   made while no traced node runs on the thread by its kind alone, see
-//!   [`known_resource`]), notes which
-//!   resources a node polled pending before it stopped running, and which of
-//!   them was ready when it resumed: that one names the wait
-//!   (`[sleep src/main.rs:88]`).
-//!
-//! The marks go into the node's [`WaitMark`](crate::path::graph::WaitMark)s;
-//! the walk names a wait it leaves on the node with the latest mark.
+//! A thread keeps, per resource callsite, its fields' roles by index (so no
+//! field name is compared) and, for one of tokio's, the kind its resources
+//! are. tokio gives a resource's type as a literal and its file as a
+//! `Location`'s `'static` string, so a place the thread named before is
+//! found by the address of its file and its line ([`known_resource`]); only
+//! a place not seen before is read as text ([`read_resource`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use crate::path::Location;
+use super::{NearSites, RESOURCES_SEEN, SiteId, WaitSite, kind_of, known_kind};
 
-/// What a wait was on: a kind (`sleep`, `semaphore`, `io`, …) and where
-/// the resource was created, when known.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub(crate) struct WaitSite {
-    pub(crate) kind: Arc<str>,
-    pub(crate) location: Option<Location>,
-}
-
-/// The site of waits the runtime's I/O driver ended.
-pub(crate) fn io_site() -> Arc<WaitSite> {
-    static IO: OnceLock<Arc<WaitSite>> = OnceLock::new();
-    IO.get_or_init(|| {
-        Arc::new(WaitSite {
-            kind: Arc::from("io"),
-            location: None,
-        })
-    })
-    .clone()
-}
-
-/// Set once a `runtime.resource` span was seen: tokio's timers and
-/// synchronisation primitives announce themselves, so a wake from outside
-/// any span is the I/O driver's, not a timer's.
-static RESOURCES_SEEN: AtomicBool = AtomicBool::new(false);
-
-/// Whether a wake from outside any span names an `[io]` wait.
-pub(crate) fn io_from_runtime_wakes() -> bool {
-    RESOURCES_SEEN.load(Ordering::Relaxed)
-}
-
-#[cfg(feature = "tokio-resources")]
-/// Distinct resource sites (kind, file, line) kept for the life of the
-/// process; beyond this, a new site is made per resource and not kept.
-const MAX_SITES: usize = 4096;
-
-/// Resource sites not kept because [`MAX_SITES`] was reached.
-static SITES_NOT_KEPT: AtomicU64 = AtomicU64::new(0);
-
-/// How many resource sites were not kept in the site table because it was
-/// full (each such resource still names its waits).
-pub(crate) fn sites_not_kept() -> u64 {
-    SITES_NOT_KEPT.load(Ordering::Relaxed)
-}
-
-#[cfg(feature = "tokio-resources")]
-/// A site kept in the process-wide site table: its index there. Resources
-/// carry this, not the site, so that naming one costs no reference count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SiteId(pub(crate) u32);
-
-#[cfg(feature = "tokio-resources")]
-/// The sites kept, by [`SiteId`]; filled in order, never emptied.
-static KEPT: [OnceLock<Arc<WaitSite>>; MAX_SITES] = [const { OnceLock::new() }; MAX_SITES];
-
-#[cfg(feature = "tokio-resources")]
-impl SiteId {
-    /// The site kept under this id.
-    pub(crate) fn site(self) -> Option<&'static Arc<WaitSite>> {
-        KEPT.get(self.0 as usize)?.get()
-    }
-}
-
-#[cfg(feature = "tokio-resources")]
-/// Whether `s` is the site of `(kind, file, line)`.
-fn same(s: &WaitSite, kind: &str, file: Option<&str>, line: u32) -> bool {
-    &*s.kind == kind
-        && match (&s.location, file) {
-            (Some(l), Some(f)) => l.line == line && &*l.file == f,
-            (None, None) => true,
-            _ => false,
-        }
-}
-
-#[cfg(feature = "tokio-resources")]
-/// The site of `(kind, file, line)` in the process-wide table, under its
-/// lock: its id when the table keeps it (one id per site: resources made at
-/// one place share it), else a site of its own, counted by
-/// [`sites_not_kept`].
-fn intern_shared(kind: &str, file: Option<&str>, line: u32) -> Result<SiteId, Arc<WaitSite>> {
-    use std::hash::BuildHasher;
-    use std::sync::Mutex;
-
-    use rustc_hash::{FxBuildHasher, FxHashMap};
-    use smallvec::SmallVec;
-    /// Ids by the hash of their site, and how many there are.
-    type Sites = (FxHashMap<u64, SmallVec<[u32; 1]>>, usize);
-    static SITES: OnceLock<Mutex<Sites>> = OnceLock::new();
-
-    let hash = FxBuildHasher.hash_one((kind, file, line));
-    let mut sites = SITES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let (map, len) = &mut *sites;
-    let found = map.get(&hash).and_then(|v| {
-        v.iter()
-            .copied()
-            .map(SiteId)
-            .find(|id| id.site().is_some_and(|s| same(s, kind, file, line)))
-    });
-    if let Some(id) = found {
-        return Ok(id);
-    }
-    let made = Arc::new(WaitSite {
-        kind: Arc::from(kind),
-        location: file.map(|f| Location {
-            file: Arc::from(f),
-            line,
-        }),
-    });
-    if *len >= MAX_SITES {
-        SITES_NOT_KEPT.fetch_add(1, Ordering::Relaxed);
-        return Err(made);
-    }
-    let id = SiteId(*len as u32);
-    let _ = KEPT[*len].set(made);
-    *len += 1;
-    map.entry(hash).or_default().push(id.0);
-    Ok(id)
-}
-
-#[cfg(feature = "tokio-resources")]
-/// A hash of a site from its strings' lengths and last bytes: for finding
-/// it among the few a thread names, where the content is compared anyway.
-fn quick_hash(kind: &str, file: Option<&str>, line: u32) -> u64 {
-    fn tail(s: &str) -> u64 {
-        let b = s.as_bytes();
-        let last = match b.len().checked_sub(8) {
-            Some(from) => b[from..].try_into().map_or(0, u64::from_le_bytes),
-            None => b.iter().fold(0, |h, &c| h << 8 | u64::from(c)),
-        };
-        last ^ ((b.len() as u64) << 56)
-    }
-    let f = file.map_or(0, tail);
-    (f ^ tail(kind).rotate_left(29) ^ (u64::from(line) << 17)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-#[cfg(feature = "tokio-resources")]
-/// Sites each thread finds without the table's lock, by hash.
-const NEAR: usize = 32;
-
-#[cfg(feature = "tokio-resources")]
-/// The sites a thread named before, found with no lock, no allocation and
-/// no hash of whole strings (a cheap one, and the site's content compared):
-/// `(hash, id + 1)` of each (0: none), by hash.
-struct NearSites([(u64, u32); NEAR]);
-
-#[cfg(feature = "tokio-resources")]
-impl NearSites {
-    const EMPTY: NearSites = NearSites([(0, 0); NEAR]);
-
-    /// [`intern_shared`], looked up first among this thread's sites.
-    fn intern(
-        &mut self,
-        kind: &str,
-        file: Option<&str>,
-        line: u32,
-    ) -> Result<SiteId, Arc<WaitSite>> {
-        let quick = quick_hash(kind, file, line);
-        let slot = &mut self.0[(quick >> 58) as usize % NEAR];
-        if slot.0 == quick && slot.1 != 0 {
-            let id = SiteId(slot.1 - 1);
-            if id.site().is_some_and(|s| same(s, kind, file, line)) {
-                return Ok(id);
-            }
-        }
-        let id = intern_shared(kind, file, line)?;
-        *slot = (quick, id.0 + 1);
-        Ok(id)
-    }
-}
-
-#[cfg(all(test, feature = "tokio-resources"))]
-/// The one [`WaitSite`] of `(kind, file, line)` while the table has room.
-pub(crate) fn site(kind: &str, file: Option<&str>, line: u32) -> Arc<WaitSite> {
-    let near = READER.try_with(|r| r.borrow_mut().near.intern(kind, file, line));
-    match near.unwrap_or_else(|_| intern_shared(kind, file, line)) {
-        Ok(id) => id.site().expect("an interned site is kept").clone(),
-        Err(own) => own,
-    }
-}
-
-#[cfg(feature = "tokio-resources")]
-/// The kind one of tokio's resource types names.
-fn known_kind(concrete_type: &str) -> Option<&'static str> {
-    Some(match concrete_type {
-        "Sleep" => "sleep",
-        "Interval" => "interval",
-        "Semaphore" => "semaphore",
-        "Mutex" => "mutex",
-        "RwLock" => "rwlock",
-        "Barrier" => "barrier",
-        "Sender|Receiver" => "oneshot",
-        _ => return None,
-    })
-}
-
-#[cfg(feature = "tokio-resources")]
-/// The kind a resource's `concrete_type` (and tokio's `kind`) names.
-fn kind_of<'a>(concrete_type: &'a str, kind: &'a str) -> std::borrow::Cow<'a, str> {
-    use std::borrow::Cow;
-    if let Some(known) = known_kind(concrete_type) {
-        return Cow::Borrowed(known);
-    }
-    Cow::Borrowed(match concrete_type {
-        "" if !kind.is_empty() => return Cow::Owned(kind.to_ascii_lowercase()),
-        "" => "resource",
-        other => return Cow::Owned(other.to_ascii_lowercase()),
-    })
-}
-
-#[cfg(feature = "tokio-resources")]
-/// The extension of a `runtime.resource` span the layer's
-/// [`ResourceTable`](super::resources::ResourceTable) has no room for (or
-/// whose site the site table does not keep): what waiting on it is.
-#[derive(Debug, Clone)]
-pub(crate) struct Resource(pub(crate) Arc<WaitSite>);
-
-#[cfg(feature = "tokio-resources")]
-/// True for tokio's resource spans.
-#[inline]
-pub(crate) fn is_resource(meta: &tracing::Metadata<'_>) -> bool {
-    meta.name() == "runtime.resource"
-}
-
-#[cfg(feature = "tokio-resources")]
-/// True for tokio's resource poll events.
-#[inline]
-pub(crate) fn is_poll_op(meta: &tracing::Metadata<'_>) -> bool {
-    meta.target() == "runtime::resource::poll_op"
-}
-
-#[cfg(feature = "tokio-resources")]
 /// What a field of a `runtime.resource` span is to the layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
@@ -274,7 +24,6 @@ enum Role {
     Internal,
 }
 
-#[cfg(feature = "tokio-resources")]
 impl Role {
     /// The role of the field `name` (cold: a callsite's roles are kept by
     /// index).
@@ -292,12 +41,10 @@ impl Role {
     }
 }
 
-#[cfg(feature = "tokio-resources")]
 /// Fields a callsite's roles are kept for; a field past them is read by
 /// its name.
 const ROLES: usize = 8;
 
-#[cfg(feature = "tokio-resources")]
 /// What a thread knows of one resource callsite: its fields' roles, by
 /// field index, so that reading a span of it compares no field names; and,
 /// for one of tokio's, the kind its resources are.
@@ -321,7 +68,6 @@ struct Roles {
     unplaced: Option<SiteId>,
 }
 
-#[cfg(feature = "tokio-resources")]
 impl Roles {
     const NONE: Roles = Roles {
         callsite: 0,
@@ -354,16 +100,13 @@ impl Roles {
     }
 }
 
-#[cfg(feature = "tokio-resources")]
 /// Resource callsites whose roles each thread keeps, in sets of
 /// [`CALLSITE_WAYS`] (tokio has about a dozen: sets, not one slot per
 /// callsite, so that two it uses in turn do not push each other out; a
 /// thread making resources of more re-reads the names).
 const CALLSITES: usize = 32;
-#[cfg(feature = "tokio-resources")]
 const CALLSITE_WAYS: usize = 4;
 
-#[cfg(feature = "tokio-resources")]
 /// A resource of one of tokio's callsites, known by the addresses of its
 /// strings rather than their text (see [`Roles::tokio`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -375,20 +118,16 @@ struct Placed {
     line: u32,
 }
 
-#[cfg(feature = "tokio-resources")]
 /// Sets of [`PlacedSites`], and the places each holds: a thread finds the
 /// last 64 places it named (more, when they spread evenly over the sets).
 const PLACED_SETS: usize = 16;
-#[cfg(feature = "tokio-resources")]
 const PLACED_WAYS: usize = 4;
 
-#[cfg(feature = "tokio-resources")]
 /// The sites a thread named for tokio's resources, by where their strings
 /// are: found with no string compared, copied or hashed. Set-associative,
 /// the latest first in its set: `(place, id + 1)` (0: none).
 struct PlacedSites([[(Placed, u32); PLACED_WAYS]; PLACED_SETS]);
 
-#[cfg(feature = "tokio-resources")]
 impl PlacedSites {
     const EMPTY: PlacedSites = PlacedSites(
         [[(
@@ -422,7 +161,6 @@ impl PlacedSites {
     }
 }
 
-#[cfg(feature = "tokio-resources")]
 /// What a thread keeps to read resource spans: the roles of the callsites
 /// it read and the sites it named. Nothing in it needs dropping, so that
 /// the thread-local holding it is reached with no check of its state.
@@ -432,7 +170,6 @@ struct Reader {
     near: NearSites,
 }
 
-#[cfg(feature = "tokio-resources")]
 impl Reader {
     /// The slot of `meta`'s roles, kept from the first span of it (a new
     /// callsite goes first in its set, and the set's last is forgotten).
@@ -513,7 +250,6 @@ impl Reader {
     }
 }
 
-#[cfg(feature = "tokio-resources")]
 /// The fields of a `runtime.resource` span.
 struct ResourceFields {
     /// The kind a known `concrete_type` names (no copy of it).
@@ -528,7 +264,6 @@ struct ResourceFields {
     internal: bool,
 }
 
-#[cfg(feature = "tokio-resources")]
 impl ResourceFields {
     const EMPTY: ResourceFields = ResourceFields {
         known: None,
@@ -542,7 +277,6 @@ impl ResourceFields {
     };
 }
 
-#[cfg(feature = "tokio-resources")]
 thread_local! {
     static READER: std::cell::RefCell<Reader> = const {
         std::cell::RefCell::new(Reader {
@@ -557,7 +291,6 @@ thread_local! {
         const { std::cell::RefCell::new(ResourceFields::EMPTY) };
 }
 
-#[cfg(feature = "tokio-resources")]
 /// What a thread already knows of a new resource span, with nothing read
 /// as text: small enough to come back in a register.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -570,12 +303,10 @@ pub(crate) enum Known {
     Unread,
 }
 
-#[cfg(feature = "tokio-resources")]
 /// Kinds of resources made for a use (a sleep, a timeout, an interval's
 /// ticks, a reply's channel), most often where they are awaited.
 const PER_USE: [&str; 3] = ["sleep", "interval", "oneshot"];
 
-#[cfg(feature = "tokio-resources")]
 /// What this thread knows of a new resource span of one of tokio's
 /// callsites without reading its strings: its file is found by its address
 /// (see [`Roles::tokio`]) among the sites the thread named before.
@@ -624,7 +355,6 @@ pub(crate) fn known_resource(
         .unwrap_or(Known::Unread)
 }
 
-#[cfg(feature = "tokio-resources")]
 /// What a new resource span names, read field by field: `Some(site)`, or
 /// `None` for one of tokio's internal resources (a semaphore inside a
 /// `Mutex`), which takes its site from the resource it is made inside.
@@ -644,7 +374,6 @@ pub(crate) fn read_resource(
         .flatten()
 }
 
-#[cfg(feature = "tokio-resources")]
 /// Reads a resource span of one of tokio's callsites by where its file
 /// is, not what it says.
 struct PlacedVisitor<'a> {
@@ -654,7 +383,6 @@ struct PlacedVisitor<'a> {
     internal: bool,
 }
 
-#[cfg(feature = "tokio-resources")]
 impl PlacedVisitor<'_> {
     /// A field past those whose roles are kept.
     #[cold]
@@ -670,7 +398,6 @@ impl PlacedVisitor<'_> {
     }
 }
 
-#[cfg(feature = "tokio-resources")]
 /// A field's value, for [`PlacedVisitor::wide`].
 enum Field<'a> {
     Str(&'a str),
@@ -679,7 +406,6 @@ enum Field<'a> {
     Bool(bool),
 }
 
-#[cfg(feature = "tokio-resources")]
 impl tracing::field::Visit for PlacedVisitor<'_> {
     // Called for each field of each resource: no call but a tail call, so
     // that nothing is saved on the stack.
@@ -718,13 +444,11 @@ impl tracing::field::Visit for PlacedVisitor<'_> {
     fn record_debug(&mut self, _field: &tracing::field::Field, _value: &dyn std::fmt::Debug) {}
 }
 
-#[cfg(feature = "tokio-resources")]
 struct FieldsVisitor<'a> {
     roles: &'a Roles,
     f: &'a mut ResourceFields,
 }
 
-#[cfg(feature = "tokio-resources")]
 impl tracing::field::Visit for FieldsVisitor<'_> {
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
         match self.roles.role(field) {
@@ -764,60 +488,25 @@ impl tracing::field::Visit for FieldsVisitor<'_> {
     fn record_debug(&mut self, _field: &tracing::field::Field, _value: &dyn std::fmt::Debug) {}
 }
 
-#[cfg(feature = "tokio-resources")]
-/// Reads `is_ready` of a poll event.
-#[derive(Default)]
-pub(crate) struct ReadyVisitor(pub(crate) Option<bool>);
-
-#[cfg(feature = "tokio-resources")]
-impl tracing::field::Visit for ReadyVisitor {
-    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
-        if field.name() == "is_ready" {
-            self.0 = Some(value);
-        }
-    }
-
-    fn record_debug(&mut self, _field: &tracing::field::Field, _value: &dyn std::fmt::Debug) {}
-}
-
-/// Warn once, at start, that the `tokio-resources` feature cannot name
-/// resources because tokio was built without `--cfg tokio_unstable`.
-pub(crate) fn warn_if_unavailable() {
-    #[cfg(all(feature = "tokio-resources", not(tokio_unstable)))]
-    {
-        static WARNED: std::sync::Once = std::sync::Once::new();
-        WARNED.call_once(|| {
-            eprintln!(
-                "cpt-sdk: the `tokio-resources` feature is on, but this program was built \
-                 without `--cfg tokio_unstable`, so tokio emits no resource spans: waits on \
-                 timers, locks, semaphores and channels stay [unattributed]. Build with \
-                 RUSTFLAGS=\"--cfg tokio_unstable\" (see the guide's \"Named waits\" page); \
-                 everything else works as before."
-            );
-        });
-    }
-}
-
-#[cfg(all(test, feature = "tokio-resources"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Sites are shared while the table has room; past it a site is made
-    /// afresh, still right, and counted.
-    #[test]
-    fn the_site_table_is_bounded_and_counts_what_it_does_not_keep() {
-        let a = site("sleep", Some("t/src/a.rs"), 1);
-        assert!(Arc::ptr_eq(&a, &site("sleep", Some("t/src/a.rs"), 1)));
-        assert!(!Arc::ptr_eq(&a, &site("sleep", Some("t/src/a.rs"), 2)));
-        let before = sites_not_kept();
-        for line in 0..MAX_SITES as u32 + 10 {
-            let s = site("mutex", Some("t/src/b.rs"), line);
-            assert_eq!(s.location.as_ref().map(|l| l.line), Some(line));
-            assert_eq!(&*s.kind, "mutex");
-        }
-        assert!(sites_not_kept() >= before + 10);
-        // What was kept is still shared.
-        assert!(Arc::ptr_eq(&a, &site("sleep", Some("t/src/a.rs"), 1)));
+    /// A resource span as one of tokio's callsites makes it; each use of
+    /// the macro is a callsite of its own.
+    macro_rules! tokio_resource {
+        ($target:literal, $type:literal, $kind:literal, $file:expr, $line:expr) => {
+            drop(tracing::trace_span!(
+                target: $target,
+                parent: None,
+                "runtime.resource",
+                concrete_type = $type,
+                kind = $kind,
+                loc.file = $file,
+                loc.line = $line,
+                loc.col = 1u32,
+            ))
+        };
     }
 
     /// What each resource span is named, as `kind file:line`, as the layer
@@ -919,16 +608,7 @@ mod tests {
     #[test]
     fn a_tokio_callsite_knows_a_place_it_named_before_by_its_address() {
         fn make(file: &'static str, line: u32) {
-            let _ = tracing::trace_span!(
-                target: "tokio::time::sleep",
-                parent: None,
-                "runtime.resource",
-                concrete_type = "Sleep",
-                kind = "timer",
-                loc.file = file,
-                loc.line = line,
-                loc.col = 1u32,
-            );
+            tokio_resource!("tokio::time::sleep", "Sleep", "timer", file, line);
         }
         fn internal() {
             let _ = tracing::trace_span!(
@@ -994,39 +674,24 @@ mod tests {
     #[test]
     fn a_timer_or_oneshot_made_outside_traced_nodes_is_named_by_its_kind() {
         fn sleep(line: u32) {
-            let _ = tracing::trace_span!(
-                target: "tokio::time::sleep",
-                parent: None,
-                "runtime.resource",
-                concrete_type = "Sleep",
-                kind = "timer",
-                loc.file = "u/src/a.rs",
-                loc.line = line,
-                loc.col = 1u32,
-            );
+            tokio_resource!("tokio::time::sleep", "Sleep", "timer", "u/src/a.rs", line);
         }
         fn semaphore(line: u32) {
-            let _ = tracing::trace_span!(
-                target: "tokio::sync::semaphore",
-                parent: None,
-                "runtime.resource",
-                concrete_type = "Semaphore",
-                kind = "Sync",
-                loc.file = "u/src/a.rs",
-                loc.line = line,
-                loc.col = 1u32,
+            tokio_resource!(
+                "tokio::sync::semaphore",
+                "Semaphore",
+                "Sync",
+                "u/src/a.rs",
+                line
             );
         }
         fn oneshot(line: u32) {
-            let _ = tracing::trace_span!(
-                target: "tokio::sync::oneshot",
-                parent: None,
-                "runtime.resource",
-                concrete_type = "Sender|Receiver",
-                kind = "Sync",
-                loc.file = "u/src/a.rs",
-                loc.line = line,
-                loc.col = 1u32,
+            tokio_resource!(
+                "tokio::sync::oneshot",
+                "Sender|Receiver",
+                "Sync",
+                "u/src/a.rs",
+                line
             );
         }
         let outside = named_where(false, || {
@@ -1070,26 +735,12 @@ mod tests {
     /// set of the thread's callsite table, and do not push one another out.
     #[test]
     fn callsites_used_in_turn_stay_known() {
-        macro_rules! sleep_at {
-            ($line:expr) => {
-                let _ = tracing::trace_span!(
-                    target: "tokio::time::sleep",
-                    parent: None,
-                    "runtime.resource",
-                    concrete_type = "Sleep",
-                    kind = "timer",
-                    loc.file = "c/src/a.rs",
-                    loc.line = $line,
-                    loc.col = 1u32,
-                );
-            };
-        }
         let names = named(|| {
             for _ in 0..2 {
-                sleep_at!(1u32);
-                sleep_at!(2u32);
-                sleep_at!(3u32);
-                sleep_at!(4u32);
+                tokio_resource!("tokio::time::sleep", "Sleep", "timer", "c/src/a.rs", 1u32);
+                tokio_resource!("tokio::time::sleep", "Sleep", "timer", "c/src/a.rs", 2u32);
+                tokio_resource!("tokio::time::sleep", "Sleep", "timer", "c/src/a.rs", 3u32);
+                tokio_resource!("tokio::time::sleep", "Sleep", "timer", "c/src/a.rs", 4u32);
             }
         });
         assert_eq!(
@@ -1101,13 +752,5 @@ mod tests {
                 "sleep c/src/a.rs:4 (known)",
             ]
         );
-    }
-
-    #[test]
-    fn kinds_are_named_after_tokios_types() {
-        assert_eq!(kind_of("Sleep", "timer"), "sleep");
-        assert_eq!(kind_of("Sender|Receiver", "Sync"), "oneshot");
-        assert_eq!(kind_of("", "Sync"), "sync");
-        assert_eq!(kind_of("Notify", "Sync"), "notify");
     }
 }
